@@ -1,0 +1,5 @@
+"""``python -m framework`` is ``ca``."""
+
+from framework.cli.app import main
+
+main()

@@ -1,0 +1,164 @@
+"""The ``ca`` command line. Commands stay thin: parse options, call a layer, print.
+
+Heavy modules are imported inside the commands that need them, so ``ca --help``
+and ``ca validate`` start quickly.
+
+Exit codes: 0 success; 1 a run failed; 2 invalid project or wrong usage;
+70 internal error (a bug: please report it); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from framework import __version__
+from framework.errors import CAError, SpecError
+
+app = typer.Typer(
+    name="ca",
+    help="CleverAgents: declare AI agents in YAML, validate them, and serve them over open agent protocols.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+ProjectArg = Annotated[
+    Path,
+    typer.Argument(help="Project folder (holds agents/ and optionally ca.yaml).", show_default=True),
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"ca {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """CleverAgents."""
+
+
+@app.command()
+def validate(
+    project: ProjectArg = Path(),
+    as_json: Annotated[bool, typer.Option("--json", help="Print problems as a JSON list for editors and CI.")] = False,
+) -> None:
+    """Check every file of a project; print each problem as path:line:col.
+
+    Exit 0 when valid (warnings allowed), 2 when not.
+    """
+    from framework.spec import load_project
+
+    try:
+        loaded = load_project(project)
+    except SpecError as exc:
+        _print_diagnostics(exc, as_json)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps([w.to_json() for w in loaded.warnings], indent=2))
+        return
+    for warning in loaded.warnings:
+        typer.echo(warning.render(), err=True)
+    typer.echo(f"ok: {loaded.summary()} in {_shown(loaded.root)}")
+
+
+def _print_diagnostics(exc: SpecError, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps([d.to_json() for d in exc.diagnostics], indent=2))
+        return
+    for diagnostic in exc.diagnostics:
+        typer.echo(diagnostic.render(), err=True)
+    errors = len(exc.errors)
+    warnings = len(exc.diagnostics) - errors
+    tail = f", {warnings} warning{'s' if warnings != 1 else ''}" if warnings else ""
+    typer.echo(f"invalid: {errors} error{'s' if errors != 1 else ''}{tail}", err=True)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd())) or "."
+    except ValueError:
+        return str(path)
+
+
+@app.command()
+def schema(
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Write agent/profile/skill/project .schema.json files into this folder."),
+    ] = None,
+) -> None:
+    """Print (or write) JSON Schemas of the YAML files, for editors (yaml-language-server)."""
+    from framework.spec.schema import schemas, write_schemas
+
+    if out is None:
+        typer.echo(json.dumps(schemas(), indent=2))
+        return
+    for path in write_schemas(out):
+        typer.echo(f"wrote {_shown(path)}")
+
+
+@app.command()
+def init(
+    directory: Annotated[Path, typer.Argument(help="Folder to create the project in.")] = Path(),
+    template: Annotated[str, typer.Option("--template", "-t", help="Template to use (see --list).")] = "basic",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files that already exist.")] = False,
+    list_templates: Annotated[bool, typer.Option("--list", help="List the templates and exit.")] = False,
+    name: Annotated[str | None, typer.Option("--name", help="Project name (default: the folder's name).")] = None,
+) -> None:
+    """Scaffold an agent project from a template."""
+    from framework.cli.scaffold import available_templates, scaffold
+
+    if list_templates:
+        for tpl in available_templates():
+            typer.echo(f"{tpl.name:<12} {tpl.description}")
+        return
+    result = scaffold(directory, template, force=force, name=name)
+    for path in result.created:
+        typer.echo(f"created  {_shown(path)}")
+    for path in result.overwritten:
+        typer.echo(f"replaced {_shown(path)}")
+    where = _shown(directory)
+    cd = f"cd {where} && " if where != "." else ""
+    typer.echo("")
+    typer.echo("Next:")
+    typer.echo(f"  {cd}ca validate        # check the project")
+    typer.echo(f"  {cd}ca run {result.agent} 'hello'   # talk to the agent on the offline model")
+
+
+def main() -> None:
+    """Console entry point: maps the error tree to messages and exit codes; no tracebacks for users.
+
+    Typer (standalone mode) already turns usage mistakes into a message and exit 2.
+    """
+    try:
+        app()
+    except SpecError as exc:
+        _print_diagnostics(exc, as_json=False)
+        sys.exit(exc.exit_code)
+    except CAError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # a bug in ca: say so plainly, keep the details one variable away
+        if os.environ.get("CA_DEBUG"):
+            traceback.print_exc()
+        typer.echo(
+            f"internal error: {type(exc).__name__}: {exc}\n"
+            "This is a bug in ca; rerun with CA_DEBUG=1 for the traceback and please report it.",
+            err=True,
+        )
+        sys.exit(70)

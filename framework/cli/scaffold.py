@@ -1,0 +1,85 @@
+"""``ca init``: copy a template from ``templates/`` into a folder, never clobbering silently."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from framework.errors import UsageError
+from framework.resources import shipped_dir
+
+DESCRIPTION_FILE = "TEMPLATE"
+"""First line: the template's description. Not copied."""
+NAME_TOKEN = "{{ project_name }}"
+SCHEMA_DIR = Path(".ca") / "schemas"
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    path: Path
+    description: str
+
+
+@dataclass
+class ScaffoldResult:
+    created: list[Path] = field(default_factory=list)
+    overwritten: list[Path] = field(default_factory=list)
+    agent: str = ""
+
+
+def available_templates() -> list[Template]:
+    root = shipped_dir("templates")
+    found = []
+    for path in sorted(root.iterdir()) if root.is_dir() else []:
+        marker = path / DESCRIPTION_FILE
+        if path.is_dir() and marker.is_file():
+            description = marker.read_text(encoding="utf-8").strip().splitlines()[0]
+            found.append(Template(path.name, path, description))
+    return found
+
+
+def scaffold(directory: Path, template: str, *, force: bool = False, name: str | None = None) -> ScaffoldResult:
+    """Copy ``template`` into ``directory``. Without ``force``, any existing file aborts before writing."""
+    templates = {t.name: t for t in available_templates()}
+    if template not in templates:
+        from framework.spec.common import did_you_mean
+
+        hint = did_you_mean(template, templates)
+        raise UsageError(
+            f"unknown template {template!r}{f' ({hint})' if hint else ''}; "
+            f"available: {', '.join(templates) or 'none'} (see `ca init --list`)"
+        )
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{directory} exists and is not a folder")
+    source = templates[template].path
+    project_name = name or _slug(directory.resolve().name)
+    files = sorted(p for p in source.rglob("*") if p.is_file() and p.name != DESCRIPTION_FILE)
+    targets = {src: directory / src.relative_to(source) for src in files}
+    existing = [t for t in targets.values() if t.exists()]
+    if existing and not force:
+        listed = "\n".join(f"  {p}" for p in existing)
+        raise UsageError(
+            f"these files already exist; nothing was written:\n{listed}\n"
+            "Use --force to overwrite them, or choose an empty folder."
+        )
+    result = ScaffoldResult()
+    for src, dst in targets.items():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (result.overwritten if dst.exists() else result.created).append(dst)
+        data = src.read_bytes()
+        if src.suffix in (".yaml", ".yml", ".md", ".py", ".toml", ".txt", ""):
+            data = data.decode("utf-8").replace(NAME_TOKEN, project_name).encode("utf-8")
+        dst.write_bytes(data)
+    from framework.spec.schema import write_schemas
+
+    write_schemas(directory / SCHEMA_DIR)
+    agents = sorted(p.stem for p in (directory / "agents").glob("*.yaml") if not p.name.startswith("_"))
+    result.agent = agents[0] if agents else "AGENT"
+    return result
+
+
+def _slug(text: str) -> str:
+    slug = re.sub(r"[^a-z0-9_-]+", "-", text.lower()).strip("-")
+    return slug or "my-agents"

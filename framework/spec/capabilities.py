@@ -1,0 +1,79 @@
+"""Capabilities: what an agent may touch. Deny by default: nothing unlisted is allowed."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, WithJsonSchema
+
+from framework.spec.common import Duration, Name, PositiveInt, Spec, fail
+
+
+def _check_glob(value: str) -> str:
+    if not value:
+        raise fail("glob", "a path pattern cannot be empty")
+    if value.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", value):
+        raise fail(
+            "glob",
+            "path pattern {value!r} is absolute; patterns are relative to the project root, like 'src/**'",
+            value=value,
+        )
+    if ".." in re.split(r"[\\/]", value):
+        raise fail(
+            "glob",
+            "path pattern {value!r} climbs out with '..'; agents are confined to the project root",
+            value=value,
+        )
+    return value
+
+
+PathGlob = Annotated[str, AfterValidator(_check_glob), WithJsonSchema({"type": "string", "examples": ["src/**"]})]
+
+_HOST_RE = re.compile(
+    r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*(:\d{1,5})?$"
+)
+
+
+def _check_host(value: str) -> str:
+    if "://" in value or "/" in value:
+        raise fail(
+            "host",
+            "network.allow takes host names like 'api.github.com', not URLs: {value!r}",
+            value=value,
+        )
+    if not _HOST_RE.fullmatch(value.lower()):
+        raise fail(
+            "host",
+            "invalid host pattern {value!r}: write 'example.com', '*.example.com' or 'localhost:8080'",
+            value=value,
+        )
+    return value.lower()
+
+
+HostPattern = Annotated[str, AfterValidator(_check_host), WithJsonSchema({"type": "string"})]
+
+
+class FsCapabilities(Spec):
+    read: list[PathGlob] = Field(default_factory=list, description="Globs the agent may read.")
+    write: list[PathGlob] = Field(default_factory=list, description="Globs the agent may write.")
+
+
+class ShellCapabilities(Spec):
+    allow: list[str] = Field(
+        default_factory=list,
+        description="Command-line patterns ('pytest *'); metacharacters are refused unless a pattern has them.",
+    )
+    timeout: Duration = Field(default=60.0, description="Per command.")
+    max_output_bytes: PositiveInt = Field(default=65536, le=16 * 1024 * 1024)
+
+
+class NetworkCapabilities(Spec):
+    allow: list[HostPattern] = Field(default_factory=list, description="Hosts for http.get and remote agents.")
+
+
+class Capabilities(Spec):
+    fs: FsCapabilities = Field(default_factory=FsCapabilities)
+    shell: ShellCapabilities = Field(default_factory=ShellCapabilities)
+    network: NetworkCapabilities = Field(default_factory=NetworkCapabilities)
+    agents: list[Name] = Field(default_factory=list, description="Agents of the project this agent may call.")

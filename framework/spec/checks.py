@@ -1,0 +1,360 @@
+"""Cross-reference checks over a whole project: names that must exist, cycles, warnings."""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from framework.errors import Diagnostic, Severity
+from framework.spec.agent import AgentSpec, LlmAgent, WorkflowAgent
+from framework.spec.common import did_you_mean
+from framework.spec.model import ModelConfig
+from framework.spec.prices import price_for
+from framework.spec.source import LMap, format_path, locate
+from framework.spec.tools import BUILTIN_TOOLS, AgentTool, PythonTool
+from framework.spec.workflow import (
+    STEP_OUTPUT,
+    TEMPLATE,
+    AgentStep,
+    GateStep,
+    LoopStep,
+    ParallelStep,
+    RouterStep,
+    ToolStep,
+)
+
+if TYPE_CHECKING:
+    from framework.spec.loader import Project
+
+Path_ = tuple[str | int, ...]
+OFFLINE = ModelConfig(provider="offline")
+
+
+class _Checker:
+    def __init__(self, project: Project, data: Mapping[str, LMap], environ: Mapping[str, str]) -> None:
+        self.project = project
+        self.data = data
+        self.environ = environ
+        self.out: list[Diagnostic] = []
+
+    def report(
+        self,
+        owner: str,
+        path: Path_,
+        message: str,
+        *,
+        hint: str = "",
+        key: bool = False,
+        severity: Severity = "error",
+    ) -> None:
+        data = self.data.get(owner)
+        if data is None:
+            self.out.append(Diagnostic(str(self.project.root), 0, 0, message, hint=hint, severity=severity))
+            return
+        where, _ = locate(data, path, key=key)
+        where = where or data.loc
+        self.out.append(
+            Diagnostic(
+                str(where.file),
+                where.line,
+                where.column,
+                message,
+                key_path=format_path(path),
+                hint=hint,
+                severity=severity,
+            )
+        )
+
+    def unknown(self, owner: str, path: Path_, what: str, name: str, known: Mapping[str, Any] | list[str]) -> None:
+        hint = did_you_mean(name, known)
+        if not hint:
+            hint = f"known {what}s: {', '.join(sorted(known))}" if known else f"the project has no {what}s"
+        self.report(owner, path, f"unknown {what} {name!r}", hint=hint)
+
+    # -- project file ----------------------------------------------------------
+
+    def check_config(self) -> None:
+        config = self.project.config
+        if config.default_agent and config.default_agent not in self.project.agents:
+            self.unknown("project", ("default_agent",), "agent", config.default_agent, self.project.agents)
+        if config.defaults.profile and config.defaults.profile not in self.project.profiles:
+            self.unknown("project", ("defaults", "profile"), "profile", config.defaults.profile, self.project.profiles)
+        for name, agent in self.project.agents.items():
+            self.check_agent(f"agent:{name}", agent)
+
+    # -- one agent -------------------------------------------------------------
+
+    def check_agent(self, owner: str, agent: AgentSpec) -> None:
+        if agent.profile and agent.profile not in self.project.profiles:
+            self.unknown(owner, ("profile",), "profile", agent.profile, self.project.profiles)
+        for i, skill in enumerate(agent.skills):
+            if isinstance(skill, str) and skill not in self.project.skills:
+                self.unknown(owner, ("skills", i), "skill", skill, self.project.skills)
+        caps = agent.capabilities
+        for i, name in enumerate(caps.agents if caps else []):
+            if name not in self.project.agents:
+                self.unknown(owner, ("capabilities", "agents", i), "agent", name, self.project.agents)
+        if isinstance(agent, LlmAgent):
+            self.check_tools(owner, agent)
+            self.check_model(owner, agent)
+        else:
+            self.check_steps(owner, agent)
+
+    def check_tools(self, owner: str, agent: LlmAgent) -> None:
+        names = set()
+        for i, tool in enumerate(agent.tools):
+            if isinstance(tool, PythonTool):
+                names.add(tool.name or tool.function)
+                if tool.is_file:
+                    self.check_python_file(owner, ("tools", i, "python"), tool)
+            elif isinstance(tool, AgentTool):
+                names.add(tool.name or tool.agent)
+                if not tool.is_remote and tool.agent not in self.project.agents:
+                    self.unknown(owner, ("tools", i, "agent"), "agent", tool.agent, self.project.agents)
+            elif hasattr(tool, "builtin"):
+                names.add(tool.builtin)
+        for i, skill in enumerate(agent.skills):
+            path: Path_ = ("skills", i)
+            if isinstance(skill, str):
+                resolved = self.project.skills.get(skill)
+                narrowed = resolved.tools if resolved else None
+            else:
+                narrowed, path = skill.tools, (*path, "tools")
+            for tool_name in narrowed or []:
+                if tool_name not in names:
+                    self.report(
+                        owner,
+                        path,
+                        f"skill narrows to tool {tool_name!r}, which the agent does not have",
+                        hint=did_you_mean(tool_name, names)
+                        or f"the agent's tools: {', '.join(sorted(names)) or 'none'}",
+                    )
+
+    def check_python_file(self, owner: str, path: Path_, tool: PythonTool) -> None:
+        root = self.project.root
+        file = (root / tool.target).resolve()
+        if not file.is_relative_to(root):
+            self.report(owner, path, f"python tool file {tool.target!r} is outside the project")
+            return
+        if not file.is_file():
+            self.report(
+                owner,
+                path,
+                f"python tool file {tool.target!r} not found",
+                hint=f"create {tool.target} with `def {tool.function}(...)`",
+            )
+            return
+        try:
+            tree = ast.parse(file.read_bytes(), filename=str(file))
+        except (SyntaxError, ValueError) as exc:
+            self.report(owner, path, f"python tool file {tool.target!r} has a syntax error: {exc}")
+            return
+        functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        if tool.function not in functions:
+            self.report(
+                owner,
+                path,
+                f"function {tool.function!r} not found in {tool.target}",
+                hint=did_you_mean(tool.function, functions) or f"functions there: {', '.join(functions) or 'none'}",
+            )
+
+    def check_model(self, owner: str, agent: LlmAgent) -> None:
+        model = agent.model or self.project.config.defaults.model or OFFLINE
+        variable = model.key_variable
+        path: Path_ = ("model",) if agent.model else ("name",)
+        if variable and not self.environ.get(variable):
+            self.report(
+                owner,
+                path,
+                f"{variable} is not set; model {model.label()!r} will fail at run time",
+                hint=f"export {variable}=... or put it in .env",
+                severity="warning",
+            )
+        budget = agent.budget or self.project.config.defaults.budget
+        priced = model.provider in ("offline", "scripted") or price_for(model.label(), self.project.config.prices)
+        if budget and budget.max_cost_usd is not None and not priced:
+            self.report(
+                owner,
+                ("budget", "max_cost_usd") if agent.budget else path,
+                f"no known price for model {model.label()!r}; the cost budget cannot be enforced",
+                hint=f"add it to ca.yaml: prices: {{{model.label()!r}: {{input_per_mtok: ..., output_per_mtok: ...}}}}",
+                severity="warning",
+            )
+
+    # -- workflows -------------------------------------------------------------
+
+    def check_steps(self, owner: str, agent: WorkflowAgent) -> None:
+        seen: dict[str, Path_] = {}
+        self.walk_steps(owner, agent.steps, ("steps",), seen, set())
+        if agent.output:
+            self.check_template(owner, ("output",), agent.output, set(seen))
+
+    def walk_steps(
+        self,
+        owner: str,
+        steps: list[Any],
+        base: Path_,
+        seen: dict[str, Path_],
+        before: set[str],
+        *,
+        offset: int = 0,
+    ) -> set[str]:
+        """Check steps in order; ``before`` holds ids whose output is available. Returns it, grown."""
+        available = set(before)
+        for i, step in enumerate(steps, start=offset):
+            path = (*base, i)
+            if step.id is not None:
+                if step.id in seen:
+                    self.report(
+                        owner,
+                        (*path, "id"),
+                        f"duplicate step id {step.id!r}",
+                        hint=f"first used at {format_path(seen[step.id])}",
+                    )
+                seen.setdefault(step.id, path)
+            if isinstance(step, AgentStep):
+                if step.agent not in self.project.agents:
+                    self.unknown(owner, (*path, "agent"), "agent", step.agent, self.project.agents)
+                if step.input:
+                    self.check_template(owner, (*path, "input"), step.input, available)
+            elif isinstance(step, ToolStep):
+                if step.tool not in BUILTIN_TOOLS:
+                    self.report(
+                        owner,
+                        (*path, "tool"),
+                        f"unknown builtin tool {step.tool!r}",
+                        hint=did_you_mean(step.tool, BUILTIN_TOOLS) or ", ".join(BUILTIN_TOOLS),
+                    )
+                for key, value in step.args.items():
+                    if isinstance(value, str):
+                        self.check_template(owner, (*path, "args", key), value, available)
+            elif isinstance(step, GateStep):
+                self.check_template(owner, (*path, "gate", "message"), step.gate.message, available)
+            elif isinstance(step, ParallelStep):
+                # Branches run side by side: each sees only what came before the block.
+                outputs = [
+                    self.walk_steps(owner, [branch], (*path, "parallel"), seen, available, offset=j)
+                    for j, branch in enumerate(step.parallel)
+                ]
+                available = available.union(*outputs)
+            elif isinstance(step, RouterStep):
+                if step.router.on not in available:
+                    self.report(
+                        owner,
+                        (*path, "router", "on"),
+                        f"router tests {step.router.on!r}, which is not an earlier step",
+                        hint=did_you_mean(step.router.on, available) or self.earlier(available),
+                    )
+                for j, route in enumerate(step.router.routes):
+                    available |= self.walk_steps(
+                        owner, route.steps, (*path, "router", "routes", j, "steps"), seen, available
+                    )
+                available |= self.walk_steps(owner, step.router.default, (*path, "router", "default"), seen, available)
+            elif isinstance(step, LoopStep):
+                inner = self.walk_steps(owner, step.loop.steps, (*path, "loop", "steps"), seen, available)
+                if step.loop.on is not None and step.loop.on not in inner:
+                    self.report(
+                        owner,
+                        (*path, "loop", "on"),
+                        f"loop tests {step.loop.on!r}, which is not a step",
+                        hint=did_you_mean(step.loop.on, inner) or self.earlier(inner),
+                    )
+                available |= inner
+            if step.id is not None:
+                available.add(step.id)
+        return available
+
+    @staticmethod
+    def earlier(available: set[str]) -> str:
+        return f"earlier steps: {', '.join(sorted(available))}" if available else "there is no earlier step"
+
+    def check_template(self, owner: str, path: Path_, text: str, available: set[str]) -> None:
+        for match in TEMPLATE.finditer(text):
+            expr = match.group(1)
+            if expr == "input":
+                continue
+            ref = STEP_OUTPUT.match(expr)
+            if ref is None:
+                self.report(
+                    owner,
+                    path,
+                    f"unknown template expression {{{{ {expr} }}}}",
+                    hint="use {{ input }} or {{ steps.ID.output }}",
+                )
+            elif ref.group(1) not in available:
+                step_id = ref.group(1)
+                self.report(
+                    owner,
+                    path,
+                    f"template refers to step {step_id!r}, which has not run at this point",
+                    hint=did_you_mean(step_id, available) or self.earlier(available),
+                )
+
+    # -- cycles ----------------------------------------------------------------
+
+    def check_cycles(self) -> None:
+        edges: dict[str, list[tuple[str, Path_]]] = {
+            name: list(_calls(agent)) for name, agent in self.project.agents.items()
+        }
+        state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+        stack: list[str] = []
+
+        def visit(name: str) -> None:
+            state[name] = 1
+            stack.append(name)
+            for callee, path in edges.get(name, []):
+                if callee not in edges:
+                    continue
+                if state.get(callee) == 1:
+                    cycle = [*stack[stack.index(callee) :], callee]
+                    self.report(
+                        f"agent:{name}",
+                        path,
+                        f"agent call cycle: {' -> '.join(cycle)}",
+                        hint="an agent cannot (indirectly) call itself; remove one of these calls",
+                    )
+                elif state.get(callee) is None:
+                    visit(callee)
+            stack.pop()
+            state[name] = 2
+
+        for name in sorted(edges):
+            if name not in state:
+                visit(name)
+
+
+def _calls(agent: AgentSpec) -> Iterator[tuple[str, Path_]]:
+    """(callee, key path of the reference) for every local agent this agent calls."""
+    if isinstance(agent, LlmAgent):
+        for i, tool in enumerate(agent.tools):
+            if isinstance(tool, AgentTool) and not tool.is_remote:
+                yield tool.agent, ("tools", i, "agent")
+        return
+    yield from _step_calls(agent.steps, ("steps",))
+
+
+def _step_calls(steps: list[Any], base: Path_) -> Iterator[tuple[str, Path_]]:
+    for i, step in enumerate(steps):
+        path = (*base, i)
+        if isinstance(step, AgentStep):
+            yield step.agent, (*path, "agent")
+        elif isinstance(step, ParallelStep):
+            yield from _step_calls(step.parallel, (*path, "parallel"))
+        elif isinstance(step, RouterStep):
+            for j, route in enumerate(step.router.routes):
+                yield from _step_calls(route.steps, (*path, "router", "routes", j, "steps"))
+            yield from _step_calls(step.router.default, (*path, "router", "default"))
+        elif isinstance(step, LoopStep):
+            yield from _step_calls(step.loop.steps, (*path, "loop", "steps"))
+
+
+def check_project(
+    project: Project, data: Mapping[str, LMap], environ: Mapping[str, str] | None = None
+) -> list[Diagnostic]:
+    """Every cross-reference problem and warning of a project whose files each validated."""
+    checker = _Checker(project, data, os.environ if environ is None else environ)
+    checker.check_config()
+    checker.check_cycles()
+    return checker.out

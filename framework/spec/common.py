@@ -1,0 +1,163 @@
+"""Building blocks shared by every spec model: the strict base class and value types."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+from decimal import Decimal, InvalidOperation
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+
+class Spec(BaseModel):
+    """Base of every spec model: unknown keys are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """`` did you mean 'x'?`` for the closest candidate, or an empty string."""
+    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"did you mean {matches[0]!r}?" if matches else ""
+
+
+def fail(kind: str, message: str, **ctx: Any) -> PydanticCustomError:
+    """A validation error whose message reaches the user verbatim (``{name}`` from ctx)."""
+    return PydanticCustomError(kind, message, ctx)
+
+
+Version = Annotated[Literal[1], Field(description="Spec format version; 1 is the only one.")]
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+
+
+def _check_name(value: str) -> str:
+    if not _NAME_RE.fullmatch(value):
+        raise fail(
+            "name",
+            "invalid name {value!r}: use lowercase letters, digits, '-' and '_', starting with a letter",
+            value=value,
+        )
+    return value
+
+
+Name = Annotated[
+    str,
+    AfterValidator(_check_name),
+    WithJsonSchema({"type": "string", "pattern": _NAME_RE.pattern}),
+]
+"""Agent, profile, skill and step identifiers."""
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _parse_duration(value: Any) -> float:
+    if isinstance(value, bool):
+        raise fail("duration", "expected a duration like '30s', '10m' or '1h30m', got {value!r}", value=value)
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip():
+        text = value.strip().replace(" ", "")
+        parts = _DURATION_RE.findall(text)
+        if "".join(n + u for n, u in parts) != text:
+            raise fail(
+                "duration",
+                "invalid duration {value!r}: write a number with a unit (ms, s, m, h, d), like '30s' or '1h30m'",
+                value=value,
+            )
+        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    else:
+        raise fail("duration", "expected a duration like '30s', '10m' or '1h30m', got {value!r}", value=value)
+    if seconds <= 0:
+        raise fail("duration", "a duration must be greater than zero, got {value!r}", value=value)
+    if seconds > 30 * 86400:
+        raise fail("duration", "duration {value!r} is longer than the 30-day maximum", value=value)
+    return seconds
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(_parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": r"^(\d+(\.\d+)?(ms|s|m|h|d))+$"},
+                {"type": "number", "exclusiveMinimum": 0},
+            ],
+            "description": "A duration: '500ms', '30s', '10m', '1h30m', '2d', or seconds as a number.",
+        }
+    ),
+]
+"""A duration in seconds, written ``30s``, ``10m``, ``1h30m`` or a number of seconds."""
+
+_MONEY_RE = re.compile(r"^\$?\s*(\d+(?:\.\d+)?)\s*(?:usd|USD)?$")
+
+
+def _parse_money(value: Any) -> Decimal:
+    if isinstance(value, bool):
+        raise fail("money", "expected an amount in US dollars like 0.50, got {value!r}", value=value)
+    if isinstance(value, int | float):
+        amount = Decimal(str(value))
+    elif isinstance(value, str) and (m := _MONEY_RE.match(value.strip())):
+        amount = Decimal(m.group(1))
+    else:
+        raise fail(
+            "money",
+            "invalid amount {value!r}: write US dollars as a number, like 0.50 or '$0.50'",
+            value=value,
+        )
+    try:
+        if amount < 0 or not amount.is_finite():
+            raise fail("money", "an amount must be zero or more, got {value!r}", value=value)
+    except InvalidOperation as exc:  # pragma: no cover - Decimal from a matched string is finite
+        raise fail("money", "invalid amount {value!r}", value=value) from exc
+    return amount
+
+
+Money = Annotated[
+    Decimal,
+    BeforeValidator(_parse_money),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": r"^\$?\d+(\.\d+)?( ?USD)?$"},
+            ],
+            "description": "US dollars: 0.50, '$0.50' or '0.50 USD'.",
+        }
+    ),
+]
+
+
+def _compile_regex(value: Any) -> re.Pattern[str]:
+    if isinstance(value, re.Pattern):
+        return value
+    if not isinstance(value, str):
+        raise fail("regex", "expected a regular expression string, got {value!r}", value=value)
+    try:
+        return re.compile(value)
+    except re.error as exc:
+        raise fail(
+            "regex",
+            "invalid regular expression: {error} at position {pos}",
+            error=exc.msg,
+            pos=exc.pos or 0,
+            column_offset=exc.pos or 0,
+        ) from exc
+
+
+Regex = Annotated[
+    re.Pattern[str],
+    BeforeValidator(_compile_regex),
+    WithJsonSchema({"type": "string", "format": "regex"}),
+]
+"""A regular expression, compiled when the project loads."""
+
+PositiveInt = Annotated[int, Field(ge=1, le=1_000_000_000_000)]
+
+Action = Literal["allow", "ask", "deny"]
+CapabilityClass = Literal["fs.read", "fs.write", "shell", "network", "agent"]

@@ -1,0 +1,84 @@
+"""Contracts: what an agent must never do and must always do, checked by the runtime."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from framework.spec.common import Regex, Spec, fail
+
+
+class ToolPattern(Spec):
+    """A tool call: the tool's name (glob) and argument globs."""
+
+    tool: str = Field(description="Tool name or glob, e.g. 'shell' or 'fs.*'.")
+    args: dict[str, str] = Field(default_factory=dict, description="Argument name -> glob on its value.")
+
+
+class MustNot(Spec):
+    """Either a forbidden tool call (``tool`` + ``args``) or a forbidden output pattern."""
+
+    tool: str | None = None
+    args: dict[str, str] = Field(default_factory=dict)
+    output_matches: Regex | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Self:
+        if (self.tool is None) == (self.output_matches is None):
+            raise fail("contract", "a must_not rule needs exactly one of 'tool' or 'output_matches'")
+        if self.args and self.tool is None:
+            raise fail("contract", "'args' belongs with 'tool'")
+        return self
+
+
+class MustAlways(Spec):
+    """A required tool call before completion, a JSON Schema for the output, or an output pattern."""
+
+    tool_called: str | None = None
+    args: dict[str, str] = Field(default_factory=dict)
+    before: Literal["complete"] = "complete"
+    output_schema: dict[str, Any] | None = None
+    output_matches: Regex | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Self:
+        kinds = [k for k in ("tool_called", "output_schema", "output_matches") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise fail(
+                "contract",
+                "a must_always rule needs exactly one of 'tool_called', 'output_schema' or 'output_matches'",
+            )
+        if self.args and self.tool_called is None:
+            raise fail("contract", "'args' belongs with 'tool_called'")
+        return self
+
+    @field_validator("output_schema")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft202012Validator.check_schema(value)
+        except SchemaError as exc:
+            where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
+            raise fail(
+                "json_schema", "invalid JSON Schema at {where}: {error}", where=where, error=exc.message
+            ) from exc
+        return value
+
+
+class OnViolation(Spec):
+    action: Literal["fail", "retry"] = Field(
+        default="fail", description="fail the task, or explain the violation to the model and let it retry."
+    )
+    max_retries: int = Field(default=2, ge=0, le=10)
+
+
+class Contract(Spec):
+    must_not: list[MustNot] = Field(default_factory=list)
+    must_always: list[MustAlways] = Field(default_factory=list)
+    on_violation: OnViolation = Field(default_factory=OnViolation)

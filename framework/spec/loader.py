@@ -1,0 +1,322 @@
+"""Load a project folder into validated specs, reporting every problem at once.
+
+ca.yaml, agents/**/*.yaml, profiles/*.yaml, skills/*.yaml, .env
+    ──read + parse (positions kept, ${VAR} interpolated)──▶ LMap
+    ──extends: (deep merge)──▶ LMap
+    ──pydantic models──▶ specs
+    ──cross-reference checks──▶ Project
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from framework.errors import Diagnostic, SpecError
+from framework.resources import shipped_dir
+from framework.spec.agent import AGENT_KINDS, AgentSpec
+from framework.spec.common import did_you_mean
+from framework.spec.interpolate import Interpolator, load_dotenv
+from framework.spec.profile import Profile
+from framework.spec.project import ProjectConfig
+from framework.spec.skill import SkillFile
+from framework.spec.source import LList, LMap, Loc, SourceError, diag, parse, read_text
+from framework.spec.validation import validate
+
+PROJECT_FILES = ("ca.yaml", "ca.yml")
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class Project:
+    """A validated project: every spec, where it came from, and the warnings found."""
+
+    root: Path
+    config: ProjectConfig
+    agents: Mapping[str, AgentSpec]
+    profiles: Mapping[str, Profile]
+    skills: Mapping[str, SkillFile]
+    sources: Mapping[str, Path]
+    """Agent, profile or skill name (``agent:NAME`` …) -> the file that defined it."""
+    warnings: tuple[Diagnostic, ...] = ()
+    secrets: frozenset[str] = field(default=frozenset(), repr=False)
+    """Values interpolated from secret-looking variables: mask them wherever text is shown."""
+
+    @property
+    def default_agent(self) -> str | None:
+        if self.config.default_agent:
+            return self.config.default_agent
+        return next(iter(sorted(self.agents)), None)
+
+    def summary(self) -> str:
+        kinds: dict[str, int] = {}
+        for agent in self.agents.values():
+            kinds[agent.kind] = kinds.get(agent.kind, 0) + 1
+        detail = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+        parts = [
+            _plural(len(self.agents), "agent") + (f" ({detail})" if detail else ""),
+            _plural(len(self.profiles), "profile"),
+            _plural(len(self.skills), "skill"),
+        ]
+        if self.warnings:
+            parts.append(_plural(len(self.warnings), "warning"))
+        return ", ".join(parts)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def load_project(root: Path | str, *, environ: Mapping[str, str] | None = None) -> Project:
+    """Load and check the project at ``root``; raise SpecError with every error found."""
+    return _Loader(Path(root), environ).load()
+
+
+class _Loader:
+    def __init__(self, root: Path, environ: Mapping[str, str] | None) -> None:
+        self.root = root.resolve()
+        self.diagnostics: list[Diagnostic] = []
+        self.texts: dict[Path, str] = {}
+        self.data: dict[str, LMap] = {}
+        self.environ = environ
+
+    # -- files -----------------------------------------------------------------
+
+    def read(self, path: Path) -> LMap | None:
+        """Parse one file; a problem becomes a diagnostic and None."""
+        try:
+            text = read_text(path)
+            self.texts[path] = text
+            data = parse(path, text, self.interpolate)
+        except SourceError as exc:
+            self.diagnostics.append(exc.diagnostic)
+            return None
+        if not isinstance(data, LMap):
+            kind = "a list" if isinstance(data, LList) else f"a single value ({data!r})"
+            where = getattr(data, "loc", Loc(path, 1, 1))
+            self.diagnostics.append(diag(where, f"expected a mapping of keys at the top level, found {kind}"))
+            return None
+        return data
+
+    def files(self, folder: str, *, recursive: bool = False) -> list[Path]:
+        base = self.root / folder
+        if not base.is_dir():
+            return []
+        found = base.rglob("*") if recursive else base.iterdir()
+        return sorted(
+            p for p in found if p.suffix in YAML_SUFFIXES and p.is_file() and not p.name.startswith(("_", "."))
+        )
+
+    # -- the whole project -----------------------------------------------------
+
+    def load(self) -> Project:
+        if not self.root.is_dir():
+            raise SpecError([Diagnostic(str(self.root), 0, 0, "project folder does not exist")])
+        self.interpolate = Interpolator(load_dotenv(self.root), self.environ)
+        config = self.load_config()
+        profiles, profile_sources = self.load_named(self.profile_files(), Profile, "profile")
+        skills, skill_sources = self.load_named(self.files("skills"), SkillFile, "skill", key="id")
+        agents, agent_sources = self.load_agents()
+        if not agents and not any(d.severity == "error" for d in self.diagnostics):
+            self.diagnostics.append(
+                Diagnostic(
+                    str(self.root / "agents"),
+                    0,
+                    0,
+                    "the project has no agents",
+                    hint="add agents/NAME.yaml, or run `ca init` to scaffold a project",
+                )
+            )
+        from framework.spec.checks import check_project
+
+        project = Project(
+            root=self.root,
+            config=config or ProjectConfig(),
+            agents=agents,
+            profiles=profiles,
+            skills=skills,
+            sources={**agent_sources, **profile_sources, **skill_sources},
+            secrets=frozenset(self.interpolate.secrets),
+        )
+        if config is not None or not self.has_config_errors():
+            self.diagnostics.extend(check_project(project, self.data, self.interpolate.variables))
+        self.diagnostics.extend(self.interpolate.diagnostics)
+        diagnostics = self.with_source_lines(self.diagnostics)
+        errors = [d for d in diagnostics if d.severity == "error"]
+        if errors:
+            raise SpecError(diagnostics)
+        return replace(project, warnings=tuple(diagnostics))
+
+    def has_config_errors(self) -> bool:
+        return any(Path(d.file).name in PROJECT_FILES for d in self.diagnostics)
+
+    def load_config(self) -> ProjectConfig | None:
+        for name in PROJECT_FILES:
+            path = self.root / name
+            if path.is_file():
+                data = self.read(path)
+                if data is None:
+                    return None
+                self.data["project"] = data
+                config, problems = validate(ProjectConfig, data)
+                self.diagnostics.extend(problems)
+                return config
+        return ProjectConfig()
+
+    def profile_files(self) -> list[Path]:
+        """Built-in profiles first; a project profile of the same name replaces one."""
+        own = self.files("profiles")
+        builtin_dir = shipped_dir("profiles").resolve()
+        if builtin_dir == (self.root / "profiles").resolve():
+            return own
+        builtin = sorted(p for p in builtin_dir.glob("*.yaml") if not p.name.startswith("_"))
+        own_names = {p.stem for p in own}
+        return [p for p in builtin if p.stem not in own_names] + own
+
+    def load_named(
+        self, paths: list[Path], model: type[Any], what: str, *, key: str = "name"
+    ) -> tuple[dict[str, Any], dict[str, Path]]:
+        specs: dict[str, Any] = {}
+        sources: dict[str, Path] = {}
+        for path in paths:
+            data = self.read(path)
+            if data is None:
+                continue
+            spec, problems = validate(model, data)
+            self.diagnostics.extend(problems)
+            if spec is None:
+                continue
+            name = getattr(spec, key)
+            if name in specs:
+                self.duplicate(data, key, what, name, sources[f"{what}:{name}"])
+                continue
+            specs[name] = spec
+            sources[f"{what}:{name}"] = path
+            self.data[f"{what}:{name}"] = data
+        return specs, sources
+
+    def duplicate(self, data: LMap, key: str, what: str, name: str, first: Path) -> None:
+        self.diagnostics.append(
+            diag(
+                data.value_locs.get(key, data.loc),
+                f"duplicate {what} {name!r}: already defined in {self.display(first)}",
+                key_path=key,
+                hint=f"give one of them another {key}",
+            )
+        )
+
+    def display(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    # -- agents ----------------------------------------------------------------
+
+    def load_agents(self) -> tuple[dict[str, AgentSpec], dict[str, Path]]:
+        agents: dict[str, AgentSpec] = {}
+        sources: dict[str, Path] = {}
+        for path in self.files("agents", recursive=True):
+            data = self.read_with_extends(path, ())
+            if data is None:
+                continue
+            data.pop("extends", None)
+            kind = data.get("kind", "llm")
+            model = AGENT_KINDS.get(kind) if isinstance(kind, str) else None
+            if model is None:
+                hint = did_you_mean(str(kind), AGENT_KINDS)
+                self.diagnostics.append(
+                    diag(
+                        data.value_locs["kind"],
+                        f"unknown agent kind {kind!r}; kinds are: {', '.join(AGENT_KINDS)}",
+                        key_path="kind",
+                        hint=hint,
+                    )
+                )
+                continue
+            spec, problems = validate(model, data)
+            self.diagnostics.extend(problems)
+            if spec is None:
+                continue
+            if spec.name in agents:
+                self.duplicate(data, "name", "agent", spec.name, sources[f"agent:{spec.name}"])
+                continue
+            agents[spec.name] = spec
+            sources[f"agent:{spec.name}"] = path
+            self.data[f"agent:{spec.name}"] = data
+        return agents, sources
+
+    def read_with_extends(self, path: Path, chain: tuple[Path, ...]) -> LMap | None:
+        data = self.read(path)
+        if data is None or "extends" not in data:
+            return data
+        refs = data["extends"]
+        ref_list = refs if isinstance(refs, list) else [refs]
+        merged: LMap | None = None
+        for i, ref in enumerate(ref_list):
+            where = data.value_locs["extends"] if not isinstance(refs, LList) else refs.item_locs[i]
+            if not isinstance(ref, str) or not ref:
+                self.diagnostics.append(
+                    diag(where, "`extends` takes a file path, like '_base.yaml'", key_path="extends")
+                )
+                return None
+            base_path = (path.parent / ref).resolve()
+            if not base_path.is_relative_to(self.root):
+                self.diagnostics.append(
+                    diag(where, f"`extends` file {ref!r} is outside the project", key_path="extends")
+                )
+                return None
+            if base_path in chain or base_path == path:
+                cycle = " -> ".join(self.display(p) for p in (*chain, path, base_path))
+                self.diagnostics.append(diag(where, f"`extends` cycle: {cycle}", key_path="extends"))
+                return None
+            if not base_path.is_file():
+                self.diagnostics.append(
+                    diag(
+                        where,
+                        f"`extends` file {ref!r} not found (looked for {self.display(base_path)})",
+                        key_path="extends",
+                    )
+                )
+                return None
+            base = self.read_with_extends(base_path, (*chain, path))
+            if base is None:
+                return None
+            base.pop("extends", None)
+            merged = base if merged is None else deep_merge(merged, base)
+        assert merged is not None
+        return deep_merge(merged, data)
+
+    # -- output ----------------------------------------------------------------
+
+    def with_source_lines(self, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+        out = []
+        for d in sorted(diagnostics, key=lambda d: (d.severity != "error", d.file, d.line, d.column)):
+            lines = self.texts.get(Path(d.file), "").splitlines()
+            source = lines[d.line - 1] if 0 < d.line <= len(lines) else None
+            out.append(replace(d, file=_shown(Path(d.file)), source_line=source))
+        return out
+
+
+def _shown(path: Path) -> str:
+    """A path as the user can open it: relative to the current directory when inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def deep_merge(base: LMap, override: LMap) -> LMap:
+    """``override`` on top of ``base``: mappings merge key by key; lists and scalars are replaced."""
+    result = LMap(override.loc)
+    for source in (base, override):
+        for key, value in source.items():
+            current = result.get(key)
+            if isinstance(current, LMap) and isinstance(value, LMap):
+                value = deep_merge(current, value)
+            result[key] = value
+            result.key_locs[key] = source.key_locs[key]
+            result.value_locs[key] = source.value_locs[key]
+    return result

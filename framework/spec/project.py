@@ -1,0 +1,103 @@
+"""``ca.yaml``: the optional project file."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, field_validator
+
+from framework.spec.budget import Budget
+from framework.spec.capabilities import Capabilities
+from framework.spec.common import Money, Name, Spec, Version, fail
+from framework.spec.model import ModelConfig
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_env_name(value: str) -> str:
+    if not _ENV_NAME.fullmatch(value):
+        raise fail("env", "{value!r} is not an environment variable name", value=value)
+    return value
+
+
+EnvName = Annotated[str, AfterValidator(_check_env_name)]
+
+
+def _check_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise fail("url", "expected an http(s) URL, got {value!r}", value=value)
+    return value.rstrip("/")
+
+
+HttpUrl = Annotated[str, AfterValidator(_check_url)]
+
+
+class Defaults(Spec):
+    """Values for agents that do not set their own."""
+
+    model: ModelConfig | None = None
+    profile: Name | None = None
+    budget: Budget | None = None
+    capabilities: Capabilities | None = None
+
+
+class Price(Spec):
+    input_per_mtok: Money = Field(description="US dollars per million input tokens.")
+    output_per_mtok: Money = Field(description="US dollars per million output tokens.")
+
+
+class AuthConfig(Spec):
+    """Credentials are never written here, only the names of variables holding them."""
+
+    bearer_tokens_env: EnvName | None = Field(default=None, description="Variable with comma-separated tokens.")
+    api_keys_env: EnvName | None = Field(default=None, description="Variable with comma-separated API keys.")
+    api_key_header: str = "X-API-Key"
+
+
+class ServerConfig(Spec):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=1, le=65535)
+    public_url: HttpUrl | None = Field(default=None, description="External URL behind a proxy.")
+    auth: AuthConfig | None = None
+    max_request_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+
+
+_STORE_SCHEMES = ("sqlite", "sqlite+aiosqlite", "postgresql", "postgresql+asyncpg")
+
+
+class StoreConfig(Spec):
+    url: str = Field(default="sqlite:///.ca/state.db", description="Tasks, checkpoints and audit.")
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in _STORE_SCHEMES:
+            raise fail(
+                "store",
+                "unsupported store URL {value!r}: use one of {schemes}",
+                value=value,
+                schemes=", ".join(f"{s}://" for s in _STORE_SCHEMES),
+            )
+        return value
+
+
+class Registry(Spec):
+    """A remote source of agents: a CleverAgents server or a single A2A agent."""
+
+    name: Name
+    url: HttpUrl
+    headers_env: dict[str, EnvName] = Field(default_factory=dict, description="Header -> variable with its value.")
+
+
+class ProjectConfig(Spec):
+    version: Version = 1
+    name: str | None = None
+    description: str = ""
+    default_agent: Name | None = None
+    defaults: Defaults = Field(default_factory=Defaults)
+    prices: dict[str, Price] = Field(default_factory=dict, description="'provider:model' -> price; adds to built-ins.")
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    registries: list[Registry] = Field(default_factory=list)

@@ -1,0 +1,41 @@
+"""Shared fixtures: a runner for the real ``ca`` process and a temporary project builder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CA = [sys.executable, "-m", "framework"]
+
+
+def run_ca(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+           timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the real ``ca`` command line in a new process."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run(
+        [*CA, *args], cwd=cwd or REPO, env=full_env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+ProjectFactory = Callable[[dict[str, str]], Path]
+
+
+@pytest.fixture
+def make_project(tmp_path: Path) -> ProjectFactory:
+    """Write ``{relative path: text}`` into a fresh folder; text is dedented."""
+
+    def make(files: dict[str, str]) -> Path:
+        for name, text in files.items():
+            path = tmp_path / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+        return tmp_path
+
+    return make
