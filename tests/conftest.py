@@ -15,8 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 CA = [sys.executable, "-m", "framework"]
 
 
-def run_ca(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-           timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_ca(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run the real ``ca`` command line in a new process."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(

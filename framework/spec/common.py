@@ -18,6 +18,17 @@ class Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+def string_form(*examples: str) -> ConfigDict:
+    """Config for a model that may also be written as a string: its JSON Schema says so."""
+
+    def extend(schema: dict[str, Any]) -> None:
+        as_object = dict(schema)
+        schema.clear()
+        schema["anyOf"] = [{"type": "string", "examples": list(examples)}, as_object]
+
+    return ConfigDict(json_schema_extra=extend)
+
+
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """`` did you mean 'x'?`` for the closest candidate, or an empty string."""
     matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
@@ -25,8 +36,12 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
 
 
 def fail(kind: str, message: str, **ctx: Any) -> PydanticCustomError:
-    """A validation error whose message reaches the user verbatim (``{name}`` from ctx)."""
-    return PydanticCustomError(kind, message, ctx)
+    """A validation error whose message reaches the user verbatim, formatted with ``str.format(**ctx)``.
+
+    Only ``column_offset`` (where in the value the problem is) travels on as context.
+    """
+    extra = {"column_offset": ctx["column_offset"]} if "column_offset" in ctx else None
+    return PydanticCustomError(kind, message.format(**ctx), extra)
 
 
 Version = Annotated[Literal[1], Field(description="Spec format version; 1 is the only one.")]

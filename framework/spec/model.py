@@ -6,7 +6,7 @@ from typing import Any, Self
 
 from pydantic import Field, model_validator
 
-from framework.spec.common import Spec, did_you_mean, fail
+from framework.spec.common import Spec, did_you_mean, fail, string_form
 
 PROVIDER_KEYS: dict[str, str | None] = {
     "offline": None,
@@ -35,6 +35,8 @@ class ScriptedToolCall(Spec):
 class ScriptedReply(Spec):
     """One reply of a ``scripted`` model: text, tool calls, or both."""
 
+    model_config = string_form("Hello!")
+
     text: str = ""
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
 
@@ -45,6 +47,8 @@ class ScriptedReply(Spec):
 
 
 class ModelConfig(Spec):
+    model_config = string_form("offline", "openai:gpt-4o-mini", "anthropic:claude-sonnet-4-0")
+
     """A chat model. The string ``openai:gpt-4o-mini`` is short for ``{provider: openai, name: gpt-4o-mini}``."""
 
     provider: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, WithJsonSchema, field_validator, model_validator
 
 from framework.spec.common import Name, Spec, did_you_mean, fail
 
@@ -132,7 +132,7 @@ def _tool_kind(value: Any) -> str | None:
 
 
 ToolRef = Annotated[
-    Annotated[BuiltinTool, Tag("builtin")]
+    Annotated[BuiltinTool, Tag("builtin"), WithJsonSchema({"type": "string", "enum": list(BUILTIN_TOOLS)})]
     | Annotated[PythonTool, Tag("python")]
     | Annotated[AgentTool, Tag("agent")]
     | Annotated[AgentSelector, Tag("agents")],

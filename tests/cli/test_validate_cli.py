@@ -1,0 +1,89 @@
+"""`ca validate` through the real process: summary, exit codes, --json, and a light start-up."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.conftest import REPO, ProjectFactory, run_ca
+
+BROKEN = {
+    "agents/a.yaml": """
+        name: a
+        instuctions: hi
+        budget: {max_tokens: -5}
+    """,
+    "agents/b.yaml": """
+        name: b
+        tools: [fs.reed]
+    """,
+}
+
+
+def test_valid_project_prints_one_line_summary_and_exits_0() -> None:
+    result = run_ca("validate", str(REPO))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok: 4 agents (3 llm, 1 workflow), 3 profiles, 0 skills in ."
+
+
+def test_invalid_project_prints_every_error_with_source_and_caret(make_project: ProjectFactory) -> None:
+    root = make_project(BROKEN)
+    result = run_ca("validate", ".", cwd=root)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    err = result.stderr
+    assert "agents/a.yaml:2:1: error: unknown key 'instuctions'\n    instuctions: hi\n    ^\n" in err
+    assert "    at: instuctions\n    hint: did you mean 'instructions'?" in err
+    assert "agents/a.yaml:3:22: error: value -5 is out of range: must be >= 1" in err
+    assert (
+        "agents/b.yaml:2:9: error: unknown builtin tool 'fs.reed' (did you mean 'fs.read'?); "
+        "builtins are fs.read, fs.write, fs.list, fs.search, shell, http.get\n    tools: [fs.reed]\n            ^\n"
+    ) in err
+    assert err.rstrip().endswith("invalid: 3 errors")
+
+
+def test_json_output_lists_the_same_problems(make_project: ProjectFactory) -> None:
+    root = make_project(BROKEN)
+    result = run_ca("validate", str(root), "--json", cwd=root)
+    assert result.returncode == 2
+    problems = json.loads(result.stdout)
+    assert [(p["file"], p["line"], p["column"], p["key_path"]) for p in problems] == [
+        ("agents/a.yaml", 2, 1, "instuctions"),
+        ("agents/a.yaml", 3, 22, "budget.max_tokens"),
+        ("agents/b.yaml", 2, 9, "tools[0]"),
+    ]
+    assert problems[0]["hint"] == "did you mean 'instructions'?"
+    assert {p["severity"] for p in problems} == {"error"}
+
+
+def test_warnings_do_not_fail_validation(make_project: ProjectFactory) -> None:
+    root = make_project({"agents/a.yaml": "name: a\nmodel: openai:gpt-4o-mini\n"})
+    result = run_ca("validate", ".", cwd=root, env={"OPENAI_API_KEY": ""})
+    assert result.returncode == 0
+    assert "agents/a.yaml:2:8: warning: OPENAI_API_KEY is not set" in result.stderr
+    assert result.stdout.startswith("ok: 1 agent (1 llm), 3 profiles, 0 skills, 1 warning")
+
+
+def test_missing_project_folder_is_a_clear_error(tmp_path: Path) -> None:
+    result = run_ca("validate", str(tmp_path / "nope"))
+    assert result.returncode == 2
+    assert "project folder does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_option_is_a_usage_error_with_suggestion() -> None:
+    result = run_ca("validate", "--jsn")
+    assert result.returncode == 2
+    assert "No such option: --jsn" in result.stderr
+    assert "--json" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_validate_imports_neither_langgraph_nor_starlette() -> None:
+    result = run_ca("validate", str(REPO), env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert result.returncode == 0
+    imported = set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+([\w.]+)$", result.stderr, re.MULTILINE))
+    assert "framework.spec.loader" in imported  # the check sees real import lines
+    heavy = sorted(m for m in imported if m.split(".")[0] in {"langgraph", "langchain_core", "starlette", "a2a"})
+    assert heavy == []
