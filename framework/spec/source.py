@@ -11,14 +11,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.constructor import SafeConstructor
+from ruamel.yaml.cyaml import CSafeLoader
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.events import (
+    AliasEvent,
+    DocumentStartEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+)
+from ruamel.yaml.nodes import ScalarNode
 
 from framework.errors import Diagnostic
 
@@ -30,7 +38,6 @@ MAX_DEPTH = 64
 """Nesting depth of mappings and lists."""
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
-_STR_TAG = "tag:yaml.org,2002:str"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,123 +135,183 @@ def parse(path: Path, text: str, interpolate: Interpolate | None = None) -> Any:
         )
     if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
         raise SourceError(diag(Loc(path, 1, 1), "file is empty", hint="add at least a `name:` key"))
-    yaml = YAML(typ="safe", pure=True)
     try:
-        node = yaml.compose(text)
+        return _Builder(path, text, interpolate).build()
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         extra = f" ({exc.context})" if exc.context and exc.problem else ""
         raise SourceError(diag(Loc(path, line, col), f"invalid YAML: {problem}{extra}")) from exc
-    except RecursionError as exc:
-        raise SourceError(
-            diag(Loc(path, 1, 1), f"structure is nested too deeply (more than {MAX_DEPTH} levels)")
-        ) from exc
     except YAMLError as exc:
         raise SourceError(diag(Loc(path, 1, 1), f"invalid YAML: {exc}")) from exc
-    if node is None:
-        raise SourceError(diag(Loc(path, 1, 1), "file is empty", hint="add at least a `name:` key"))
-    return _Converter(path, text, interpolate, yaml.constructor).convert(node, 0)
 
 
-def position(node: Node, path: Path) -> Loc:
-    """Where a node's content starts (inside the quotes for a quoted scalar)."""
-    mark = node.start_mark
-    column = mark.column + 1
-    if isinstance(node, ScalarNode) and node.style in ('"', "'"):
-        column += 1
-    return Loc(path, mark.line + 1, column)
+def _loc(path: Path, event: Any) -> Loc:
+    """Where an event's content starts (inside the quotes for a quoted scalar)."""
+    mark = event.start_mark
+    quoted = isinstance(event, ScalarEvent) and event.style in ('"', "'")
+    return Loc(path, mark.line + 1, mark.column + 1 + (1 if quoted else 0))
 
 
-class _Converter:
-    """Turns a composed node tree into located plain data, enforcing the limits."""
+@dataclass
+class _Frame:
+    """An open mapping or sequence while its events arrive."""
 
-    def __init__(self, path: Path, text: str, interpolate: Interpolate | None, constructor: SafeConstructor) -> None:
+    value: LMap | LList
+    anchor: str | None
+    size: int = 1
+    key: str | None = None
+    key_is_merge: bool = False
+    merged: list[LMap] = field(default_factory=list)
+
+
+_NOTHING = object()
+
+
+class _Builder:
+    """Builds located data straight from libyaml's event stream.
+
+    No node tree and no recursion: depth and alias expansion are limited as events
+    arrive, so hostile files fail fast and in constant stack space.
+    """
+
+    def __init__(self, path: Path, text: str, interpolate: Interpolate | None) -> None:
         self.path = path
         self.text = text
         self.interpolate = interpolate
+        self.loader = CSafeLoader(text)
+        self.stack: list[_Frame] = []
+        self.anchors: dict[str, tuple[Any, int]] = {}
         self.visited = 0
-        self.constructor = constructor
+        self.root: Any = _NOTHING
 
-    def convert(self, node: Node, depth: int) -> Any:
-        self.visited += 1
+    def build(self) -> Any:
+        documents = 0
+        while self.loader.check_event():
+            event = self.loader.get_event()
+            if isinstance(event, DocumentStartEvent):
+                documents += 1
+                if documents > 1:
+                    raise SourceError(
+                        diag(
+                            _loc(self.path, event),
+                            "only one YAML document per file ('---' starts another)",
+                            hint="move the second document into its own file",
+                        )
+                    )
+            elif isinstance(event, ScalarEvent):
+                self.scalar(event)
+            elif isinstance(event, MappingStartEvent | SequenceStartEvent):
+                self.open(event)
+            elif isinstance(event, MappingEndEvent | SequenceEndEvent):
+                frame = self.stack.pop()
+                self.close(frame)
+            elif isinstance(event, AliasEvent):
+                if event.anchor not in self.anchors:
+                    raise SourceError(
+                        diag(
+                            _loc(self.path, event),
+                            f"unknown alias '*{event.anchor}'",
+                            hint=f"define it first with '&{event.anchor}'",
+                        )
+                    )
+                value, size = self.anchors[event.anchor]
+                self.add(value, size, _loc(self.path, event), is_scalar=False)
+        if self.root is _NOTHING:
+            raise SourceError(diag(Loc(self.path, 1, 1), "file is empty", hint="add at least a `name:` key"))
+        return self.root
+
+    def open(self, event: Any) -> None:
+        loc = _loc(self.path, event)
+        if len(self.stack) >= MAX_DEPTH:
+            raise SourceError(diag(loc, f"structure is nested too deeply (more than {MAX_DEPTH} levels)"))
+        container: LMap | LList = LMap(loc) if isinstance(event, MappingStartEvent) else LList(loc)
+        self.stack.append(_Frame(container, event.anchor))
+
+    def close(self, frame: _Frame) -> None:
+        value = frame.value
+        if isinstance(value, LMap):
+            # `<<: *defaults`: keys written explicitly win over merged ones.
+            for source in frame.merged:
+                for key, item in source.items():
+                    if key not in value:
+                        value[key] = item
+                        value.key_locs[key] = source.key_locs[key]
+                        value.value_locs[key] = source.value_locs[key]
+        if frame.anchor is not None:
+            self.anchors[frame.anchor] = (value, frame.size)
+        self.add(value, frame.size, value.loc, is_scalar=False, counted=True)
+
+    def scalar(self, event: ScalarEvent) -> None:
+        loc = _loc(self.path, event)
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = self.loader.resolve(ScalarNode, event.value, event.implicit)
+        expecting_key = bool(self.stack) and isinstance(self.stack[-1].value, LMap) and self.stack[-1].key is None
+        if expecting_key and not self.stack[-1].key_is_merge and str(tag) == _MERGE_TAG:
+            self.stack[-1].key_is_merge = True
+            self.visited += 1
+            return
+        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style or None)
+        try:
+            value = self.loader.construct_object(node, deep=True)
+        except YAMLError as exc:
+            raise SourceError(diag(loc, f"invalid value: {exc}")) from exc
+        if expecting_key:
+            value = (
+                event.value
+                if isinstance(value, str)
+                else (str(value).lower() if isinstance(value, bool) else str(value))
+            )
+        elif isinstance(value, str) and self.interpolate is not None:
+            raw = self.text[event.start_mark.index : event.end_mark.index]
+            value = self.interpolate(value, loc, raw)
+        if event.anchor is not None:
+            self.anchors[event.anchor] = (value, 1)
+        self.add(value, 1, loc, is_scalar=True)
+
+    def add(self, value: Any, size: int, loc: Loc, *, is_scalar: bool, counted: bool = False) -> None:
+        """Place a finished value into the open container (or make it the document)."""
+        self.visited += 1 if counted else size
         if self.visited > MAX_NODES:
             raise SourceError(
                 diag(
-                    position(node, self.path),
+                    loc,
                     f"document expands to more than {MAX_NODES:,} values (alias bomb?)",
                     hint="remove the nested aliases (&anchor / *alias)",
                 )
             )
-        if depth > MAX_DEPTH:
-            raise SourceError(
-                diag(
-                    position(node, self.path),
-                    f"structure is nested too deeply (more than {MAX_DEPTH} levels)",
-                )
-            )
-        if isinstance(node, MappingNode):
-            return self._mapping(node, depth)
-        if isinstance(node, SequenceNode):
-            result = LList(position(node, self.path))
-            for item in node.value:
-                result.item_locs.append(position(item, self.path))
-                result.append(self.convert(item, depth + 1))
-            return result
-        return self._scalar(node)
-
-    def _scalar(self, node: Node) -> Any:
-        try:
-            value = self.constructor.construct_object(node, deep=True)
-        except YAMLError as exc:
-            raise SourceError(diag(position(node, self.path), f"invalid value: {exc}")) from exc
-        if isinstance(value, str) and self.interpolate is not None:
-            raw = self.text[node.start_mark.index : node.end_mark.index]
-            value = self.interpolate(value, position(node, self.path), raw)
-        return value
-
-    def _mapping(self, node: MappingNode, depth: int) -> LMap:
-        result = LMap(position(node, self.path))
-        merged: list[LMap] = []
-        for key_node, value_node in node.value:
-            if str(key_node.tag) == _MERGE_TAG:
-                merged.extend(self._merge_sources(value_node, depth))
-                continue
-            key_loc = position(key_node, self.path)
-            if not isinstance(key_node, ScalarNode):
-                raise SourceError(diag(key_loc, "keys must be plain strings, not lists or mappings"))
-            key = key_node.value if str(key_node.tag) == _STR_TAG else self._scalar(key_node)
-            if not isinstance(key, str):
-                key = str(key).lower() if isinstance(key, bool) else str(key)
-            if key in result.key_locs:
-                first = result.key_locs[key]
+        if not self.stack:
+            self.root = value
+            return
+        frame = self.stack[-1]
+        frame.size += size
+        container = frame.value
+        if isinstance(container, LList):
+            container.item_locs.append(loc)
+            container.append(value)
+        elif frame.key_is_merge:
+            sources = value if isinstance(value, LList) else [value]
+            if not all(isinstance(source, LMap) for source in sources):
+                raise SourceError(diag(loc, "`<<` merges only mappings"))
+            frame.merged.extend(sources)
+            frame.key_is_merge = False
+        elif frame.key is None:
+            if not is_scalar:
+                raise SourceError(diag(loc, "keys must be plain strings, not lists or mappings"))
+            key = str(value)
+            if key in container.key_locs:
+                first = container.key_locs[key]
                 raise SourceError(
-                    diag(
-                        key_loc,
-                        f"duplicate key {key!r} (first defined at line {first.line})",
-                        hint="remove one of them",
-                    )
+                    diag(loc, f"duplicate key {key!r} (first defined at line {first.line})", hint="remove one of them")
                 )
-            result.key_locs[key] = key_loc
-            result.value_locs[key] = position(value_node, self.path)
-            result[key] = self.convert(value_node, depth + 1)
-        # `<<: *defaults` — keys written explicitly win over merged ones.
-        for source in merged:
-            for key, value in source.items():
-                if key not in result:
-                    result[key] = value
-                    result.key_locs[key] = source.key_locs[key]
-                    result.value_locs[key] = source.value_locs[key]
-        return result
-
-    def _merge_sources(self, node: Node, depth: int) -> list[LMap]:
-        items = node.value if isinstance(node, SequenceNode) else [node]
-        sources = [self.convert(item, depth + 1) for item in items]
-        for item, source in zip(items, sources, strict=True):
-            if not isinstance(source, LMap):
-                raise SourceError(diag(position(item, self.path), "`<<` merges only mappings"))
-        return sources
+            container.key_locs[key] = loc
+            frame.key = key
+        else:
+            container[frame.key] = value
+            container.value_locs[frame.key] = loc
+            frame.key = None
 
 
 def locate(data: Any, loc: tuple[str | int, ...], *, key: bool = False) -> tuple[Loc | None, list[str | int]]:
