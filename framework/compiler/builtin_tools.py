@@ -1,0 +1,578 @@
+"""The builtin tools (``fs.read``, ``fs.write``, ``fs.list``, ``fs.search``, ``shell``, ``http.get``).
+
+Each becomes a langchain ``StructuredTool`` named for the model (``fs_read``), with sync and
+async implementations. Expected failures raise ``ToolException`` with a one-line message and
+every tool is built with ``handle_tool_error=True``, so the model receives an error result
+(a ``ToolMessage`` with ``status="error"``) instead of the run crashing.
+
+The tools confine themselves to the project root whatever the capabilities say: declared
+globs, shell patterns and host allowlists are checked by governance before a call gets here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import re
+import shlex
+import signal
+import stat
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, ParamSpec, TypeVar
+
+import httpx
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langgraph.errors import GraphBubbleUp
+from pydantic import BaseModel, Field
+
+from framework.spec.capabilities import Capabilities, ShellCapabilities
+
+ToolCapability = Literal["fs.read", "fs.write", "shell", "network", "python", "agent"]
+"""What a built tool touches; carried in ``tool.metadata["capability"]`` for governance."""
+
+READ_LIMIT = 256 * 1024
+LIST_LIMIT = 1000
+SEARCH_LIMIT = 200
+SEARCH_FILE_LIMIT = 4 * 1024 * 1024
+SEARCH_LINE_CHARS = 400
+SEARCH_SKIP_DIRS = frozenset({".git", ".venv", ".ca", "node_modules"})
+HTTP_TIMEOUT = 20.0
+HTTP_MAX_REDIRECTS = 5
+HTTP_BODY_LIMIT = 256 * 1024
+_SHELL_DEFAULTS = ShellCapabilities()
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE", re.IGNORECASE)
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool needs to know about where it runs: the project, the agent, its capabilities.
+
+    ``root`` is resolved (symbolic links included) on construction.
+    """
+
+    root: Path
+    agent: str
+    capabilities: Capabilities | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(os.path.realpath(self.root)))
+
+
+def _model_name(name: str) -> str:
+    """The name the model sees: provider APIs forbid dots in tool names (``fs.read`` -> ``fs_read``)."""
+    return name.replace(".", "_")
+
+
+def _failure(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def guard(fn: Callable[P, T]) -> Callable[P, T]:
+    """Turn any exception of ``fn`` into a ``ToolException`` so the model gets an error result.
+
+    LangGraph's control-flow signals (interrupts) pass through untouched.
+    """
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except (ToolException, GraphBubbleUp):
+            raise
+        except Exception as exc:
+            raise ToolException(_failure(exc)) from exc
+
+    return run
+
+
+def aguard(fn: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """The async form of :func:`guard`."""
+
+    @functools.wraps(fn)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await fn(*args, **kwargs)
+        except (ToolException, GraphBubbleUp):
+            raise
+        except Exception as exc:
+            raise ToolException(_failure(exc)) from exc
+
+    return run
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine from sync code, on a helper thread when this thread already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop here: the common case for sync tool calls
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def make_tool(
+    ca_name: str,
+    capability: ToolCapability,
+    description: str,
+    args_schema: type[BaseModel],
+    func: Callable[..., Any],
+    coroutine: Callable[..., Awaitable[Any]],
+) -> StructuredTool:
+    """A ``StructuredTool`` named for the model, tagged with its spec name and capability."""
+    return StructuredTool.from_function(
+        func=guard(func),
+        coroutine=aguard(coroutine),
+        name=_model_name(ca_name),
+        description=description,
+        args_schema=args_schema,
+        handle_tool_error=True,
+        metadata={"ca_name": ca_name, "capability": capability},
+    )
+
+
+# --- paths ------------------------------------------------------------------------------------
+
+
+def resolve_path(root: Path, path: str) -> Path:
+    """The real path of ``path`` (relative to ``root``), refused unless it stays inside ``root``.
+
+    Backslashes count as separators; absolute, drive-letter and ``~`` paths are refused; symbolic
+    links are resolved before the check, so a link pointing outside the root is refused too.
+    """
+    if "\0" in path:
+        raise ToolException(f"path {path!r} contains a NUL byte")
+    rel = path.replace("\\", "/")
+    if rel.startswith("/") or _DRIVE.match(rel):
+        raise ToolException(f"path {path!r} is absolute; give a path relative to the project root")
+    if rel.startswith("~"):
+        raise ToolException(f"path {path!r} starts with '~'; give a path relative to the project root")
+    if not Path(os.path.normpath(root / rel)).is_relative_to(root):
+        raise ToolException(f"path {path!r} is outside the project root; '..' may not climb out of it")
+    real = Path(os.path.realpath(root / rel))
+    if not real.is_relative_to(root):
+        raise ToolException(f"path {path!r} leads outside the project root through a symbolic link")
+    return real
+
+
+def _shown(ctx: ToolContext, target: Path) -> str:
+    return target.relative_to(ctx.root).as_posix() or "."
+
+
+class _PathArgs(BaseModel):
+    path: str = Field(description="File path relative to the project root, e.g. 'src/app.py'.")
+
+
+class _WriteArgs(BaseModel):
+    path: str = Field(description="File path relative to the project root; missing folders are created.")
+    content: str = Field(description="The complete new text of the file.")
+
+
+class _ListArgs(BaseModel):
+    path: str = Field(default=".", description="Folder relative to the project root (default: the root).")
+
+
+class _SearchArgs(BaseModel):
+    pattern: str = Field(description="A Python regular expression, matched against each line.")
+    path: str = Field(default=".", description="File or folder to search, relative to the project root.")
+
+
+class _ShellArgs(BaseModel):
+    command: str = Field(description="One command line, e.g. 'pytest -q tests'. No shell syntax.")
+
+
+class _UrlArgs(BaseModel):
+    url: str = Field(description="An http:// or https:// URL.")
+
+
+# --- fs ---------------------------------------------------------------------------------------
+
+
+def read_file(ctx: ToolContext, path: str) -> str:
+    """Implementation of ``fs.read``."""
+    target = resolve_path(ctx.root, path)
+    shown = _shown(ctx, target)
+    try:
+        info = target.stat()
+        if stat.S_ISDIR(info.st_mode):
+            raise ToolException(f"{shown!r} is a folder; use fs.list to see its entries")
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolException(f"{shown!r} is not a regular file")
+        with target.open("rb") as fh:
+            data = fh.read(READ_LIMIT)
+    except FileNotFoundError as exc:
+        raise ToolException(f"no such file: {shown!r}") from exc
+    except OSError as exc:
+        raise ToolException(f"cannot read {shown!r}: {exc.strerror or exc}") from exc
+    text = data.decode("utf-8", errors="replace")
+    if info.st_size > READ_LIMIT:
+        text += f"\n[truncated: showing the first {READ_LIMIT} of {info.st_size} bytes]"
+    return text
+
+
+def write_file(ctx: ToolContext, path: str, content: str) -> str:
+    """Implementation of ``fs.write``."""
+    target = resolve_path(ctx.root, path)
+    shown = _shown(ctx, target)
+    if target.is_dir():
+        raise ToolException(f"{shown!r} is a folder; give a file path")
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolException(f"content for {shown!r} is not valid text: {exc.reason}") from exc
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    except OSError as exc:
+        raise ToolException(f"cannot write {shown!r}: {exc.strerror or exc}") from exc
+    return f"wrote {len(data)} bytes to {shown}"
+
+
+def list_folder(ctx: ToolContext, path: str = ".") -> str:
+    """Implementation of ``fs.list``."""
+    target = resolve_path(ctx.root, path)
+    shown = _shown(ctx, target)
+    try:
+        with os.scandir(target) as entries:
+            names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
+    except FileNotFoundError as exc:
+        raise ToolException(f"no such folder: {shown!r}") from exc
+    except NotADirectoryError as exc:
+        raise ToolException(f"{shown!r} is a file, not a folder; use fs.read to read it") from exc
+    except OSError as exc:
+        raise ToolException(f"cannot list {shown!r}: {exc.strerror or exc}") from exc
+    if not names:
+        return "(empty folder)"
+    lines = names[:LIST_LIMIT]
+    if len(names) > LIST_LIMIT:
+        lines.append(f"[{len(names) - LIST_LIMIT} more entries not shown]")
+    return "\n".join(lines)
+
+
+def _search_files(ctx: ToolContext, target: Path) -> Iterator[Path]:
+    if not target.is_dir():
+        yield target
+        return
+    for folder, dirs, files in os.walk(target):  # symlinked folders are not followed
+        dirs[:] = sorted(d for d in dirs if d not in SEARCH_SKIP_DIRS)
+        for name in sorted(files):
+            real = Path(os.path.realpath(Path(folder) / name))
+            if real.is_relative_to(ctx.root) and real.is_file():
+                yield real
+
+
+def _text_of(file: Path) -> str | None:
+    """The file's text, or None for binary and oversized files."""
+    if file.stat().st_size > SEARCH_FILE_LIMIT:
+        return None
+    data = file.read_bytes()
+    if b"\0" in data[:8192]:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def search_files(ctx: ToolContext, pattern: str, path: str = ".") -> str:
+    """Implementation of ``fs.search``."""
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise ToolException(f"invalid regular expression {pattern!r}: {exc}") from exc
+    target = resolve_path(ctx.root, path)
+    shown = _shown(ctx, target)
+    if not target.exists():
+        raise ToolException(f"no such file or folder: {shown!r}")
+    found: list[str] = []
+    unreadable = 0
+    for file in _search_files(ctx, target):
+        try:
+            text = _text_of(file)
+        except OSError:
+            unreadable += 1
+            continue
+        for number, line in enumerate((text or "").splitlines(), start=1):
+            if regex.search(line):
+                snippet = line if len(line) <= SEARCH_LINE_CHARS else line[:SEARCH_LINE_CHARS] + "…"
+                found.append(f"{_shown(ctx, file)}:{number}: {snippet}")
+                if len(found) >= SEARCH_LIMIT:
+                    found.append(f"[stopped after {SEARCH_LIMIT} matches; narrow the pattern or the path]")
+                    break
+        if len(found) > SEARCH_LIMIT:
+            break
+    if unreadable:
+        found.append(f"[{unreadable} file(s) could not be read]")
+    return "\n".join(found) if found else f"no matches for {pattern!r} in {shown}"
+
+
+# --- shell ------------------------------------------------------------------------------------
+
+
+def scrubbed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for commands: ``os.environ`` without variables whose names look secret."""
+    source = os.environ if environ is None else environ
+    return {name: value for name, value in source.items() if not _SECRET_NAME.search(name)}
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    # The command runs in its own session: kill the whole group, children included.
+    with contextlib.suppress(ProcessLookupError):  # it already exited
+        if sys.platform == "win32":
+            proc.kill()
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def _drain(proc: asyncio.subprocess.Process, limit: int) -> tuple[bytes, int, int]:
+    """Read all output (so the child never blocks on a full pipe), keep ``limit`` bytes, wait for exit."""
+    assert proc.stdout is not None
+    kept = bytearray()
+    total = 0
+    while chunk := await proc.stdout.read(65536):
+        total += len(chunk)
+        if len(kept) < limit:
+            kept += chunk[: limit - len(kept)]
+    return bytes(kept), total, await proc.wait()
+
+
+async def run_command(ctx: ToolContext, command: str) -> str:
+    """Implementation of ``shell``: the command line split with shlex and run without a shell."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ToolException(f"cannot split the command line: {exc}") from exc
+    if not argv:
+        raise ToolException("the command line is empty")
+    limits = ctx.capabilities.shell if ctx.capabilities else _SHELL_DEFAULTS
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=ctx.root,
+            env=scrubbed_env(),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise ToolException(f"command not found: {argv[0]}") from exc
+    except PermissionError as exc:
+        raise ToolException(f"permission denied: {argv[0]} cannot be executed") from exc
+    except OSError as exc:
+        raise ToolException(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
+    try:
+        output, total, code = await asyncio.wait_for(_drain(proc, limits.max_output_bytes), limits.timeout)
+    except TimeoutError as exc:
+        raise ToolException(f"command timed out after {limits.timeout:g} s and was killed: {command}") from exc
+    finally:
+        if proc.returncode is None:
+            _kill(proc)
+            await proc.wait()
+    lines = [output.decode("utf-8", errors="replace").rstrip("\n")] if output else []
+    if total > len(output):
+        lines.append(f"[output truncated: showing the first {len(output)} of {total} bytes]")
+    lines.append(f"exit code {code}")
+    return "\n".join(lines)
+
+
+# --- http -------------------------------------------------------------------------------------
+
+
+def _check_url(url: str) -> httpx.URL:
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ToolException(f"invalid URL {url!r}: {exc}") from exc
+    if parsed.scheme not in ("http", "https"):
+        raise ToolException(f"only http:// and https:// URLs can be fetched, got {url!r}")
+    if not parsed.host:
+        raise ToolException(f"URL {url!r} has no host")
+    return parsed
+
+
+def _http_failure(url: str, exc: httpx.HTTPError) -> ToolException:
+    if isinstance(exc, httpx.TimeoutException):
+        return ToolException(f"GET {url} timed out after {HTTP_TIMEOUT:g} s")
+    if isinstance(exc, httpx.TooManyRedirects):
+        return ToolException(f"GET {url} failed: more than {HTTP_MAX_REDIRECTS} redirects")
+    return ToolException(f"GET {url} failed: {_failure(exc)}")
+
+
+def _http_result(url: httpx.URL, response: httpx.Response, body: bytes, truncated: bool) -> str:
+    try:
+        text = body.decode(response.charset_encoding or "utf-8", errors="replace")
+    except LookupError:  # an unknown charset name in Content-Type
+        text = body.decode("utf-8", errors="replace")
+    head = [f"{response.http_version} {response.status_code} {response.reason_phrase}".rstrip()]
+    if response.url != url:
+        head.append(f"final URL: {response.url}")
+    if content_type := response.headers.get("content-type"):
+        head.append(f"content-type: {content_type}")
+    note = f"\n[body truncated: showing the first {HTTP_BODY_LIMIT} bytes]" if truncated else ""
+    return "\n".join(head) + "\n\n" + text + note
+
+
+def _client_options() -> dict[str, Any]:
+    return {"timeout": HTTP_TIMEOUT, "follow_redirects": True, "max_redirects": HTTP_MAX_REDIRECTS}
+
+
+def http_get(ctx: ToolContext, url: str) -> str:
+    """Implementation of ``http.get`` (sync)."""
+    target = _check_url(url)
+    body = bytearray()
+    try:
+        with httpx.Client(**_client_options()) as client, client.stream("GET", target) as response:
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > HTTP_BODY_LIMIT:
+                    break
+    except httpx.HTTPError as exc:
+        raise _http_failure(url, exc) from exc
+    return _http_result(target, response, bytes(body[:HTTP_BODY_LIMIT]), len(body) > HTTP_BODY_LIMIT)
+
+
+async def ahttp_get(ctx: ToolContext, url: str) -> str:
+    """Implementation of ``http.get`` (async)."""
+    target = _check_url(url)
+    body = bytearray()
+    try:
+        async with httpx.AsyncClient(**_client_options()) as client, client.stream("GET", target) as response:
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > HTTP_BODY_LIMIT:
+                    break
+    except httpx.HTTPError as exc:
+        raise _http_failure(url, exc) from exc
+    return _http_result(target, response, bytes(body[:HTTP_BODY_LIMIT]), len(body) > HTTP_BODY_LIMIT)
+
+
+# --- the tools --------------------------------------------------------------------------------
+
+
+def _threaded(ctx: ToolContext, fn: Callable[..., str]) -> tuple[Callable[..., str], Callable[..., Awaitable[str]]]:
+    """Sync and async (worker thread) forms of ``fn(ctx, **args)``.
+
+    Plain closures rather than ``functools.partial``: LangGraph's tool node reads the type hints of
+    a tool's function, and a partial has none it can resolve.
+    """
+
+    def run(**kwargs: Any) -> str:
+        return fn(ctx, **kwargs)
+
+    async def arun(**kwargs: Any) -> str:
+        return await asyncio.to_thread(fn, ctx, **kwargs)
+
+    return run, arun
+
+
+def _fs_read(ctx: ToolContext) -> BaseTool:
+    return make_tool(
+        "fs.read",
+        "fs.read",
+        f"Read a text file of the project (UTF-8). Paths are relative to the project root. "
+        f"Files longer than {READ_LIMIT // 1024} KiB are truncated.",
+        _PathArgs,
+        *_threaded(ctx, read_file),
+    )
+
+
+def _fs_write(ctx: ToolContext) -> BaseTool:
+    return make_tool(
+        "fs.write",
+        "fs.write",
+        "Write text to a file of the project, replacing it if it exists and creating missing folders. "
+        "Paths are relative to the project root.",
+        _WriteArgs,
+        *_threaded(ctx, write_file),
+    )
+
+
+def _fs_list(ctx: ToolContext) -> BaseTool:
+    return make_tool(
+        "fs.list",
+        "fs.read",
+        f"List a folder of the project: one entry per line, sorted, folders end with '/'. "
+        f"At most {LIST_LIMIT} entries.",
+        _ListArgs,
+        *_threaded(ctx, list_folder),
+    )
+
+
+def _fs_search(ctx: ToolContext) -> BaseTool:
+    return make_tool(
+        "fs.search",
+        "fs.read",
+        f"Search the project's text files for a Python regular expression; returns 'file:line: text' "
+        f"lines (at most {SEARCH_LIMIT}). Skips {', '.join(sorted(SEARCH_SKIP_DIRS))} and binary files.",
+        _SearchArgs,
+        *_threaded(ctx, search_files),
+    )
+
+
+def _shell(ctx: ToolContext) -> BaseTool:
+    limits = ctx.capabilities.shell if ctx.capabilities else _SHELL_DEFAULTS
+
+    async def arun(command: str) -> str:
+        return await run_command(ctx, command)
+
+    def run(command: str) -> str:
+        return run_sync(run_command(ctx, command))
+
+    return make_tool(
+        "shell",
+        "shell",
+        "Run one command in the project root; returns its combined stdout and stderr and its exit code. "
+        "The line is split into words like a shell would, but no shell runs it: pipes, redirections, "
+        "';', '&&', globs and $VARIABLES are passed to the program literally. "
+        f"Killed after {limits.timeout:g} s; output capped at {limits.max_output_bytes} bytes.",
+        _ShellArgs,
+        run,
+        arun,
+    )
+
+
+def _http_get(ctx: ToolContext) -> BaseTool:
+    def run(url: str) -> str:
+        return http_get(ctx, url)
+
+    async def arun(url: str) -> str:
+        return await ahttp_get(ctx, url)
+
+    return make_tool(
+        "http.get",
+        "network",
+        f"Fetch a URL with HTTP GET (http and https only, redirects followed). Returns the status line, "
+        f"the content type and the body as text, capped at {HTTP_BODY_LIMIT // 1024} KiB.",
+        _UrlArgs,
+        run,
+        arun,
+    )
+
+
+BUILDERS: dict[str, Callable[[ToolContext], BaseTool]] = {
+    "fs.read": _fs_read,
+    "fs.write": _fs_write,
+    "fs.list": _fs_list,
+    "fs.search": _fs_search,
+    "shell": _shell,
+    "http.get": _http_get,
+}
+"""Builtin tool name (as in ``framework.spec.tools.BUILTIN_TOOLS``) -> its builder."""
+
+
+def build_builtin(name: str, ctx: ToolContext) -> BaseTool:
+    """The builtin tool ``name`` for this context."""
+    return BUILDERS[name](ctx)
+
+
+def builtin_tools(ctx: ToolContext) -> dict[str, BaseTool]:
+    """Every builtin tool for this context, by spec name (for workflow tool steps)."""
+    return {name: build(ctx) for name, build in BUILDERS.items()}
