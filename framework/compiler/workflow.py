@@ -1,0 +1,434 @@
+"""A workflow agent compiled to a LangGraph StateGraph: sequence, parallel, router, loop and gate.
+
+Every step becomes one node named ``step.ID``; composite steps add helper nodes named
+``ID.join`` (parallel), ``ID.end`` (router, loop) and ``ID.check`` (loop). The graph runs
+``plan`` first and ``output`` last, so a drawing reads ``plan --> step.draft --> ... --> output``.
+
+Inside a parallel block each branch runs in its own *lane*: the "previous step's output" an
+AgentStep without ``input`` receives is tracked per lane (``last`` for the top level, the
+private ``lanes`` channel for branches), so concurrent branches never overwrite each other's.
+A gate's output is ``approved``, but it passes its input on: the step after it sees what it saw.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict, TypeVar
+
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
+from langchain_core.tools import BaseTool
+from langgraph.config import get_stream_writer
+from langgraph.errors import GraphBubbleUp
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, interrupt
+
+from framework.compiler.conditions import Classify, LazyLabel, first_label_in, holds, label_or_other
+from framework.compiler.templates import input_text, render_template
+from framework.errors import RunError
+from framework.spec.agent import WorkflowAgent
+from framework.spec.workflow import AgentStep, GateStep, LoopStep, ParallelStep, RouterStep, Step, ToolStep
+
+__all__ = ["AgentCall", "WorkflowState", "compile_workflow", "render_template"]
+
+AgentCall = Callable[[str, str], Awaitable[str]]
+"""(agent name, input text) -> the agent's final text. Called inside a graph node; may raise."""
+
+StepKind = Literal["agent", "tool", "gate", "parallel", "router", "loop"]
+StepStatus = Literal["started", "completed", "failed"]
+
+_V = TypeVar("_V")
+_PLAIN = re.compile(r"[\w .-]{1,40}")
+
+
+def merge(left: dict[str, _V] | None, right: dict[str, _V] | None) -> dict[str, _V]:
+    """Reducer for ``outputs`` / ``loops``: concurrent branches each add their keys; ``None`` clears."""
+    return {} if right is None else {**(left or {}), **right}
+
+
+class WorkflowState(TypedDict):
+    """The state of a workflow run; the input is ``{"messages": [HumanMessage(text)]}``."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    outputs: NotRequired[Annotated[dict[str, str], merge]]
+    """Step id -> output text."""
+    loops: NotRequired[Annotated[dict[str, int], merge]]
+    """Loop id -> iterations done."""
+    last: NotRequired[str]
+    """The output of the most recent top-level step (a parallel block's: its branches', joined)."""
+
+
+class _RunState(WorkflowState):
+    lanes: NotRequired[Annotated[dict[str, str], merge]]
+    """Parallel branch lane -> the output of the most recent step in that branch."""
+
+
+_Update = dict[str, Any]
+
+
+class _Node(Protocol):
+    """A graph node: reads the run state, returns an update or a Command."""
+
+    def __call__(self, state: _RunState) -> Awaitable[Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Fragment:
+    """A compiled step: where control enters and the one node it leaves from."""
+
+    step: str
+    title: str
+    entry: str
+    exit: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Reporter:
+    step: str
+    kind: StepKind
+    title: str
+
+    def __call__(self, status: StepStatus) -> None:
+        event = {"ca_event": "step", "step": self.step, "kind": self.kind, "status": status, "title": self.title}
+        get_stream_writer()(event)
+
+    async def guard(self, work: Awaitable[_V]) -> _V:
+        """Await ``work``; report ``failed`` if it raises (interrupts pass through unreported)."""
+        try:
+            return await work
+        except GraphBubbleUp:
+            raise
+        except Exception:
+            self("failed")
+            raise
+
+
+def _read(state: _RunState, lane: str) -> str:
+    return state.get("last", "") if not lane else state.get("lanes", {}).get(lane, "")
+
+
+def _write(lane: str, text: str) -> _Update:
+    return {"last": text} if not lane else {"lanes": {lane: text}}
+
+
+def _render(text: str, state: _RunState) -> str:
+    return render_template(text, input=input_text(state["messages"]), outputs=state.get("outputs", {}))
+
+
+def _as_text(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    if isinstance(result, BaseMessage):
+        return result.text
+    try:
+        return json.dumps(result, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(result)
+
+
+def _gate_decision(step_id: str, value: Any) -> tuple[bool, str | None]:
+    """Read a resume value: ``{"approved": bool, "reason": str | None}``, a bool, or approve/reject."""
+    if isinstance(value, bool):
+        return value, None
+    if isinstance(value, str) and value.strip().lower() in ("approve", "approved", "reject", "rejected"):
+        return value.strip().lower().startswith("approve"), None
+    if isinstance(value, Mapping) and isinstance(value.get("approved"), bool):
+        reason = value.get("reason")
+        return value["approved"], str(reason) if reason else None
+    raise RunError(f"gate {step_id!r} cannot read the decision {value!r}; resume with {{'approved': true or false}}")
+
+
+def _title(step: Step, step_id: str) -> str:
+    """Short human text for progress: ``agent summarizer``, ``gate: Publish these notes?``."""
+    if isinstance(step, AgentStep):
+        return f"agent {step.agent}"
+    if isinstance(step, ToolStep):
+        return f"tool {step.tool}"
+    if isinstance(step, GateStep):
+        first = step.gate.message.strip().splitlines()[0] if step.gate.message.strip() else step_id
+        return f"gate: {first if len(first) <= 60 else first[:59] + '…'}"
+    if isinstance(step, ParallelStep):
+        return f"parallel: {', '.join(b.id or 'parallel' for b in step.parallel)}"
+    if isinstance(step, RouterStep):
+        return f"router on {step.router.on}"
+    return f"loop: {', '.join(s.id or 'parallel' for s in step.loop.steps)} (max {step.loop.max})"
+
+
+def _edge_label(label: str | None, fallback: str) -> str:
+    # Mermaid has no escaping for edge labels: only plain words are safe to draw.
+    return label if label and _PLAIN.fullmatch(label) else fallback
+
+
+def _supersteps(steps: list[Step]) -> int:
+    """An upper bound on the supersteps ``steps`` take, for the graph's recursion limit."""
+    total = 0
+    for step in steps:
+        if isinstance(step, ParallelStep):
+            total += 2 + max(_supersteps([b]) for b in step.parallel)
+        elif isinstance(step, RouterStep):
+            routes = [r.steps for r in step.router.routes] + [step.router.default]
+            total += 2 + max(_supersteps(r) for r in routes)
+        elif isinstance(step, LoopStep):
+            total += 2 + step.loop.max * (_supersteps(step.loop.steps) + 1)
+        else:
+            total += 1
+    return total
+
+
+def _step_ids(steps: list[Step]) -> set[str]:
+    ids: set[str] = set()
+    for step in steps:
+        if step.id is not None:
+            ids.add(step.id)
+        if isinstance(step, ParallelStep):
+            ids |= _step_ids(step.parallel)
+        elif isinstance(step, RouterStep):
+            for route in step.router.routes:
+                ids |= _step_ids(route.steps)
+            ids |= _step_ids(step.router.default)
+        elif isinstance(step, LoopStep):
+            ids |= _step_ids(step.loop.steps)
+    return ids
+
+
+class _Builder:
+    """Adds the nodes and edges of each step to one StateGraph."""
+
+    def __init__(
+        self,
+        agent: WorkflowAgent,
+        call_agent: AgentCall,
+        tools: Mapping[str, BaseTool],
+        classify: Classify | None,
+    ) -> None:
+        self.graph: StateGraph[_RunState, None, WorkflowState, WorkflowState] = StateGraph(
+            _RunState, input_schema=WorkflowState, output_schema=WorkflowState
+        )
+        self.call_agent = call_agent
+        self.tools = tools
+        self.classify = classify or first_label_in
+        self.label_or_other = classify or label_or_other
+        self.taken = _step_ids(agent.steps)
+        self.generated = 0
+
+    def add(self, name: str, node: _Node, destinations: dict[str, str] | None = None) -> str:
+        self.graph.add_node(name, node, destinations=destinations)
+        return name
+
+    def step_id(self, step: Step) -> str:
+        if step.id is not None:
+            return step.id
+        while True:  # a generated id must not shadow a step the author named "parallel-N"
+            self.generated += 1
+            candidate = f"parallel-{self.generated}"
+            if candidate not in self.taken:
+                self.taken.add(candidate)
+                return candidate
+
+    def chain(self, steps: list[Step], lane: str) -> list[_Fragment]:
+        """Compile steps that run one after another in ``lane``."""
+        fragments = [self.step(step, lane) for step in steps]
+        for before, after in pairwise(fragments):
+            self.graph.add_edge(before.exit, after.entry)
+        return fragments
+
+    def step(self, step: Step, lane: str) -> _Fragment:
+        step_id = self.step_id(step)
+        title = _title(step, step_id)
+        if isinstance(step, ParallelStep):
+            return self.parallel(step, step_id, title, lane)
+        if isinstance(step, RouterStep):
+            return self.router(step, title, lane)
+        if isinstance(step, LoopStep):
+            return self.loop(step, title, lane)
+        node = f"step.{step_id}"
+        self.add(node, self.leaf(step, step_id, title, lane))
+        return _Fragment(step_id, title, node, node)
+
+    def leaf(self, step: AgentStep | ToolStep | GateStep, step_id: str, title: str, lane: str) -> _Node:
+        """An agent, tool or gate node; a gate leaves its lane as it was (the next step sees what it saw)."""
+        kind: StepKind = "agent" if isinstance(step, AgentStep) else "tool" if isinstance(step, ToolStep) else "gate"
+        report = _Reporter(step_id, kind, title)
+
+        async def work(state: _RunState) -> str:
+            if isinstance(step, AgentStep):
+                text = _render(step.input, state) if step.input is not None else _read(state, lane)
+                return await self.call_agent(step.agent, text)
+            if isinstance(step, ToolStep):
+                return await self.run_tool(step, state)
+            return self.gate(step, state)
+
+        async def node(state: _RunState) -> _Update:
+            report("started")
+            output = await report.guard(work(state))
+            report("completed")
+            update: _Update = {"outputs": {step_id: output}}
+            return update if kind == "gate" else update | _write(lane, output)
+
+        return node
+
+    async def run_tool(self, step: ToolStep, state: _RunState) -> str:
+        tool = self.tools.get(step.tool)
+        if tool is None:
+            raise RunError(f"step {step.id!r}: tool {step.tool!r} is not available")
+        args = {key: _render(value, state) if isinstance(value, str) else value for key, value in step.args.items()}
+        try:
+            result = await tool.ainvoke(args)
+        except GraphBubbleUp:  # an approval asked for by a governed tool
+            raise
+        except Exception as exc:
+            raise RunError(f"step {step.id!r}: tool {step.tool!r} failed: {exc}") from exc
+        return _as_text(result)
+
+    @staticmethod
+    def gate(step: GateStep, state: _RunState) -> str:
+        # No side effects before interrupt(): a resume runs this node again from the top.
+        payload: dict[str, Any] = {"kind": "gate", "step": step.id, "message": _render(step.gate.message, state)}
+        if step.gate.timeout is not None:
+            payload["timeout"] = step.gate.timeout
+        approved, reason = _gate_decision(step.id, interrupt(payload))
+        if not approved:
+            raise RunError(f"gate {step.id!r} rejected" + (f": {reason}" if reason else ""))
+        return "approved"
+
+    def parallel(self, step: ParallelStep, step_id: str, title: str, lane: str) -> _Fragment:
+        """``step.ID`` fans out to every branch in one superstep; ``ID.join`` waits for all of them."""
+        report = _Reporter(step_id, "parallel", title)
+        lanes = [f"{step_id}.{i}" for i in range(len(step.parallel))]
+
+        async def fork(state: _RunState) -> _Update:
+            report("started")
+            before = _read(state, lane)
+            return {"lanes": dict.fromkeys(lanes, before)}
+
+        async def join(state: _RunState) -> _Update:
+            text = "\n\n".join(_read(state, branch) for branch in lanes)
+            report("completed")
+            update = _write(lane, text)
+            return (update | {"outputs": {step.id: text}}) if step.id is not None else update
+
+        entry = self.add(f"step.{step_id}", fork)
+        exits = []
+        for branch, branch_lane in zip(step.parallel, lanes, strict=True):
+            (fragment,) = self.chain([branch], branch_lane)
+            self.graph.add_edge(entry, fragment.entry)
+            exits.append(fragment.exit)
+        exit_ = self.add(f"{step_id}.join", join)
+        # A waiting edge: the join runs once every branch's last node has run. Branch exits are
+        # nodes that run exactly once per block (never a loop's check), or the join would fire early.
+        self.graph.add_edge(exits, exit_)
+        return _Fragment(step_id, title, entry, exit_)
+
+    def router(self, step: RouterStep, title: str, lane: str) -> _Fragment:
+        """``step.ID`` picks a route and jumps to it; every route ends in ``ID.end``."""
+        router, report = step.router, _Reporter(step.id, "router", title)
+        end = f"{step.id}.end"
+        labels = router.classify.labels if router.classify else [r.when.label for r in router.routes if r.when.label]
+        routes = [self.chain(route.steps, lane) for route in router.routes]
+        default = self.chain(router.default, lane)
+        targets = [chain[0].entry for chain in routes]
+        fallback = default[0].entry if default else end
+
+        async def choose(state: _RunState) -> str:
+            text = state.get("outputs", {}).get(router.on, "")
+            label = LazyLabel(self.classify, text, labels)
+            for route, target in zip(router.routes, targets, strict=True):
+                if await holds(route.when, text, label):
+                    return target
+            return fallback
+
+        async def pick(state: _RunState) -> Command[str]:
+            report("started")
+            return Command(goto=await report.guard(choose(state)))
+
+        async def finish(state: _RunState) -> _Update:
+            report("completed")
+            return {"outputs": {step.id: _read(state, lane)}}
+
+        destinations = {
+            target: _edge_label(route.when.label, f"route {i}")
+            for i, (route, target) in enumerate(zip(router.routes, targets, strict=True), 1)
+        }
+        self.add(f"step.{step.id}", pick, destinations | {fallback: "default"})
+        self.add(end, finish)
+        for chain in [*routes, default]:
+            if chain:
+                self.graph.add_edge(chain[-1].exit, end)
+        return _Fragment(step.id, title, f"step.{step.id}", end)
+
+    def loop(self, step: LoopStep, title: str, lane: str) -> _Fragment:
+        """``step.ID`` starts the count, the body runs, ``ID.check`` repeats it or goes to ``ID.end``."""
+        loop, report = step.loop, _Reporter(step.id, "loop", title)
+        check, end = f"{step.id}.check", f"{step.id}.end"
+        body = self.chain(loop.steps, lane)
+        until = loop.until.label
+
+        async def start(state: _RunState) -> _Update:
+            report("started")
+            return {"loops": {step.id: 0}}
+
+        async def finished(state: _RunState, iterations: int) -> bool:
+            text = state.get("outputs", {}).get(loop.on, "") if loop.on else _read(state, lane)
+            label = LazyLabel(self.label_or_other, text, [until, "other"] if until else [])
+            return await holds(loop.until, text, label) or iterations >= loop.max
+
+        async def again(state: _RunState) -> Command[str]:
+            iterations = state.get("loops", {}).get(step.id, 0) + 1
+            done = await report.guard(finished(state, iterations))
+            return Command(update={"loops": {step.id: iterations}}, goto=end if done else body[0].entry)
+
+        async def finish(state: _RunState) -> _Update:
+            report("completed")
+            return {"outputs": {step.id: _read(state, lane)}}
+
+        self.add(f"step.{step.id}", start)
+        self.graph.add_edge(f"step.{step.id}", body[0].entry)
+        self.graph.add_edge(body[-1].exit, self.add(check, again, {body[0].entry: "again", end: "done"}))
+        self.add(end, finish)
+        return _Fragment(step.id, title, f"step.{step.id}", end)
+
+
+def compile_workflow(
+    agent: WorkflowAgent,
+    *,
+    call_agent: AgentCall,
+    tools: Mapping[str, BaseTool],
+    classify: Classify | None = None,
+    checkpointer: Any = None,
+) -> CompiledStateGraph[Any, None, WorkflowState, WorkflowState]:
+    """Compile a workflow agent into a graph whose input is ``{"messages": [HumanMessage(text)]}``.
+
+    ``call_agent`` runs the agent steps; ``tools`` holds the builtin tools by spec name for tool
+    steps; ``classify`` picks a label for routers with ``classify`` (default: the first label found
+    in the text). Gates pause with ``interrupt()``, so resuming one needs a ``checkpointer``.
+    Progress goes to the custom stream: one ``plan`` event, then ``step`` events.
+    """
+    builder = _Builder(agent, call_agent, tools, classify)
+    top = builder.chain(agent.steps, "")
+
+    async def plan(state: _RunState) -> _Update:
+        # A fresh dict each run: a consumer may update the statuses in place.
+        entries = [{"step": f.step, "title": f.title, "status": "pending"} for f in top]
+        get_stream_writer()({"ca_event": "plan", "entries": entries})
+        # A new turn on the same thread starts clean: no outputs or counts from the last one.
+        return {"outputs": None, "loops": None, "lanes": None, "last": input_text(state["messages"])}
+
+    async def output(state: _RunState) -> _Update:
+        text = _render(agent.output, state) if agent.output is not None else state.get("last", "")
+        return {"messages": [AIMessage(content=text)]}
+
+    graph = builder.graph
+    graph.add_node("plan", plan)
+    graph.add_node("output", output)
+    graph.add_edge(START, "plan")
+    graph.add_edge("plan", top[0].entry)
+    graph.add_edge(top[-1].exit, "output")
+    graph.add_edge("output", END)
+    compiled = graph.compile(checkpointer=checkpointer, name=agent.name)
+    # LangGraph stops a run after 25 supersteps by default; a loop can legitimately take more.
+    return compiled.with_config(recursion_limit=max(25, _supersteps(agent.steps) + 10))
