@@ -2,7 +2,11 @@
 
     CAError                      anything the framework reports to a user
     ├── SpecError                the project's files are invalid; carries every Diagnostic
-    └── UsageError               a wrong CLI argument or option value
+    ├── UsageError               a wrong CLI argument or option value
+    ├── ModelError               a model cannot be built or called (missing extra, unset key, server down)
+    ├── ToolError                a tool cannot be loaded (bad python tool); at run time tool failures
+    │                            go back to the model as error results instead
+    └── RunError                 a run failed (unknown agent, workflow step failed, ...)
 
 Foreign exceptions are translated where they enter (``raise SpecError(...) from exc``);
 the CLI maps this tree to messages and exit codes in one place.
@@ -68,6 +72,24 @@ class UsageError(CAError):
     """A command-line argument or option the user must change."""
 
     exit_code = 2
+
+
+class ModelError(CAError):
+    """A chat model cannot be built or reached; the message says what to install or set."""
+
+    exit_code = 1
+
+
+class ToolError(CAError):
+    """A tool cannot be loaded or built (e.g. a python tool that fails to import)."""
+
+    exit_code = 1
+
+
+class RunError(CAError):
+    """A run cannot start or failed for a reason the user can act on."""
+
+    exit_code = 1
 
 
 class SpecError(CAError):

@@ -16,12 +16,19 @@ CA = [sys.executable, "-m", "framework"]
 
 
 def run_ca(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real ``ca`` command line in a new process."""
+    """Run the real ``ca`` command line in a new process (its standard input is not a terminal)."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(
-        [*CA, *args], cwd=cwd or REPO, env=full_env, capture_output=True, text=True, timeout=timeout, check=False
+        [*CA, *args],
+        cwd=cwd or REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        input=stdin,
     )
 
 

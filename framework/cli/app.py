@@ -140,6 +140,66 @@ def init(
     typer.echo(f"  {cd}ca run {result.agent} 'hello'   # talk to the agent on the offline model")
 
 
+AgentArg = Annotated[str, typer.Argument(help="The agent's name (see `ca validate` or agents/).")]
+ProjectOpt = Annotated[Path, typer.Option("--project", "-p", help="Project folder.")]
+
+
+@app.command()
+def run(
+    agent: AgentArg,
+    prompt: Annotated[str | None, typer.Argument(help="The message; read from standard input when omitted.")] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", "-s", help="Continue (or start) this conversation by name.")
+    ] = None,
+    skill: Annotated[str | None, typer.Option("--skill", help="Ask for one of the agent's skills.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print run events as JSON lines.")] = False,
+    project: ProjectOpt = Path(),
+) -> None:
+    """Send one message to an agent and stream its reply.
+
+    Exit codes: 0 completed, 1 failed, 2 invalid project or usage, 3 waiting for a decision, 130 interrupted.
+    """
+    import asyncio
+
+    from framework.cli.run import RunOptions, run_command
+
+    options = RunOptions(project, agent, prompt, session, skill, as_json)
+    try:
+        code = asyncio.run(run_command(options))
+    except KeyboardInterrupt:
+        typer.echo("\ninterrupted", err=True)
+        raise typer.Exit(130) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def graph(agent: AgentArg, project: ProjectOpt = Path()) -> None:
+    """Print an agent's compiled graph as Mermaid."""
+    from framework.compiler.bundle import build_bundle
+    from framework.spec import load_project
+
+    bundle = build_bundle(load_project(project))
+    typer.echo(bundle.graph(agent).get_graph().draw_mermaid())
+
+
+@app.command()
+def card(
+    agent: AgentArg,
+    project: ProjectOpt = Path(),
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="Server URL the card advertises (default: ca.yaml server).")
+    ] = None,
+) -> None:
+    """Print an agent's A2A Agent Card as JSON."""
+    from framework.compiler.bundle import build_bundle
+    from framework.compiler.card import build_card, card_to_json
+    from framework.spec import load_project
+
+    loaded = load_project(project)
+    spec = build_bundle(loaded).agent(agent)
+    typer.echo(json.dumps(card_to_json(build_card(spec, loaded, base_url=base_url)), indent=2))
+
+
 def main() -> None:
     """Console entry point: maps the error tree to messages and exit codes; no tracebacks for users.
 

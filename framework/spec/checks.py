@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Set
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework.errors import Diagnostic, Severity
@@ -14,6 +15,7 @@ from framework.spec.model import ModelConfig
 from framework.spec.prices import price_for
 from framework.spec.source import LMap, format_path, locate
 from framework.spec.tools import BUILTIN_TOOLS, AgentTool, PythonTool
+from framework.spec.validation import shift
 from framework.spec.workflow import (
     STEP_OUTPUT,
     TEMPLATE,
@@ -33,11 +35,22 @@ OFFLINE = ModelConfig(provider="offline")
 
 
 class _Checker:
-    def __init__(self, project: Project, data: Mapping[str, LMap], environ: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        project: Project,
+        data: Mapping[str, LMap],
+        environ: Mapping[str, str],
+        texts: Mapping[Path, str],
+        invalid: Mapping[str, Set[str]],
+    ) -> None:
         self.project = project
         self.data = data
         self.environ = environ
+        self.texts = texts
+        self.invalid = invalid
         self.out: list[Diagnostic] = []
+        self.step_ids: set[str] = set()
+        """Every step id of the workflow being checked (to tell "later" from "unknown")."""
 
     def report(
         self,
@@ -48,13 +61,14 @@ class _Checker:
         hint: str = "",
         key: bool = False,
         severity: Severity = "error",
+        offset: int = 0,
     ) -> None:
         data = self.data.get(owner)
         if data is None:
             self.out.append(Diagnostic(str(self.project.root), 0, 0, message, hint=hint, severity=severity))
             return
         where, _ = locate(data, path, key=key)
-        where = where or data.loc
+        where = shift(where or data.loc, offset, self.texts)
         self.out.append(
             Diagnostic(
                 str(where.file),
@@ -68,9 +82,13 @@ class _Checker:
         )
 
     def unknown(self, owner: str, path: Path_, what: str, name: str, known: Mapping[str, Any] | list[str]) -> None:
-        hint = did_you_mean(name, known)
+        broken = self.invalid.get(what, set())
+        if name in broken:
+            return  # it exists, but its own file has errors, reported there
+        names = sorted({*known, *broken})
+        hint = did_you_mean(name, names)
         if not hint:
-            hint = f"known {what}s: {', '.join(sorted(known))}" if known else f"the project has no {what}s"
+            hint = f"known {what}s: {', '.join(names)}" if names else f"the project has no {what}s"
         self.report(owner, path, f"unknown {what} {name!r}", hint=hint)
 
     # -- project file ----------------------------------------------------------
@@ -148,8 +166,12 @@ class _Checker:
             return
         try:
             tree = ast.parse(file.read_bytes(), filename=str(file))
-        except (SyntaxError, ValueError) as exc:
-            self.report(owner, path, f"python tool file {tool.target!r} has a syntax error: {exc}")
+        except SyntaxError as exc:
+            where = f" at line {exc.lineno}" if exc.lineno else ""
+            self.report(owner, path, f"python tool file {tool.target!r} has a syntax error{where}: {exc.msg}")
+            return
+        except ValueError as exc:  # e.g. null bytes
+            self.report(owner, path, f"python tool file {tool.target!r} cannot be parsed: {exc}")
             return
         functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
         if tool.function not in functions:
@@ -187,6 +209,7 @@ class _Checker:
 
     def check_steps(self, owner: str, agent: WorkflowAgent) -> None:
         seen: dict[str, Path_] = {}
+        self.step_ids = set(_step_ids(agent.steps))
         self.walk_steps(owner, agent.steps, ("steps",), seen, set())
         if agent.output:
             self.check_template(owner, ("output",), agent.output, set(seen))
@@ -207,11 +230,13 @@ class _Checker:
             path = (*base, i)
             if step.id is not None:
                 if step.id in seen:
+                    first, _ = locate(self.data.get(owner), (*seen[step.id], "id"))
+                    line = f", line {first.line}" if first else ""
                     self.report(
                         owner,
                         (*path, "id"),
                         f"duplicate step id {step.id!r}",
-                        hint=f"first used at {format_path(seen[step.id])}",
+                        hint=f"first used at {format_path(seen[step.id])}{line}; give each step its own id",
                     )
                 seen.setdefault(step.id, path)
             if isinstance(step, AgentStep):
@@ -225,7 +250,7 @@ class _Checker:
                         owner,
                         (*path, "tool"),
                         f"unknown builtin tool {step.tool!r}",
-                        hint=did_you_mean(step.tool, BUILTIN_TOOLS) or ", ".join(BUILTIN_TOOLS),
+                        hint=did_you_mean(step.tool, BUILTIN_TOOLS) or f"builtin tools: {', '.join(BUILTIN_TOOLS)}",
                     )
                 for key, value in step.args.items():
                     if isinstance(value, str):
@@ -241,11 +266,19 @@ class _Checker:
                 available = available.union(*outputs)
             elif isinstance(step, RouterStep):
                 if step.router.on not in available:
+                    on = step.router.on
+                    later = on in self.step_ids
                     self.report(
                         owner,
                         (*path, "router", "on"),
-                        f"router tests {step.router.on!r}, which is not an earlier step",
-                        hint=did_you_mean(step.router.on, available) or self.earlier(available),
+                        f"router tests step {on!r}, which runs after it"
+                        if later
+                        else f"router tests unknown step {on!r}",
+                        hint=(
+                            f"a router tests the output of an earlier step; move the router after {on!r}"
+                            if later
+                            else did_you_mean(on, available) or self.earlier(available)
+                        ),
                     )
                 for j, route in enumerate(step.router.routes):
                     available |= self.walk_steps(
@@ -258,8 +291,8 @@ class _Checker:
                     self.report(
                         owner,
                         (*path, "loop", "on"),
-                        f"loop tests {step.loop.on!r}, which is not a step",
-                        hint=did_you_mean(step.loop.on, inner) or self.earlier(inner),
+                        f"loop tests {step.loop.on!r}, which is not a step of the loop",
+                        hint=did_you_mean(step.loop.on, inner) or f"steps of the loop: {', '.join(sorted(inner))}",
                     )
                 available |= inner
             if step.id is not None:
@@ -282,15 +315,17 @@ class _Checker:
                     path,
                     f"unknown template expression {{{{ {expr} }}}}",
                     hint="use {{ input }} or {{ steps.ID.output }}",
+                    offset=match.start(),
                 )
             elif ref.group(1) not in available:
                 step_id = ref.group(1)
-                self.report(
-                    owner,
-                    path,
-                    f"template refers to step {step_id!r}, which has not run at this point",
-                    hint=did_you_mean(step_id, available) or self.earlier(available),
-                )
+                if step_id in self.step_ids:
+                    message = f"template refers to step {step_id!r}, which has not run at this point"
+                    hint = f"only the output of earlier steps can be used here; {self.earlier(available)}"
+                else:
+                    message = f"template refers to unknown step {step_id!r}"
+                    hint = did_you_mean(step_id, available) or self.earlier(available)
+                self.report(owner, path, message, hint=hint, offset=match.start())
 
     # -- cycles ----------------------------------------------------------------
 
@@ -325,6 +360,21 @@ class _Checker:
                 visit(name)
 
 
+def _step_ids(steps: list[Any]) -> Iterator[str]:
+    """Every step id in ``steps``, nested ones included."""
+    for step in steps:
+        if step.id is not None:
+            yield step.id
+        if isinstance(step, ParallelStep):
+            yield from _step_ids(step.parallel)
+        elif isinstance(step, RouterStep):
+            for route in step.router.routes:
+                yield from _step_ids(route.steps)
+            yield from _step_ids(step.router.default)
+        elif isinstance(step, LoopStep):
+            yield from _step_ids(step.loop.steps)
+
+
 def _calls(agent: AgentSpec) -> Iterator[tuple[str, Path_]]:
     """(callee, key path of the reference) for every local agent this agent calls."""
     if isinstance(agent, LlmAgent):
@@ -351,10 +401,20 @@ def _step_calls(steps: list[Any], base: Path_) -> Iterator[tuple[str, Path_]]:
 
 
 def check_project(
-    project: Project, data: Mapping[str, LMap], environ: Mapping[str, str] | None = None
+    project: Project,
+    data: Mapping[str, LMap],
+    environ: Mapping[str, str] | None = None,
+    *,
+    texts: Mapping[Path, str] | None = None,
+    invalid: Mapping[str, Set[str]] | None = None,
 ) -> list[Diagnostic]:
-    """Every cross-reference problem and warning of a project whose files each validated."""
-    checker = _Checker(project, data, os.environ if environ is None else environ)
+    """Every cross-reference problem and warning among the files that validated.
+
+    ``texts`` (file -> source) places problems inside a value exactly; ``invalid`` maps
+    "agent" / "profile" / "skill" to names whose files have errors: references to those
+    are not reported as unknown a second time.
+    """
+    checker = _Checker(project, data, os.environ if environ is None else environ, texts or {}, invalid or {})
     checker.check_config()
     checker.check_cycles()
     return checker.out

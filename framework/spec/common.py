@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import re
+import types
+import typing
 from collections.abc import Iterable
-from decimal import Decimal, InvalidOperation
-from typing import Annotated, Any, Literal
+from decimal import Decimal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 
@@ -16,6 +28,41 @@ class Spec(BaseModel):
     """Base of every spec model: unknown keys are errors, instances are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """``max_turns: true`` is a mistake, not 1: pydantic would accept it, the spec does not."""
+        if isinstance(value, bool) and info.field_name is not None:
+            expected = _numeric_fields(cls).get(info.field_name)
+            if expected:
+                raise fail(
+                    "bool_for_number", "expected {expected}, got {value}", expected=expected, value=str(value).lower()
+                )
+        return value
+
+
+@functools.cache
+def _numeric_fields(model: type[BaseModel]) -> dict[str, str]:
+    """Fields of ``model`` that take a number but not a boolean -> "an integer" or "a number"."""
+    out = {}
+    for name, field in model.model_fields.items():
+        if any(isinstance(m, BeforeValidator) for m in field.metadata):
+            continue  # a Duration or Money says itself what it expects
+        kinds = _plain_types(field.annotation)
+        if bool not in kinds and (int in kinds or float in kinds):
+            out[name] = "a number" if float in kinds else "an integer"
+    return out
+
+
+def _plain_types(tp: Any) -> set[Any]:
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        inner, *meta = typing.get_args(tp)
+        return {object} if any(isinstance(m, BeforeValidator) for m in meta) else _plain_types(inner)
+    if origin in (Union, types.UnionType):
+        return {t for arg in typing.get_args(tp) for t in _plain_types(arg)}
+    return {tp}
 
 
 def string_form(*examples: str) -> ConfigDict:
@@ -35,13 +82,17 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     return f"did you mean {matches[0]!r}?" if matches else ""
 
 
-def fail(kind: str, message: str, **ctx: Any) -> PydanticCustomError:
+def fail(kind: str, message: str, *, hint: str = "", **ctx: Any) -> PydanticCustomError:
     """A validation error whose message reaches the user verbatim, formatted with ``str.format(**ctx)``.
 
-    Only ``column_offset`` (where in the value the problem is) travels on as context.
+    Travelling on as context for the diagnostic: ``hint`` (what to change, e.g. a did-you-mean),
+    ``column_offset`` (where in the value the problem is) and ``path`` (keys below the value
+    that hold the problem, for a nested structure such as a JSON Schema).
     """
-    extra = {"column_offset": ctx["column_offset"]} if "column_offset" in ctx else None
-    return PydanticCustomError(kind, message.format(**ctx), extra)
+    extra: dict[str, Any] = {k: ctx[k] for k in ("column_offset", "path") if k in ctx}
+    if hint:
+        extra["hint"] = hint
+    return PydanticCustomError(kind, message.format(**ctx), extra or None)
 
 
 Version = Annotated[Literal[1], Field(description="Spec format version; 1 is the only one.")]
@@ -72,7 +123,9 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 def _parse_duration(value: Any) -> float:
     if isinstance(value, bool):
-        raise fail("duration", "expected a duration like '30s', '10m' or '1h30m', got {value!r}", value=value)
+        raise fail(
+            "duration", "expected a duration like '30s', '10m' or '1h30m', got {value}", value=str(value).lower()
+        )
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str) and value.strip():
@@ -86,6 +139,8 @@ def _parse_duration(value: Any) -> float:
             )
         seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
     else:
+        raise fail("duration", "expected a duration like '30s', '10m' or '1h30m', got {value!r}", value=value)
+    if seconds != seconds:  # NaN
         raise fail("duration", "expected a duration like '30s', '10m' or '1h30m', got {value!r}", value=value)
     if seconds <= 0:
         raise fail("duration", "a duration must be greater than zero, got {value!r}", value=value)
@@ -114,7 +169,7 @@ _MONEY_RE = re.compile(r"^\$?\s*(\d+(?:\.\d+)?)\s*(?:usd|USD)?$")
 
 def _parse_money(value: Any) -> Decimal:
     if isinstance(value, bool):
-        raise fail("money", "expected an amount in US dollars like 0.50, got {value!r}", value=value)
+        raise fail("money", "expected an amount in US dollars like 0.50, got {value}", value=str(value).lower())
     if isinstance(value, int | float):
         amount = Decimal(str(value))
     elif isinstance(value, str) and (m := _MONEY_RE.match(value.strip())):
@@ -125,11 +180,10 @@ def _parse_money(value: Any) -> Decimal:
             "invalid amount {value!r}: write US dollars as a number, like 0.50 or '$0.50'",
             value=value,
         )
-    try:
-        if amount < 0 or not amount.is_finite():
-            raise fail("money", "an amount must be zero or more, got {value!r}", value=value)
-    except InvalidOperation as exc:  # pragma: no cover - Decimal from a matched string is finite
-        raise fail("money", "invalid amount {value!r}", value=value) from exc
+    if not amount.is_finite():
+        raise fail("money", "invalid amount {value!r}: write US dollars as a finite number, like 0.50", value=value)
+    if amount < 0:
+        raise fail("money", "an amount must be zero or more, got {value!r}", value=value)
     return amount
 
 

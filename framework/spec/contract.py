@@ -6,7 +6,7 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from framework.spec.common import Regex, Spec, fail
+from framework.spec.common import Regex, Spec, did_you_mean, fail
 
 
 class ToolPattern(Spec):
@@ -59,14 +59,26 @@ class MustAlways(Spec):
         if value is None:
             return None
         from jsonschema import Draft202012Validator
-        from jsonschema.exceptions import SchemaError
+        from jsonschema.exceptions import SchemaError, best_match
 
         try:
             Draft202012Validator.check_schema(value)
         except SchemaError as exc:
-            where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
+            # "not valid under any of the given schemas" says nothing: take the deepest
+            # alternative's reason instead ("'objekt' is not one of ['array', ...]").
+            problem: Any = exc
+            if exc.context:
+                deepest = max(len(e.absolute_path) for e in exc.context)
+                problem = best_match(e for e in exc.context if len(e.absolute_path) == deepest)
+            hint = ""
+            if problem.validator == "enum" and isinstance(problem.instance, str):
+                hint = did_you_mean(problem.instance, [str(v) for v in problem.validator_value])
             raise fail(
-                "json_schema", "invalid JSON Schema at {where}: {error}", where=where, error=exc.message
+                "json_schema",
+                "invalid JSON Schema: {error}",
+                error=problem.message,
+                path=list(problem.absolute_path),
+                hint=hint,
             ) from exc
         return value
 

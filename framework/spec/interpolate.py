@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from framework.errors import Diagnostic
-from framework.spec.source import Loc, diag
+from framework.spec.source import Loc, diag, read_text
 
 _REF = re.compile(r"\$\$\{|\$\{([^}]*)\}?")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -21,13 +21,19 @@ _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE"
 
 
 def load_dotenv(root: Path) -> dict[str, str]:
-    """Variables from ``ROOT/.env`` (the process environment wins over them)."""
+    """Variables from ``ROOT/.env`` (the process environment wins over them).
+
+    Raises SourceError for a file that is not UTF-8 text or is too large.
+    """
     path = root / ".env"
     if not path.is_file():
         return {}
+    import io
+
     from dotenv import dotenv_values  # only when a project has a .env
 
-    return {k: v for k, v in dotenv_values(path).items() if v is not None}
+    text = read_text(path)
+    return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
 
 
 class Interpolator:
@@ -38,6 +44,8 @@ class Interpolator:
         self.diagnostics: list[Diagnostic] = []
         self.secrets: set[str] = set()
         self.used: set[str] = set()
+        self.failed: set[tuple[str, int, int]] = set()
+        """(file, line, column) of values left with a ``${...}`` that could not be substituted."""
 
     def __call__(self, value: str, loc: Loc, raw: str) -> str:
         if "$" not in value:
@@ -81,6 +89,7 @@ class Interpolator:
         return result
 
     def _error(self, loc: Loc, raw: str, token: str, message: str, hint: str) -> None:
+        self.failed.add((str(loc.file), loc.line, loc.column))
         self.diagnostics.append(diag(_token_loc(loc, raw, token), message, hint=hint))
 
 

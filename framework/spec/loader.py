@@ -81,6 +81,8 @@ class _Loader:
         self.texts: dict[Path, str] = {}
         self.data: dict[str, LMap] = {}
         self.environ = environ
+        self.invalid: dict[str, set[str]] = {"agent": set(), "profile": set(), "skill": set()}
+        """Names of agents, profiles and skills whose files have errors (references to them are not "unknown")."""
 
     # -- files -----------------------------------------------------------------
 
@@ -96,7 +98,13 @@ class _Loader:
         if not isinstance(data, LMap):
             kind = "a list" if isinstance(data, LList) else f"a single value ({data!r})"
             where = getattr(data, "loc", Loc(path, 1, 1))
-            self.diagnostics.append(diag(where, f"expected a mapping of keys at the top level, found {kind}"))
+            self.diagnostics.append(
+                diag(
+                    where,
+                    f"expected a mapping of keys at the top level, found {kind}",
+                    hint="write one `key: value` per line, starting with `name: ...`",
+                )
+            )
             return None
         return data
 
@@ -114,7 +122,12 @@ class _Loader:
     def load(self) -> Project:
         if not self.root.is_dir():
             raise SpecError([Diagnostic(str(self.root), 0, 0, "project folder does not exist")])
-        self.interpolate = Interpolator(load_dotenv(self.root), self.environ)
+        try:
+            dotenv = load_dotenv(self.root)
+        except SourceError as exc:
+            self.diagnostics.append(exc.diagnostic)
+            dotenv = {}
+        self.interpolate = Interpolator(dotenv, self.environ)
         config = self.load_config()
         profiles, profile_sources = self.load_named(self.profile_files(), Profile, "profile")
         skills, skill_sources = self.load_named(self.files("skills"), SkillFile, "skill", key="id")
@@ -140,17 +153,20 @@ class _Loader:
             sources={**agent_sources, **profile_sources, **skill_sources},
             secrets=frozenset(self.interpolate.secrets),
         )
-        if config is not None or not self.has_config_errors():
-            self.diagnostics.extend(check_project(project, self.data, self.interpolate.variables))
+        # An invalid ca.yaml does not stop the checks: agents are checked against the defaults.
+        self.diagnostics.extend(
+            check_project(project, self.data, self.interpolate.variables, texts=self.texts, invalid=self.invalid)
+        )
+        # A value whose ${VAR} is undefined still holds '${VAR}': what the models say about
+        # that text is noise next to "variable is not set", so only the latter is reported.
+        failed = self.interpolate.failed
+        self.diagnostics = [d for d in self.diagnostics if (d.file, d.line, d.column) not in failed]
         self.diagnostics.extend(self.interpolate.diagnostics)
         diagnostics = self.with_source_lines(self.diagnostics)
         errors = [d for d in diagnostics if d.severity == "error"]
         if errors:
             raise SpecError(diagnostics)
         return replace(project, warnings=tuple(diagnostics))
-
-    def has_config_errors(self) -> bool:
-        return any(Path(d.file).name in PROJECT_FILES for d in self.diagnostics)
 
     def load_config(self) -> ProjectConfig | None:
         for name in PROJECT_FILES:
@@ -160,7 +176,7 @@ class _Loader:
                 if data is None:
                     return None
                 self.data["project"] = data
-                config, problems = validate(ProjectConfig, data)
+                config, problems = validate(ProjectConfig, data, texts=self.texts)
                 self.diagnostics.extend(problems)
                 return config
         return ProjectConfig()
@@ -183,10 +199,12 @@ class _Loader:
         for path in paths:
             data = self.read(path)
             if data is None:
+                self.invalid[what].add(path.stem)
                 continue
-            spec, problems = validate(model, data)
+            spec, problems = validate(model, data, texts=self.texts)
             self.diagnostics.extend(problems)
             if spec is None:
+                self.invalid[what].add(_name_in(data, key, path))
                 continue
             name = getattr(spec, key)
             if name in specs:
@@ -198,6 +216,16 @@ class _Loader:
         return specs, sources
 
     def duplicate(self, data: LMap, key: str, what: str, name: str, first: Path) -> None:
+        if not first.is_relative_to(self.root):  # a built-in profile
+            self.diagnostics.append(
+                diag(
+                    data.value_locs.get(key, data.loc),
+                    f"duplicate {what} {name!r}: a built-in {what} has this {key}",
+                    key_path=key,
+                    hint=f"choose another {key}, or name the file {what}s/{name}.yaml to replace the built-in one",
+                )
+            )
+            return
         self.diagnostics.append(
             diag(
                 data.value_locs.get(key, data.loc),
@@ -221,24 +249,27 @@ class _Loader:
         for path in self.files("agents", recursive=True):
             data = self.read_with_extends(path, ())
             if data is None:
+                self.invalid["agent"].add(path.stem)
                 continue
             data.pop("extends", None)
             kind = data.get("kind", "llm")
             model = AGENT_KINDS.get(kind) if isinstance(kind, str) else None
             if model is None:
-                hint = did_you_mean(str(kind), AGENT_KINDS)
+                shown = repr(kind) if isinstance(kind, str) else "nothing (null)" if kind is None else f"{kind!r}"
                 self.diagnostics.append(
                     diag(
                         data.value_locs["kind"],
-                        f"unknown agent kind {kind!r}; kinds are: {', '.join(AGENT_KINDS)}",
+                        f"unknown agent kind {shown}; kinds are: {', '.join(AGENT_KINDS)}",
                         key_path="kind",
-                        hint=hint,
+                        hint=did_you_mean(kind, AGENT_KINDS) if isinstance(kind, str) else "",
                     )
                 )
+                self.invalid["agent"].add(_name_in(data, "name", path))
                 continue
-            spec, problems = validate(model, data)
+            spec, problems = validate(model, data, texts=self.texts)
             self.diagnostics.extend(problems)
             if spec is None:
+                self.invalid["agent"].add(_name_in(data, "name", path))
                 continue
             if spec.name in agents:
                 self.duplicate(data, "name", "agent", spec.name, sources[f"agent:{spec.name}"])
@@ -254,12 +285,32 @@ class _Loader:
             return data
         refs = data["extends"]
         ref_list = refs if isinstance(refs, list) else [refs]
+        if not ref_list:
+            self.diagnostics.append(
+                diag(
+                    data.value_locs["extends"],
+                    "`extends` is an empty list",
+                    key_path="extends",
+                    hint="give a file path, like '_base.yaml', or remove `extends`",
+                )
+            )
+            return None
         merged: LMap | None = None
         for i, ref in enumerate(ref_list):
             where = data.value_locs["extends"] if not isinstance(refs, LList) else refs.item_locs[i]
             if not isinstance(ref, str) or not ref:
                 self.diagnostics.append(
                     diag(where, "`extends` takes a file path, like '_base.yaml'", key_path="extends")
+                )
+                return None
+            if not ref.endswith(YAML_SUFFIXES):
+                self.diagnostics.append(
+                    diag(
+                        where,
+                        f"`extends` file {ref!r} is not a YAML file",
+                        key_path="extends",
+                        hint="extend a .yaml or .yml file, like '_base.yaml'",
+                    )
                 )
                 return None
             base_path = (path.parent / ref).resolve()
@@ -293,11 +344,21 @@ class _Loader:
 
     def with_source_lines(self, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
         out = []
+        seen: set[Diagnostic] = set()
         for d in sorted(diagnostics, key=lambda d: (d.severity != "error", d.file, d.line, d.column)):
+            if d in seen:  # e.g. a base file shared through `extends` by several agents
+                continue
+            seen.add(d)
             lines = self.texts.get(Path(d.file), "").splitlines()
             source = lines[d.line - 1] if 0 < d.line <= len(lines) else None
             out.append(replace(d, file=_shown(Path(d.file)), source_line=source))
         return out
+
+
+def _name_in(data: LMap, key: str, path: Path) -> str:
+    """The name an invalid file gives itself (its file name when it has none)."""
+    name = data.get(key)
+    return name if isinstance(name, str) else path.stem
 
 
 def _shown(path: Path) -> str:

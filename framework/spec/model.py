@@ -71,13 +71,11 @@ class ModelConfig(Spec):
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.provider not in PROVIDER_KEYS:
-            hint = did_you_mean(self.provider, PROVIDER_KEYS)
             raise fail(
                 "model",
-                "unknown model provider {provider!r}{hint}; known: {known}",
+                "unknown model provider {provider!r}",
                 provider=self.provider,
-                hint=f" ({hint})" if hint else "",
-                known=", ".join(PROVIDER_KEYS),
+                hint=did_you_mean(self.provider, PROVIDER_KEYS) or f"known providers: {', '.join(PROVIDER_KEYS)}",
             )
         if self.provider not in ("offline", "scripted") and not self.name:
             raise fail(

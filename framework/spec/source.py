@@ -27,6 +27,7 @@ from ruamel.yaml.events import (
     SequenceStartEvent,
 )
 from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.reader import ReaderError
 
 from framework.errors import Diagnostic
 
@@ -38,6 +39,14 @@ MAX_DEPTH = 64
 """Nesting depth of mappings and lists."""
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_INT_TAG = "tag:yaml.org,2002:int"
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+
+
+class _Loader(CSafeLoader):
+    processing_version = (1, 2)
+    """The resolver implements YAML 1.2; tell the constructor, which otherwise applies 1.1
+    rules (and prints a warning to stderr for a float such as ``1e3``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,18 +142,130 @@ def parse(path: Path, text: str, interpolate: Interpolate | None = None) -> Any:
                 hint="replace the tab with spaces",
             )
         )
-    if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
+    if not text.strip():
         raise SourceError(diag(Loc(path, 1, 1), "file is empty", hint="add at least a `name:` key"))
+    if all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
+        raise SourceError(diag(Loc(path, 1, 1), "file has only comments", hint="add at least a `name:` key"))
     try:
         return _Builder(path, text, interpolate).build()
     except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        problem = exc.problem or exc.context or "invalid YAML"
-        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        extra = f" ({exc.context})" if exc.context and exc.problem else ""
-        raise SourceError(diag(Loc(path, line, col), f"invalid YAML: {problem}{extra}")) from exc
+        raise SourceError(_syntax_error(path, text, exc)) from exc
+    except ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        raise SourceError(
+            diag(
+                Loc(path, line, column),
+                f"control character U+{exc.character:04X} is not allowed in YAML",
+                hint="remove it; inside double quotes it can be written as an escape, like \\x07",
+            )
+        ) from exc
     except YAMLError as exc:
         raise SourceError(diag(Loc(path, 1, 1), f"invalid YAML: {exc}")) from exc
+
+
+_JARGON = (
+    ("flow sequence", "'[' list"),
+    ("flow mapping", "'{' mapping"),
+    ("block mapping", "mapping"),
+    ("block collection", "list"),
+    ("quoted scalar", "quoted string"),
+    ("simple key", "key"),
+    ("node content", "value"),
+    ("flow node", "value"),
+    ("block node", "value"),
+)
+
+
+def _plain(text: str) -> str:
+    """libyaml's wording in the words of someone writing a config file."""
+    for jargon, plain in _JARGON:
+        text = text.replace(jargon, plain)
+    return text.removeprefix("while ")
+
+
+def _syntax_error(path: Path, text: str, exc: MarkedYAMLError) -> Diagnostic:
+    """A YAML syntax error pointing where the user must change the file, saying what to change.
+
+    libyaml reports where it gave up; for a bracket or quote left open that is the end
+    of the file or a later line, so those point back at where the construct opens.
+    """
+    problem: str = exc.problem or exc.context or "invalid syntax"
+    context: str = (exc.context or "") if exc.problem else ""
+    at: Any = exc.problem_mark or exc.context_mark
+    opened: Any = exc.context_mark if exc.problem_mark else None
+
+    def loc(mark: Any) -> Loc:
+        return Loc(path, mark.line + 1, mark.column + 1) if mark else Loc(path, 1, 1)
+
+    def where(mark: Any) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    later = at is not None and opened is not None and at.line > opened.line
+    if "quoted scalar" in context and "end of stream" in problem and opened is not None:
+        quote = text[opened.index : opened.index + 1] or '"'
+        return diag(loc(opened), "invalid YAML: this quoted string is never closed", hint=f"add the closing {quote}")
+    if context.startswith(("while parsing a flow sequence", "while parsing a flow mapping")) and opened is not None:
+        close = "]" if "sequence" in context else "}"
+        if later:
+            return diag(
+                loc(opened),
+                f"invalid YAML: this '{text[opened.index : opened.index + 1]}' is never closed",
+                hint=f"add the missing '{close}' (or a ',' between items); "
+                f"the parser gave up at {where(at) if at else 'the end'}",
+            )
+        return diag(
+            loc(at),
+            f"invalid YAML: expected ',' or '{close}' here",
+            hint=f"separate items with ',', close with '{close}'",
+        )
+    if "block mapping" in context and "expected key" in problem and opened is not None:
+        if at is not None and text.startswith("-", at.index):
+            return diag(
+                loc(at),
+                f"invalid YAML: a '- ' list item among the keys of the mapping at line {opened.line + 1}",
+                hint="put the list under a key: `key:`, then the '- ' items indented below it",
+            )
+        return diag(
+            loc(at),
+            f"invalid YAML: bad indentation: this line starts in column {at.column + 1 if at else '?'}, "
+            f"but the keys of the mapping at line {opened.line + 1} start in column {opened.column + 1}",
+            hint="indent the keys of one mapping to the same column",
+        )
+    if "block collection" in context and "'-'" in problem and opened is not None:
+        return diag(
+            loc(at),
+            f"invalid YAML: expected a '- ' item here, in column {opened.column + 1} "
+            f"like the other items of the list at line {opened.line + 1}",
+            hint="fix the indentation: the items of one list start in the same column",
+        )
+    if "simple key" in context and "expected ':'" in problem and opened is not None:
+        return diag(
+            loc(opened),
+            "invalid YAML: this key has no ':' after it",
+            hint="write `key: value`, or indent the line to continue the value above",
+        )
+    if problem.startswith("mapping values are not allowed"):
+        return diag(
+            loc(at),
+            "invalid YAML: ':' is not allowed here",
+            hint="quote a value that contains ': ' (like \"a: b\"), or fix the indentation of this line",
+        )
+    if problem.startswith("found unknown escape character"):
+        return diag(
+            loc(at),
+            "invalid YAML: unknown escape sequence in a double-quoted string",
+            hint="write \\\\ for a backslash, or use single quotes, where a backslash is just a backslash",
+        )
+    if problem.startswith("found character that cannot start any token") and at is not None:
+        char = text[at.index : at.index + 1]
+        return diag(loc(at), f"invalid YAML: a value cannot start with {char!r}", hint="quote the value")
+    message = f"invalid YAML: {_plain(problem)}"
+    if context and opened is not None:
+        message += f" ({_plain(context)} at {where(opened)})"
+    if at is not None and opened is not None and not text[at.index :].strip():
+        at = opened  # the end of the file is no place to point at
+    return diag(loc(at), message)
 
 
 def _loc(path: Path, event: Any) -> Loc:
@@ -180,7 +301,7 @@ class _Builder:
         self.path = path
         self.text = text
         self.interpolate = interpolate
-        self.loader = CSafeLoader(text)
+        self.loader = _Loader(text)
         self.stack: list[_Frame] = []
         self.anchors: dict[str, tuple[Any, int]] = {}
         self.visited = 0
@@ -218,7 +339,7 @@ class _Builder:
                     )
                 value, size = self.anchors[event.anchor]
                 self.add(value, size, _loc(self.path, event), is_scalar=False)
-        if self.root is _NOTHING:
+        if self.root is _NOTHING or self.root is None:
             raise SourceError(diag(Loc(self.path, 1, 1), "file is empty", hint="add at least a `name:` key"))
         return self.root
 
@@ -253,23 +374,37 @@ class _Builder:
             self.stack[-1].key_is_merge = True
             self.visited += 1
             return
-        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style or None)
-        try:
-            value = self.loader.construct_object(node, deep=True)
-        except YAMLError as exc:
-            raise SourceError(diag(loc, f"invalid value: {exc}")) from exc
-        if expecting_key:
-            value = (
-                event.value
-                if isinstance(value, str)
-                else (str(value).lower() if isinstance(value, bool) else str(value))
-            )
-        elif isinstance(value, str) and self.interpolate is not None:
+        if expecting_key or str(tag) == _TIMESTAMP_TAG:
+            # A key is its text as written; so is a date: no spec value is one, and the
+            # text stays valid where a string is expected (2024-13-45 is no date at all).
+            value = event.value
+        else:
+            value = self.construct(ScalarNode(tag, event.value, event.start_mark, event.end_mark), loc)
+        if not expecting_key and isinstance(value, str) and self.interpolate is not None:
             raw = self.text[event.start_mark.index : event.end_mark.index]
             value = self.interpolate(value, loc, raw)
         if event.anchor is not None:
             self.anchors[event.anchor] = (value, 1)
         self.add(value, 1, loc, is_scalar=True)
+
+    def construct(self, node: ScalarNode, loc: Loc) -> Any:
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except YAMLError as exc:
+            problem = str(getattr(exc, "problem", None) or getattr(exc, "context", None) or exc)
+            tag = re.match(r"could not determine a constructor for the tag '(.*)'", problem)
+            if tag:
+                shown = tag.group(1).replace("tag:yaml.org,2002:", "!!")
+                raise SourceError(
+                    diag(loc, f"unsupported YAML tag {shown!r}", hint="remove the tag: only plain YAML values are read")
+                ) from exc
+            raise SourceError(diag(loc, f"invalid value: {problem}")) from exc
+        except (ValueError, OverflowError) as exc:  # e.g. an integer of 5000 digits
+            text = str(node.value)
+            shown = text if len(text) <= 40 else text[:37] + "..."
+            if str(node.tag) == _INT_TAG:
+                raise SourceError(diag(loc, f"number {shown} is too large ({len(text)} digits)")) from exc
+            raise SourceError(diag(loc, f"invalid value {shown!r}: {exc}")) from exc
 
     def add(self, value: Any, size: int, loc: Loc, *, is_scalar: bool, counted: bool = False) -> None:
         """Place a finished value into the open container (or make it the document)."""

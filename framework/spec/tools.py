@@ -37,13 +37,14 @@ class BuiltinTool(Spec):
     @classmethod
     def _known(cls, value: str) -> str:
         if value not in BUILTIN_TOOLS:
-            hint = did_you_mean(value, BUILTIN_TOOLS)
+            suggestion = did_you_mean(value, BUILTIN_TOOLS)
             raise fail(
                 "tool",
-                "unknown builtin tool {value!r}{hint}; builtins are {names}",
+                "unknown builtin tool {value!r}{suggestion}; builtins are {names}",
                 value=value,
-                hint=f" ({hint})" if hint else "",
+                suggestion=f" ({suggestion})" if suggestion else "",
                 names=", ".join(BUILTIN_TOOLS),
+                hint=suggestion,
             )
         return value
 

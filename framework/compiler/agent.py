@@ -1,0 +1,106 @@
+"""An ``llm`` agent becomes ``langchain.agents.create_agent`` with our middleware.
+
+The middleware list is the slot where policies plug in (governance wraps model and
+tool calls there). Skills are per-request: the run context names a skill, and
+:class:`SkillMiddleware` adds its instructions and narrows the tools for that request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import SystemMessage
+from langchain_core.tools import BaseTool
+from langgraph.graph.state import CompiledStateGraph
+
+from framework.spec.agent import LlmAgent
+from framework.spec.skill import Skill
+
+RECURSION_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Per-request context every graph receives (``graph.astream(..., context=RunContext(...))``)."""
+
+    skill: str | None = None
+    """A skill id named by the request (A2A metadata, ACP slash command, ``ca run --skill``)."""
+
+
+def system_prompt(spec: LlmAgent) -> str:
+    if spec.instructions.strip():
+        return spec.instructions.strip()
+    about = f" {spec.description}" if spec.description else ""
+    return f"You are {spec.name}.{about}"
+
+
+class SkillMiddleware(AgentMiddleware[Any, RunContext]):
+    """Specialises a model request for the skill the run context names."""
+
+    def __init__(self, skills: Mapping[str, Skill]) -> None:
+        super().__init__()
+        self.skills = dict(skills)
+
+    def _specialise(self, request: ModelRequest[RunContext]) -> ModelRequest[RunContext]:
+        context = request.runtime.context if request.runtime is not None else None
+        skill = self.skills.get(context.skill) if isinstance(context, RunContext) and context.skill else None
+        if skill is None:
+            return request
+        overrides: dict[str, Any] = {}
+        if skill.instructions:
+            base = request.system_message.text if request.system_message is not None else ""
+            heading = f"Skill: {skill.name or skill.id}"
+            overrides["system_message"] = SystemMessage(f"{base}\n\n{heading}\n{skill.instructions}".strip())
+        if skill.tools is not None:
+            allowed = set(skill.tools)
+            overrides["tools"] = [t for t in request.tools if _spec_name(t) in allowed]
+        return request.override(**overrides) if overrides else request
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[RunContext],
+        handler: Callable[[ModelRequest[RunContext]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        return handler(self._specialise(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[RunContext],
+        handler: Callable[[ModelRequest[RunContext]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        return await handler(self._specialise(request))
+
+
+def _spec_name(tool: BaseTool | dict[str, Any]) -> str:
+    if isinstance(tool, BaseTool):
+        return str((tool.metadata or {}).get("ca_name", tool.name))
+    return str(tool.get("name", ""))
+
+
+def compile_llm_agent(
+    spec: LlmAgent,
+    *,
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    skills: Mapping[str, Skill],
+    middleware: Sequence[AgentMiddleware[Any, Any]] = (),
+    checkpointer: Any = None,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The agent loop: model ⇄ tools, with skills and any policy middleware."""
+    stack: list[AgentMiddleware[Any, Any]] = [SkillMiddleware(skills), *middleware]
+    graph = create_agent(
+        model,
+        list(tools),
+        system_prompt=system_prompt(spec),
+        middleware=stack,
+        context_schema=RunContext,
+        checkpointer=checkpointer,
+        name=spec.name,
+    )
+    # Each model turn and each tool round is a step; budgets (max_turns) are the real limit.
+    return graph.with_config(recursion_limit=RECURSION_LIMIT)

@@ -1,0 +1,184 @@
+"""The Bundle: everything compiled from one version of a project, immutable and hashable.
+
+Cards are built eagerly (cheap, no model needed). Graphs are compiled on first use,
+so an agent whose model needs a missing key fails when it is run, not when its
+neighbours are. Rebuilding a Bundle is cheap: reload swaps in a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from a2a.types import AgentCard
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langgraph.graph.state import CompiledStateGraph
+from pydantic import BaseModel, Field
+
+from framework import __version__
+from framework.compiler.agent import compile_llm_agent
+from framework.compiler.card import build_card
+from framework.compiler.models import build_model, model_facing_name
+from framework.compiler.tools import ToolContext, build_tools
+from framework.compiler.workflow import compile_workflow
+from framework.errors import RunError
+from framework.spec.agent import AgentSpec, LlmAgent
+from framework.spec.common import did_you_mean
+from framework.spec.loader import Project
+from framework.spec.tools import AgentTool
+
+Graph = CompiledStateGraph[Any, Any, Any, Any]
+
+
+def project_digest(project: Project) -> str:
+    """Content hash of every spec of the project (and the framework version)."""
+    parts = {
+        "version": __version__,
+        "config": project.config.model_dump(mode="json"),
+        "agents": {n: a.model_dump(mode="json") for n, a in sorted(project.agents.items())},
+        "profiles": {n: p.model_dump(mode="json") for n, p in sorted(project.profiles.items())},
+        "skills": {n: s.model_dump(mode="json") for n, s in sorted(project.skills.items())},
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def final_text(state: Mapping[str, Any]) -> str:
+    """The text of the last AI message of a graph's state (its answer)."""
+    for message in reversed(state.get("messages", [])):
+        if isinstance(message, AIMessage):
+            return message.text
+    return ""
+
+
+class _AgentInput(BaseModel):
+    input: str = Field(description="What to ask the agent, in plain language.")
+
+
+@dataclass(frozen=True, eq=False)
+class Bundle:
+    """One compiled version of a project. Equal bundles have equal digests."""
+
+    project: Project
+    digest: str
+    cards: Mapping[str, AgentCard]
+    checkpointer: Any = field(default=None, repr=False)
+    environ: Mapping[str, str] | None = field(default=None, repr=False)
+    _graphs: dict[tuple[str, bool], Graph] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Bundle) and other.digest == self.digest
+
+    @property
+    def agents(self) -> Mapping[str, AgentSpec]:
+        return self.project.agents
+
+    def agent(self, name: str) -> AgentSpec:
+        """The spec of ``name``, or a RunError that suggests the closest name."""
+        if name not in self.project.agents:
+            hint = did_you_mean(name, self.project.agents)
+            known = ", ".join(sorted(self.project.agents)) or "none"
+            raise RunError(f"agent {name!r} not found{f' ({hint})' if hint else ''}; agents: {known}")
+        return self.project.agents[name]
+
+    def graph(self, name: str, *, nested: bool = False) -> Graph:
+        """The compiled graph of an agent (with the checkpointer; ``nested`` graphs inherit their caller's)."""
+        key = (name, nested)
+        with self._lock:
+            if key not in self._graphs:
+                self._graphs[key] = self._compile(self.agent(name), nested=nested)
+            return self._graphs[key]
+
+    def _compile(self, spec: AgentSpec, *, nested: bool) -> Graph:
+        checkpointer = None if nested else self.checkpointer
+        if isinstance(spec, LlmAgent):
+            config = spec.model or self.project.config.defaults.model
+            context = ToolContext(
+                root=self.project.root,
+                agent=spec.name,
+                capabilities=spec.capabilities or self.project.config.defaults.capabilities,
+            )
+            tools: list[BaseTool] = [*build_tools(spec, context), *self._agent_tools(spec)]
+            skills = {s.id: s for s in (self.project.skills[s] if isinstance(s, str) else s for s in spec.skills)}
+            return compile_llm_agent(
+                spec,
+                model=build_model(config, agent=spec.name, environ=self.environ, tools=[_spec(t) for t in tools]),
+                tools=tools,
+                skills=skills,
+                checkpointer=checkpointer,
+            )
+        return compile_workflow(
+            spec, call_agent=self.call_agent, tools=self._builtin_tools(spec.name), checkpointer=checkpointer
+        )
+
+    def _builtin_tools(self, agent: str) -> dict[str, BaseTool]:
+        """Every builtin tool, by spec name, for workflow tool steps."""
+        from framework.compiler.builtin_tools import builtin_tools
+
+        context = ToolContext(root=self.project.root, agent=agent, capabilities=None)
+        return builtin_tools(context)
+
+    async def call_agent(self, name: str, text: str) -> str:
+        """Run another agent of the project in-process, nested in the current run; its answer."""
+        state = await self.graph(name, nested=True).ainvoke({"messages": [HumanMessage(text)]})
+        return final_text(state)
+
+    def _agent_tools(self, spec: LlmAgent) -> list[BaseTool]:
+        tools: list[BaseTool] = []
+        for ref in spec.tools:
+            if not isinstance(ref, AgentTool):
+                continue
+            tools.append(self._agent_tool(ref))
+        return tools
+
+    def _agent_tool(self, ref: AgentTool) -> BaseTool:
+        name = ref.name or ref.agent
+        if ref.is_remote:
+
+            async def remote(input: str) -> str:
+                raise ToolException(f"remote agent calls ({ref.agent}) are not available in this version of ca")
+
+            description = ref.description or f"The remote A2A agent at {ref.agent}"
+            coroutine = remote
+        else:
+            callee = self.project.agents[ref.agent]
+            description = ref.description or callee.description or f"Ask the {ref.agent} agent"
+
+            async def local(input: str) -> str:
+                return await self.call_agent(ref.agent, input)
+
+            coroutine = local
+        return StructuredTool.from_function(
+            coroutine=coroutine,
+            name=model_facing_name(name),
+            description=description,
+            args_schema=_AgentInput,
+            metadata={"ca_name": name, "capability": "agent"},
+            handle_tool_error=True,
+        )
+
+
+def _spec(tool: BaseTool) -> str:
+    return str((tool.metadata or {}).get("ca_name", tool.name))
+
+
+def build_bundle(
+    project: Project,
+    *,
+    checkpointer: Any = None,
+    environ: Mapping[str, str] | None = None,
+    base_url: str | None = None,
+) -> Bundle:
+    """Compile a loaded project. Graphs compile lazily on first use; cards now."""
+    cards = {name: build_card(agent, project, base_url=base_url) for name, agent in project.agents.items()}
+    return Bundle(
+        project=project, digest=project_digest(project), cards=cards, checkpointer=checkpointer, environ=environ
+    )

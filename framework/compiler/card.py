@@ -1,0 +1,114 @@
+"""An agent spec becomes an A2A Agent Card (a2a-sdk's protobuf ``AgentCard``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from a2a.types import AgentCapabilities, AgentCard, AgentExtension, AgentInterface, AgentSkill
+from google.protobuf import json_format
+from google.protobuf.struct_pb2 import Struct
+
+from framework import __version__
+from framework.spec.agent import AgentSpec, LlmAgent
+from framework.spec.loader import Project
+from framework.spec.skill import Skill
+from framework.spec.tools import AgentSelector, AgentTool, BuiltinTool, PythonTool
+
+EXTENSION_URI = "urn:cleveragents:extensions:v1"
+"""Declares the `_cleveragents/*` platform methods and the approval payload of input-required tasks."""
+PROTOCOL_VERSION = "1.0"
+
+
+def agent_skills(agent: AgentSpec, project: Project) -> list[Skill]:
+    """The agent's skills, with references to ``skills/NAME.yaml`` resolved."""
+    return [project.skills[s] if isinstance(s, str) else s for s in agent.skills]
+
+
+def agent_digest(agent: AgentSpec) -> str:
+    """A short content hash of the agent's spec: changes whenever its YAML means something else."""
+    data = json.dumps(agent.model_dump(mode="json"), sort_keys=True, default=str)
+    return hashlib.sha256(data.encode()).hexdigest()[:12]
+
+
+def agent_url(base_url: str, name: str) -> str:
+    """Where an agent's JSON-RPC endpoint is under a server's base URL."""
+    return f"{base_url.rstrip('/')}/agents/{name}/"
+
+
+def build_card(agent: AgentSpec, project: Project, *, base_url: str | None = None) -> AgentCard:
+    """The card of one agent. ``base_url`` is where the server is reached (default: ca.yaml's server)."""
+    server = project.config.server
+    base = base_url or server.public_url or f"http://{server.host}:{server.port}"
+    url = agent_url(base, agent.name)
+    skills = agent_skills(agent, project) or [
+        Skill(id=agent.name, name=agent.name, description=agent.description or f"Talk to {agent.name}")
+    ]
+    output_modes = ["text/plain"]
+    if any(rule.output_schema is not None for rule in agent.contract.must_always):
+        output_modes.append("application/json")
+    params = Struct()
+    params.update(_extension_params(agent, project))
+    return AgentCard(
+        name=agent.name,
+        description=agent.description or f"The {agent.name} agent",
+        version=f"{__version__}+{agent_digest(agent)}",
+        supported_interfaces=[
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION),
+            AgentInterface(url=f"{url}rest", protocol_binding="HTTP+JSON", protocol_version=PROTOCOL_VERSION),
+        ],
+        capabilities=AgentCapabilities(
+            streaming=True,
+            push_notifications=False,
+            extensions=[
+                AgentExtension(
+                    uri=EXTENSION_URI,
+                    description="CleverAgents platform methods (_cleveragents/*) and approval payloads",
+                    required=False,
+                    params=params,
+                )
+            ],
+        ),
+        default_input_modes=["text/plain"],
+        default_output_modes=output_modes,
+        skills=[
+            AgentSkill(
+                id=s.id,
+                name=s.name or s.id,
+                description=s.description or s.name or s.id,
+                tags=list(s.tags),
+                examples=list(s.examples),
+            )
+            for s in skills
+        ],
+    )
+
+
+def _extension_params(agent: AgentSpec, project: Project) -> dict[str, Any]:
+    config = project.config
+    params: dict[str, Any] = {
+        "kind": agent.kind,
+        "profile": agent.profile or config.defaults.profile or "",
+    }
+    if isinstance(agent, LlmAgent):
+        model = agent.model or config.defaults.model
+        params["model"] = model.label() if model else "offline"
+        params["tools"] = [_tool_label(t) for t in agent.tools]
+    return params
+
+
+def _tool_label(tool: BuiltinTool | PythonTool | AgentTool | AgentSelector) -> str:
+    if isinstance(tool, BuiltinTool):
+        return tool.builtin
+    if isinstance(tool, PythonTool):
+        return tool.name or tool.function
+    if isinstance(tool, AgentTool):
+        return f"agent:{tool.agent}"
+    return "agents:" + ",".join(tool.agents.tags)
+
+
+def card_to_json(card: AgentCard) -> dict[str, Any]:
+    """The card as A2A v1.0 JSON (camelCase keys)."""
+    result: dict[str, Any] = json_format.MessageToDict(card)
+    return result

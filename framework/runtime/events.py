@@ -1,0 +1,133 @@
+"""The one stream of run events. Every transport translates this stream, nothing else.
+
+    A2A                                   ACP session/update
+    ─────────────────────────────────     ──────────────────────────────
+    TextChunk        artifact chunk       agent_message_chunk
+    ToolCallStarted  status message       tool_call
+    ToolCallFinished status message       tool_call_update
+    StepUpdate       status message       plan (entry status)
+    PlanUpdate       status message       plan
+    UsageUpdate      metadata             (budget display)
+    Paused           input-required       session/request_permission
+    RunFinished      completed / failed   stopReason
+
+``source`` is the path of nested agents that produced an event: ``()`` for the agent
+that was asked, ``("release", "summary")`` for the ``summary`` step of ``release``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+RunState = Literal["completed", "input-required", "failed", "canceled"]
+StepStatus = Literal["pending", "started", "completed", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class TextChunk:
+    text: str
+    source: tuple[str, ...] = ()
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    call_id: str
+    tool: str
+    """The spec name (``fs.read``), not the model-facing one (``fs_read``)."""
+    args: dict[str, Any]
+    source: tuple[str, ...] = ()
+    kind: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallFinished:
+    call_id: str
+    tool: str
+    result: str
+    is_error: bool = False
+    source: tuple[str, ...] = ()
+    kind: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(frozen=True, slots=True)
+class StepUpdate:
+    step: str
+    status: StepStatus
+    title: str = ""
+    step_kind: str = ""
+    source: tuple[str, ...] = ()
+    kind: Literal["step"] = "step"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanEntry:
+    step: str
+    title: str
+    status: StepStatus = "pending"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanUpdate:
+    entries: tuple[PlanEntry, ...]
+    source: tuple[str, ...] = ()
+    kind: Literal["plan"] = "plan"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.model_calls + other.model_calls,
+            self.tool_calls + other.tool_calls,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UsageUpdate:
+    """Cumulative usage of this run so far."""
+
+    usage: Usage
+    kind: Literal["usage"] = "usage"
+
+
+@dataclass(frozen=True, slots=True)
+class Paused:
+    """The run waits for a person: an approval gate or a tool call to approve."""
+
+    interrupt_id: str
+    payload: dict[str, Any]
+    source: tuple[str, ...] = ()
+    kind: Literal["paused"] = "paused"
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    state: RunState
+    output: str = ""
+    error: str = ""
+    usage: Usage = field(default_factory=Usage)
+    kind: Literal["finished"] = "finished"
+
+
+RunEvent = TextChunk | ToolCallStarted | ToolCallFinished | StepUpdate | PlanUpdate | UsageUpdate | Paused | RunFinished
+
+
+def event_to_json(event: RunEvent) -> dict[str, Any]:
+    """A JSON-ready dict (``ca run --json`` prints one per line)."""
+    data = asdict(event)
+    if isinstance(event, UsageUpdate | RunFinished):
+        data["usage"]["total_tokens"] = event.usage.total_tokens
+    return {"kind": data.pop("kind"), **data}

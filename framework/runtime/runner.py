@@ -1,0 +1,202 @@
+"""Runs a compiled graph for one request and turns LangGraph's stream into run events."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command, Interrupt, StreamMode
+
+from framework.compiler.agent import RunContext
+from framework.compiler.bundle import Bundle, final_text
+from framework.errors import CAError, RunError
+from framework.runtime.events import (
+    Paused,
+    PlanEntry,
+    PlanUpdate,
+    RunEvent,
+    RunFinished,
+    StepUpdate,
+    TextChunk,
+    ToolCallFinished,
+    ToolCallStarted,
+    Usage,
+    UsageUpdate,
+)
+
+STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
+
+
+class _Translator:
+    """State kept while translating one run's stream parts into events."""
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.tool_names: dict[str, str] = {}
+        self.streamed_ids: set[str] = set()
+
+    def part(self, part: Mapping[str, Any]) -> list[RunEvent]:
+        kind, data = part["type"], part["data"]
+        source = tuple(segment.rsplit(":", 1)[0] for segment in part.get("ns", ()))
+        if kind == "messages":
+            return self.message(data[0], source)
+        if kind == "updates":
+            return [e for node, update in data.items() for e in self.update(node, update, source)]
+        if kind == "custom" and isinstance(data, dict):
+            return self.custom(data, source)
+        return []
+
+    def message(self, message: BaseMessage, source: tuple[str, ...]) -> list[RunEvent]:
+        if isinstance(message, AIMessageChunk):
+            if message.id:
+                self.streamed_ids.add(message.id)
+            text = message.text
+            return [TextChunk(text, source)] if text else []
+        if isinstance(message, AIMessage) and message.id not in self.streamed_ids and message.text:
+            return [TextChunk(message.text, source)]
+        return []
+
+    def update(self, node: str, update: Any, source: tuple[str, ...]) -> list[RunEvent]:
+        if node == "__interrupt__":
+            return [self.interrupt(i, source) for i in update]
+        messages = update.get("messages", []) if isinstance(update, dict) else []
+        events: list[RunEvent] = []
+        for message in messages if isinstance(messages, list) else [messages]:
+            if isinstance(message, AIMessage):
+                events.extend(self.model_turn(message, source))
+            elif isinstance(message, ToolMessage):
+                name = self.tool_names.get(message.tool_call_id, message.name or "tool")
+                events.append(
+                    ToolCallFinished(message.tool_call_id, name, message.text, message.status == "error", source)
+                )
+        return events
+
+    def model_turn(self, message: AIMessage, source: tuple[str, ...]) -> list[RunEvent]:
+        events: list[RunEvent] = []
+        for call in message.tool_calls:
+            name = _spec_name(call["name"])
+            call_id = call.get("id") or ""
+            self.tool_names[call_id] = name
+            events.append(ToolCallStarted(call_id, name, dict(call.get("args", {})), source))
+        meta = message.usage_metadata
+        if meta is not None:
+            self.usage = self.usage + Usage(
+                meta.get("input_tokens", 0), meta.get("output_tokens", 0), 1, len(message.tool_calls)
+            )
+            events.append(UsageUpdate(self.usage))
+        return events
+
+    @staticmethod
+    def interrupt(item: Interrupt, source: tuple[str, ...]) -> Paused:
+        payload = item.value if isinstance(item.value, dict) else {"message": str(item.value)}
+        return Paused(item.id, payload, source)
+
+    @staticmethod
+    def custom(data: dict[str, Any], source: tuple[str, ...]) -> list[RunEvent]:
+        kind = data.get("ca_event")
+        if kind == "step":
+            return [
+                StepUpdate(
+                    str(data.get("step", "")),
+                    data.get("status", "started"),
+                    str(data.get("title", "")),
+                    str(data.get("kind", "")),
+                    source,
+                )
+            ]
+        if kind == "plan":
+            entries = tuple(
+                PlanEntry(str(e.get("step", "")), str(e.get("title", "")), e.get("status", "pending"))
+                for e in data.get("entries", [])
+            )
+            return [PlanUpdate(entries, source)]
+        return []
+
+
+def _spec_name(model_name: str) -> str:
+    """``fs_read`` -> ``fs.read`` for builtins; other names are already spec names."""
+    from framework.spec.tools import BUILTIN_TOOLS
+
+    for name in BUILTIN_TOOLS:
+        if name.replace(".", "_") == model_name:
+            return name
+    return model_name
+
+
+class Runner:
+    """Runs agents of one Bundle. A conversation is a LangGraph thread (``thread_id``)."""
+
+    def __init__(self, bundle: Bundle) -> None:
+        self.bundle = bundle
+
+    async def run(
+        self,
+        agent: str,
+        text: str | None = None,
+        *,
+        thread_id: str,
+        skill: str | None = None,
+        resume: Any = None,
+    ) -> AsyncIterator[RunEvent]:
+        """Stream the events of one turn: a new message (``text``) or a decision for a pause (``resume``)."""
+        translator = _Translator()
+        try:
+            graph = self.bundle.graph(agent)
+            config: RunnableConfig = {
+                "configurable": {"thread_id": thread_id},
+                "metadata": {"agent": agent},
+            }
+            await self._check_thread(graph, config, agent, thread_id, resuming=resume is not None)
+            if skill is not None:
+                self._check_skill(agent, skill)
+            payload: Any = Command(resume=resume) if resume is not None else {"messages": [HumanMessage(text or "")]}
+            async for part in graph.astream(
+                payload,
+                config,
+                context=RunContext(skill=skill),
+                stream_mode=STREAM_MODES,
+                subgraphs=True,
+                version="v2",
+            ):
+                for event in translator.part(part):
+                    yield event
+            state = await graph.aget_state(config)
+        except CAError as exc:
+            yield RunFinished("failed", error=str(exc), usage=translator.usage)
+            return
+        except Exception as exc:  # the model, a provider, or a step failed: the run fails, the process goes on
+            yield RunFinished("failed", error=f"{type(exc).__name__}: {exc}", usage=translator.usage)
+            return
+        if state.interrupts:
+            yield RunFinished("input-required", usage=translator.usage)
+        else:
+            yield RunFinished("completed", output=final_text(state.values), usage=translator.usage)
+
+    async def _check_thread(
+        self, graph: Any, config: RunnableConfig, agent: str, thread_id: str, *, resuming: bool
+    ) -> None:
+        state = await graph.aget_state(config)
+        owner = (state.metadata or {}).get("agent") if state.metadata else None
+        if owner and owner != agent:
+            raise RunError(f"conversation {thread_id!r} belongs to agent {owner!r}, not {agent!r}")
+        if resuming and not state.interrupts:
+            raise RunError(f"conversation {thread_id!r} is not waiting for a decision")
+        if not resuming and state.interrupts:
+            raise RunError(
+                f"conversation {thread_id!r} is waiting for a decision; answer it before sending a new message"
+            )
+
+    def _check_skill(self, agent: str, skill: str) -> None:
+        from framework.compiler.card import agent_skills
+        from framework.spec.common import did_you_mean
+
+        spec = self.bundle.agent(agent)
+        ids = [s.id for s in agent_skills(spec, self.bundle.project)]
+        if skill not in ids:
+            hint = did_you_mean(skill, ids)
+            raise RunError(
+                f"agent {agent!r} has no skill {skill!r}{f' ({hint})' if hint else ''}; "
+                f"skills: {', '.join(ids) or 'none'}"
+            )
