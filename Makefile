@@ -10,11 +10,13 @@ export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: demo test lint typecheck check bench clean
 
-## demo: install, validate the example project, scaffold a demo project and validate it
+## demo: install, validate the example project, run its agents on the offline model, scaffold a demo project
 demo: $(VENV)/.installed
 	$(BIN)/ca validate .
+	printf 'What is in this project?\n@tool fs.list {"path": "agents"}\n' | $(BIN)/ca run assistant
+	$(BIN)/ca run summarizer "CleverAgents declares agents in YAML and serves them over open protocols."
 	rm -rf .ca/demo && $(BIN)/ca init .ca/demo
-	$(BIN)/ca validate .ca/demo
+	cd .ca/demo && ../../$(BIN)/ca run assistant "hello from a fresh project"
 
 ## test: install (with dev tools) and run the whole test suite
 test: $(VENV)/.installed
@@ -31,6 +33,7 @@ check: lint typecheck test
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/validate.py
+	$(BIN)/python bench/run.py
 
 $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
 	$(UV) sync --frozen --extra dev

@@ -192,12 +192,11 @@ def card(
 ) -> None:
     """Print an agent's A2A Agent Card as JSON."""
     from framework.compiler.bundle import build_bundle
-    from framework.compiler.card import build_card, card_to_json
+    from framework.compiler.card import card_to_json
     from framework.spec import load_project
 
-    loaded = load_project(project)
-    spec = build_bundle(loaded).agent(agent)
-    typer.echo(json.dumps(card_to_json(build_card(spec, loaded, base_url=base_url)), indent=2))
+    bundle = build_bundle(load_project(project), base_url=base_url)
+    typer.echo(json.dumps(card_to_json(bundle.card(agent)), indent=2))
 
 
 def main() -> None:

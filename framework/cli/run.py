@@ -127,12 +127,16 @@ class TerminalView:
         usage = event.usage
         summary = (
             f"[{event.state}] {usage.total_tokens} tokens ({usage.input_tokens} in, {usage.output_tokens} out), "
-            f"{usage.model_calls} model calls, {usage.tool_calls} tool calls · session {session}"
+            f"{_count(usage.model_calls, 'model call')}, {_count(usage.tool_calls, 'tool call')} · session {session}"
         )
         if event.state == "failed":
             self.err.write(f"error: {event.error}\n")
         self.err.write(summary + "\n")
         self.err.flush()
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def _who(source: tuple[str, ...]) -> str:

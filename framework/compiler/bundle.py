@@ -1,8 +1,8 @@
 """The Bundle: everything compiled from one version of a project, immutable and hashable.
 
-Cards are built eagerly (cheap, no model needed). Graphs are compiled on first use,
-so an agent whose model needs a missing key fails when it is run, not when its
-neighbours are. Rebuilding a Bundle is cheap: reload swaps in a new one.
+Graphs and cards are built on first use, so an agent whose model needs a missing
+key fails when it is run, not when its neighbours are, and running an agent never
+pays for a2a's types. Rebuilding a Bundle is cheap: reload swaps in a new one.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from a2a.types import AgentCard
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.graph.state import CompiledStateGraph
@@ -22,7 +21,6 @@ from pydantic import BaseModel, Field
 
 from framework import __version__
 from framework.compiler.agent import compile_llm_agent
-from framework.compiler.card import build_card
 from framework.compiler.models import build_model, model_facing_name
 from framework.compiler.tools import ToolContext, build_tools
 from framework.compiler.workflow import compile_workflow
@@ -31,6 +29,9 @@ from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.common import did_you_mean
 from framework.spec.loader import Project
 from framework.spec.tools import AgentTool
+
+if TYPE_CHECKING:
+    from a2a.types import AgentCard
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
 
@@ -65,10 +66,11 @@ class Bundle:
 
     project: Project
     digest: str
-    cards: Mapping[str, AgentCard]
+    base_url: str | None = None
     checkpointer: Any = field(default=None, repr=False)
     environ: Mapping[str, str] | None = field(default=None, repr=False)
     _graphs: dict[tuple[str, bool], Graph] = field(default_factory=dict, repr=False)
+    _cards: dict[str, AgentCard] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __hash__(self) -> int:
@@ -88,6 +90,15 @@ class Bundle:
             known = ", ".join(sorted(self.project.agents)) or "none"
             raise RunError(f"agent {name!r} not found{f' ({hint})' if hint else ''}; agents: {known}")
         return self.project.agents[name]
+
+    def card(self, name: str) -> AgentCard:
+        """The Agent Card of ``name`` (built on first use: a2a's types are not needed to run)."""
+        with self._lock:
+            if name not in self._cards:
+                from framework.compiler.card import build_card
+
+                self._cards[name] = build_card(self.agent(name), self.project, base_url=self.base_url)
+            return self._cards[name]
 
     def graph(self, name: str, *, nested: bool = False) -> Graph:
         """The compiled graph of an agent (with the checkpointer; ``nested`` graphs inherit their caller's)."""
@@ -177,8 +188,7 @@ def build_bundle(
     environ: Mapping[str, str] | None = None,
     base_url: str | None = None,
 ) -> Bundle:
-    """Compile a loaded project. Graphs compile lazily on first use; cards now."""
-    cards = {name: build_card(agent, project, base_url=base_url) for name, agent in project.agents.items()}
+    """Compile a loaded project. Graphs and cards are built on first use."""
     return Bundle(
-        project=project, digest=project_digest(project), cards=cards, checkpointer=checkpointer, environ=environ
+        project=project, digest=project_digest(project), base_url=base_url, checkpointer=checkpointer, environ=environ
     )

@@ -40,9 +40,8 @@ class BuiltinTool(Spec):
             suggestion = did_you_mean(value, BUILTIN_TOOLS)
             raise fail(
                 "tool",
-                "unknown builtin tool {value!r}{suggestion}; builtins are {names}",
+                "unknown builtin tool {value!r}; builtins are {names}",
                 value=value,
-                suggestion=f" ({suggestion})" if suggestion else "",
                 names=", ".join(BUILTIN_TOOLS),
                 hint=suggestion,
             )
@@ -121,8 +120,11 @@ class AgentSelector(Spec):
 
 
 def _tool_kind(value: Any) -> str | None:
-    if isinstance(value, str):
+    """The union member for raw YAML data (validation) or a model instance (serialisation)."""
+    if isinstance(value, str | BuiltinTool):
         return "builtin"
+    if isinstance(value, PythonTool | AgentTool | AgentSelector):
+        return {PythonTool: "python", AgentTool: "agent", AgentSelector: "agents"}[type(value)]
     if isinstance(value, dict):
         for key in ("python", "agent", "agents"):
             if key in value:

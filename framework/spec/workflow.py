@@ -98,11 +98,24 @@ _STEP_KEYS = ("agent", "tool", "gate", "parallel", "router", "loop")
 
 
 def _step_kind(value: Any) -> str | None:
+    """The union member for raw YAML data (validation) or a model instance (serialisation)."""
+    if isinstance(value, Spec):
+        return _STEP_CLASSES.get(type(value))
     if isinstance(value, dict):
         for key in _STEP_KEYS:
             if key in value:
                 return key
     return None
+
+
+_STEP_CLASSES: dict[type[Spec], str] = {
+    AgentStep: "agent",
+    ToolStep: "tool",
+    GateStep: "gate",
+    ParallelStep: "parallel",
+    RouterStep: "router",
+    LoopStep: "loop",
+}
 
 
 Step = Annotated[

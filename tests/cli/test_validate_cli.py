@@ -37,8 +37,9 @@ def test_invalid_project_prints_every_error_with_source_and_caret(make_project: 
     assert "    at: instuctions\n    hint: did you mean 'instructions'?" in err
     assert "agents/a.yaml:3:22: error: value -5 is out of range: must be >= 1" in err
     assert (
-        "agents/b.yaml:2:9: error: unknown builtin tool 'fs.reed' (did you mean 'fs.read'?); "
+        "agents/b.yaml:2:9: error: unknown builtin tool 'fs.reed'; "
         "builtins are fs.read, fs.write, fs.list, fs.search, shell, http.get\n    tools: [fs.reed]\n            ^\n"
+        "    at: tools[0]\n    hint: did you mean 'fs.read'?\n"
     ) in err
     assert err.rstrip().endswith("invalid: 3 errors")
 
