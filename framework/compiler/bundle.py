@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from framework.compiler.workflow import compile_workflow
 from framework.errors import RunError
 from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.common import did_you_mean
+from framework.spec.interpolate import load_dotenv
 from framework.spec.loader import Project
 from framework.spec.tools import AgentTool
 
@@ -188,7 +190,13 @@ def build_bundle(
     environ: Mapping[str, str] | None = None,
     base_url: str | None = None,
 ) -> Bundle:
-    """Compile a loaded project. Graphs and cards are built on first use."""
+    """Compile a loaded project. Graphs and cards are built on first use.
+
+    ``environ`` is where API keys are looked up: by default the process environment
+    over the project's ``.env``.
+    """
+    if environ is None:
+        environ = {**load_dotenv(project.root), **os.environ}
     return Bundle(
         project=project, digest=project_digest(project), base_url=base_url, checkpointer=checkpointer, environ=environ
     )

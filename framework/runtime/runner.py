@@ -26,6 +26,7 @@ from framework.runtime.events import (
     UsageUpdate,
 )
 
+_PROVIDER_PACKAGES = {"openai", "anthropic", "httpx", "httpcore", "ollama", "langchain_openai", "langchain_anthropic"}
 STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
 
 
@@ -167,7 +168,7 @@ class Runner:
             yield RunFinished("failed", error=str(exc), usage=translator.usage)
             return
         except Exception as exc:  # the model, a provider, or a step failed: the run fails, the process goes on
-            yield RunFinished("failed", error=f"{type(exc).__name__}: {exc}", usage=translator.usage)
+            yield RunFinished("failed", error=self._describe(agent, exc), usage=translator.usage)
             return
         if state.interrupts:
             yield RunFinished("input-required", usage=translator.usage)
@@ -187,6 +188,19 @@ class Runner:
             raise RunError(
                 f"conversation {thread_id!r} is waiting for a decision; answer it before sending a new message"
             )
+
+    def _describe(self, agent: str, exc: Exception) -> str:
+        """One line for a failure that is not ours: name the model and server when a provider failed."""
+        text = f"{type(exc).__name__}: {exc}"
+        package = type(exc).__module__.split(".")[0]
+        if package not in _PROVIDER_PACKAGES:
+            return text
+        spec = self.bundle.project.agents.get(agent)
+        model = getattr(spec, "model", None) or self.bundle.project.config.defaults.model
+        if model is None:
+            return f"model call failed: {text}"
+        where = f" at {model.base_url}" if model.base_url else ""
+        return f"model call failed for agent {agent!r} ({model.label()}{where}): {text}"
 
     def _check_skill(self, agent: str, skill: str) -> None:
         from framework.compiler.card import agent_skills

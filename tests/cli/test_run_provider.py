@@ -1,0 +1,132 @@
+"""A real provider integration (langchain-openai) against a local OpenAI-compatible server.
+
+The server is the edge we do not own, so it is the one thing faked here: a small
+Starlette app on loopback that streams a chat completion the way OpenAI does.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.cli.test_run import events
+from tests.conftest import ProjectFactory, run_ca
+
+REPLY = "Hello from the fake provider"
+
+
+def _chunk(delta: dict[str, object], finish: str | None = None) -> str:
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "fake-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return f"data: {json.dumps(body)}\n\n"
+
+
+async def completions(request: Request) -> Response:
+    body = await request.json()
+    request.app.state.requests.append(body)
+    if not body.get("stream"):
+        return JSONResponse(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "fake-model",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": REPLY}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16},
+            }
+        )
+
+    async def stream() -> AsyncIterator[str]:
+        yield _chunk({"role": "assistant", "content": ""})
+        for word in REPLY.split(" "):
+            yield _chunk({"content": word + " "})
+        yield _chunk({}, "stop")
+        usage = {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16}
+        yield f"data: {json.dumps({'id': 'chatcmpl-1', 'object': 'chat.completion.chunk', 'created': 0, 'model': 'fake-model', 'choices': [], 'usage': usage})}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[tuple[str, list[dict[str, object]]]]:
+    app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+    app.state.requests = []
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}/v1", app.state.requests
+    server.should_exit = True
+    thread.join(timeout=5)
+
+
+def _project(make_project: ProjectFactory, base_url: str) -> Path:
+    return make_project(
+        {
+            "agents/remote.yaml": f"""
+                name: remote
+                instructions: Be brief.
+                model:
+                  provider: openai
+                  name: fake-model
+                  base_url: {base_url}
+                  api_key_env: FAKE_PROVIDER_KEY
+                  params: {{max_retries: 0, timeout: 5}}
+            """
+        }
+    )
+
+
+def test_openai_compatible_server_streams_through_ca_run(
+    make_project: ProjectFactory, fake_openai: tuple[str, list[dict[str, object]]]
+) -> None:
+    url, requests = fake_openai
+    root = _project(make_project, url)
+    result = run_ca("run", "remote", "hi there", "--json", cwd=root, env={"FAKE_PROVIDER_KEY": "sk-test"})
+    assert result.returncode == 0, result.stderr
+    evs = events(result.stdout)
+    assert "".join(e["text"] for e in evs if e["kind"] == "text").strip() == REPLY
+    assert evs[-1]["state"] == "completed"
+    sent = requests[0]
+    assert sent["model"] == "fake-model"
+    assert sent["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert sent["messages"][-1]["content"] == "hi there"
+
+
+def test_unreachable_model_server_is_one_clear_error(make_project: ProjectFactory) -> None:
+    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    root = _project(make_project, url)
+    started = time.monotonic()
+    result = run_ca("run", "remote", "hi", cwd=root, env={"FAKE_PROVIDER_KEY": "sk-test"})
+    assert time.monotonic() - started < 30
+    assert result.returncode == 1
+    assert f"model call failed for agent 'remote' (openai:fake-model at {url}): " in result.stderr
+    assert "ConnectionError: Connection error." in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "sk-test" not in result.stderr
