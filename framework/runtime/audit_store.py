@@ -1,0 +1,198 @@
+"""The tables behind the audit log, and the one transaction that appends to them.
+
+    audit       seq INTEGER PRIMARY KEY, ts, kind, source, task_id, conversation_id, agent,
+                data (canonical JSON text), prev_hash, hash; indexed on task_id and conversation_id
+    audit_head  one row (id = 1): the seq and hash of the last record appended
+
+Appends are serialised: the head row is read and rewritten in the same transaction as the
+insert. On SQLite that transaction starts with ``BEGIN IMMEDIATE`` (the write lock is taken
+before the head is read, so two processes can never both extend the same head); on other
+databases the head row is read ``FOR UPDATE``. Within a process a lock orders the threads,
+so they queue instead of spinning on SQLite's busy handler.
+
+The store knows rows, not hashes: the caller builds each row from the seq and prev_hash it is
+given while the lock is held (see :mod:`framework.runtime.audit`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    Connection,
+    Engine,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    insert,
+    make_url,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from framework.errors import UsageError
+
+GENESIS = "0" * 64
+"""The prev_hash of the first record, and the head of an empty log."""
+
+BUSY_TIMEOUT_S = 30.0
+_HEAD_ID = 1
+_IMMEDIATE = "ca_immediate"
+# The audit log uses a sync engine (run in a thread by the async facade); a URL written for an
+# async engine, e.g. the task store's, is mapped to the sync driver of the same database.
+_SYNC_DRIVERS = {
+    "sqlite+aiosqlite": "sqlite",
+    "postgresql+asyncpg": "postgresql+psycopg",
+    "postgresql+psycopg_async": "postgresql+psycopg",
+}
+
+Row = dict[str, Any]
+
+metadata = MetaData()
+audit_table = Table(
+    "audit",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("ts", String(32), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("task_id", String(255), nullable=False),
+    Column("conversation_id", String(255), nullable=False),
+    Column("agent", String(255), nullable=False),
+    Column("data", Text, nullable=False),
+    Column("prev_hash", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+    Index("ix_audit_task_id", "task_id"),
+    Index("ix_audit_conversation_id", "conversation_id"),
+)
+head_table = Table(
+    "audit_head",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("seq", Integer, nullable=False),
+    Column("hash", String(64), nullable=False),
+)
+
+
+def _sync_url(url: str) -> URL:
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        scheme = url.split("://", 1)[0] if "://" in url else url[:20]
+        raise UsageError(f"audit store: {scheme!r}… is not a database URL (e.g. 'sqlite:///path/audit.db')") from exc
+    sync = _SYNC_DRIVERS.get(parsed.drivername)
+    return parsed.set(drivername=sync) if sync else parsed
+
+
+def _create_engine(url: str) -> Engine:
+    parsed = _sync_url(url)
+    shown = parsed.render_as_string(hide_password=True)
+    if parsed.get_backend_name() != "sqlite":
+        try:
+            return create_engine(parsed, pool_pre_ping=True)
+        except NoSuchModuleError as exc:
+            raise UsageError(f"audit store {shown!r}: unknown database {parsed.drivername!r}") from exc
+        except ImportError as exc:
+            raise UsageError(f"audit store {shown!r}: its database driver is not installed ({exc})") from exc
+    if parsed.database in (None, "", ":memory:"):
+        raise UsageError(f"audit store {shown!r}: an in-memory SQLite database cannot be shared; give a file path")
+    engine = create_engine(parsed, connect_args={"timeout": BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event, not pysqlite, decide how a transaction starts.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        immediate = conn.get_execution_options().get(_IMMEDIATE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class AuditStore:
+    """One database holding the ``audit`` and ``audit_head`` tables; safe to share between threads."""
+
+    def __init__(self, url: str) -> None:
+        self._engine = _create_engine(url)
+        self._lock = threading.Lock()
+        self._setup()
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[Connection]:
+        with self._lock, self._engine.connect() as conn:
+            conn.execution_options(**{_IMMEDIATE: write})
+            with conn.begin():
+                yield conn
+
+    def _setup(self) -> None:
+        with self._transaction(write=True) as conn:
+            if conn.dialect.name == "postgresql":  # replicas starting together must not race on CREATE TABLE
+                conn.execute(text("SELECT pg_advisory_xact_lock(7412290141)"))
+            metadata.create_all(conn)
+            if conn.execute(select(head_table.c.id)).first() is None:
+                last = conn.execute(
+                    select(audit_table.c.seq, audit_table.c.hash).order_by(audit_table.c.seq.desc()).limit(1)
+                ).first()
+                seq, hash_ = (last.seq, last.hash) if last else (0, GENESIS)
+                conn.execute(insert(head_table).values(id=_HEAD_ID, seq=seq, hash=hash_))
+
+    def append(self, build: Callable[[int, str], Row]) -> Row:
+        """Insert ``build(seq, prev_hash)`` as the next row, extending the head in the same transaction."""
+        with self._transaction(write=True) as conn:
+            head = conn.execute(
+                select(head_table.c.seq, head_table.c.hash).where(head_table.c.id == _HEAD_ID).with_for_update()
+            ).one()
+            row = build(head.seq + 1, head.hash)
+            conn.execute(insert(audit_table).values(**row))
+            conn.execute(update(head_table).where(head_table.c.id == _HEAD_ID).values(seq=row["seq"], hash=row["hash"]))
+        return row
+
+    def select(
+        self,
+        *,
+        task_id: str | None = None,
+        conversation_id: str | None = None,
+        kind: str | None = None,
+        since_seq: int | None = None,
+        limit: int = 1000,
+    ) -> list[Row]:
+        """Rows in seq order, filtered by every criterion given; ``since_seq`` is exclusive."""
+        query = select(audit_table).order_by(audit_table.c.seq).limit(limit)
+        if task_id is not None:
+            query = query.where(audit_table.c.task_id == task_id)
+        if conversation_id is not None:
+            query = query.where(audit_table.c.conversation_id == conversation_id)
+        if kind is not None:
+            query = query.where(audit_table.c.kind == kind)
+        if since_seq is not None:
+            query = query.where(audit_table.c.seq > since_seq)
+        with self._transaction(write=False) as conn:
+            return [dict(row) for row in conn.execute(query).mappings()]
+
+    def head(self) -> tuple[int, str] | None:
+        """The (seq, hash) the last append left in ``audit_head``; None if that row was removed."""
+        with self._transaction(write=False) as conn:
+            row = conn.execute(select(head_table.c.seq, head_table.c.hash).where(head_table.c.id == _HEAD_ID)).first()
+        return (row.seq, row.hash) if row else None
+
+    def close(self) -> None:
+        """Close every pooled connection (SQLite then folds its WAL back into the file)."""
+        self._engine.dispose()

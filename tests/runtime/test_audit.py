@@ -1,0 +1,326 @@
+"""The audit log: round trips, the hash chain, tamper detection on the raw file, concurrency, masking."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from framework.errors import UsageError
+from framework.runtime.audit import AuditLog, AuditRecord, VerifyResult, format_record, record_hash
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "sk-live-0123456789abcdef"
+
+
+def db_file(root: Path) -> Path:
+    return root / ".ca" / "audit.db"
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[AuditLog]:
+    audit = AuditLog.open(tmp_path)
+    yield audit
+    audit.close()
+
+
+def fill(root: Path, n: int = 10) -> None:
+    """Write ``n`` records to the project's log and close it, leaving the file for raw SQL."""
+    with AuditLog.open(root) as audit:
+        for i in range(n):
+            audit.append("tool.call", source="cli", task_id=f"t{i % 3}", agent="helper", data={"i": i})
+
+
+def raw_sql(root: Path, *statements: str) -> None:
+    with sqlite3.connect(db_file(root)) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def verify(root: Path) -> list[str]:
+    with AuditLog.open(root) as audit:
+        result = audit.verify()
+    assert result.ok is (not result.problems)
+    return result.problems
+
+
+# -- records and queries ----------------------------------------------------------------------------
+
+
+def test_append_returns_the_record_as_stored_and_query_reads_it_back(log: AuditLog) -> None:
+    record = log.append(
+        "tool.call", source="a2a-http", task_id="t1", conversation_id="c1", agent="helper", data={"tool": "fs.read"}
+    )
+    assert (record.seq, record.kind, record.source, record.task_id) == (1, "tool.call", "a2a-http", "t1")
+    assert (record.conversation_id, record.agent, record.data) == ("c1", "helper", {"tool": "fs.read"})
+    assert record.ts.endswith("+00:00") and len(record.ts.split(".")[1]) == len("123456+00:00")
+    assert log.query() == [record]
+
+
+def test_the_hash_is_sha256_of_the_canonical_json_of_every_other_field(log: AuditLog) -> None:
+    first = log.append("decision", source="cli", task_id="t", data={"b": "é", "a": [1, 2]})
+    second = log.append("decision", source="cli", task_id="t")
+    fields = {k: v for k, v in first.__dict__.items() if k != "hash"}
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert first.hash == hashlib.sha256(canonical.encode()).hexdigest()
+    assert first.prev_hash == "0" * 64
+    assert second.prev_hash == first.hash
+
+
+def test_query_filters_by_task_conversation_kind_and_seq(log: AuditLog) -> None:
+    for i in range(6):
+        log.append("tool.call" if i % 2 else "decision", source="acp", task_id=f"t{i % 3}", conversation_id=f"c{i % 2}")
+    assert [r.seq for r in log.query(task_id="t0")] == [1, 4]
+    assert [r.seq for r in log.query(conversation_id="c1")] == [2, 4, 6]
+    assert [r.seq for r in log.query(kind="decision", conversation_id="c0")] == [1, 3, 5]
+    assert [r.seq for r in log.query(since_seq=4)] == [5, 6]
+    assert [r.seq for r in log.query(limit=2)] == [1, 2]
+
+
+def test_data_that_json_cannot_represent_is_stored_as_text(log: AuditLog) -> None:
+    record = log.append("tool.call", source="cli", task_id="t", data={"path": Path("/x"), "args": (1, 2)})
+    assert record.data == {"path": "/x", "args": [1, 2]}
+    assert log.verify().ok
+
+
+def test_an_unknown_source_is_refused(log: AuditLog) -> None:
+    with pytest.raises(ValueError, match="unknown audit source 'http'"):
+        log.append("tool.call", source="http", task_id="t")  # type: ignore[arg-type]
+
+
+def test_a_record_survives_reopening_the_store(tmp_path: Path) -> None:
+    with AuditLog.open(tmp_path) as first:
+        written = first.append("task.state", source="a2a-stdio", task_id="t", data={"state": "working"})
+    with AuditLog.open(tmp_path) as second:
+        assert second.query() == [written]
+        assert second.append("task.state", source="a2a-stdio", task_id="t").prev_hash == written.hash
+        assert second.verify().ok
+
+
+def test_a_sqlalchemy_url_opens_the_same_log_as_the_project_root(tmp_path: Path) -> None:
+    fill(tmp_path, 2)
+    with AuditLog.open(f"sqlite:///{db_file(tmp_path)}") as by_url:
+        assert len(by_url.query()) == 2
+    with AuditLog.open(f"sqlite+aiosqlite:///{db_file(tmp_path)}") as by_async_url:
+        assert by_async_url.verify().checked == 2
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("a b://c", "'a b'… is not a database URL"),
+        ("nonsense://", "unknown database 'nonsense'"),
+        ("postgresql://user:hunter22@db/ca", "'postgresql://user:***@db/ca': its database driver is not installed"),
+    ],
+)
+def test_a_url_that_cannot_be_opened_is_a_usage_error_without_its_password(url: str, message: str) -> None:
+    if "postgresql" in url and importlib.util.find_spec("psycopg") is not None:
+        pytest.skip("psycopg is installed")
+    with pytest.raises(UsageError, match=re.escape(message)):
+        AuditLog.open(url)
+
+
+def test_format_record_is_one_line_with_long_values_shortened() -> None:
+    record = AuditRecord(
+        seq=7,
+        ts="2025-01-02T03:04:05.000006+00:00",
+        kind="tool.call",
+        source="cli",
+        task_id="t1",
+        conversation_id="",
+        agent="helper",
+        data={"tool": "shell", "cmd": "echo " + "x" * 100, "args": {"n": 1}},
+        prev_hash="0" * 64,
+        hash="f" * 64,
+    )
+    line = format_record(record, width=20)
+    assert line == (
+        '7 2025-01-02T03:04:05.000006+00:00 cli tool.call task=t1 agent=helper args={"n":1} '
+        'cmd="echo xxxxxxxxxxxxxx…" tool=shell'
+    )
+
+
+# -- the chain ----------------------------------------------------------------------------------------
+
+
+def test_the_chain_verifies_after_100_appends(log: AuditLog) -> None:
+    for i in range(100):
+        log.append("budget", source="agent-call", task_id="t", data={"tokens": i})
+    result = log.verify()
+    assert (result.ok, result.checked, result.problems) == (True, 100, [])
+    assert result.head_hash == log.query(since_seq=99)[0].hash
+
+
+def test_an_empty_log_verifies(log: AuditLog) -> None:
+    assert log.verify() == VerifyResult(ok=True, checked=0, problems=[], head_hash="0" * 64)
+
+
+def test_an_edited_record_is_detected(tmp_path: Path) -> None:
+    fill(tmp_path)
+    raw_sql(tmp_path, """UPDATE audit SET data = '{"i":999}' WHERE seq = 5""")
+    assert verify(tmp_path) == ["record 5 was edited: its hash does not match its content"]
+
+
+def test_an_edited_record_with_a_recomputed_hash_breaks_the_next_link(tmp_path: Path) -> None:
+    fill(tmp_path)
+    with AuditLog.open(tmp_path) as audit:
+        original = audit.query(since_seq=4, limit=1)[0]
+    forged = AuditRecord(**{**original.__dict__, "data": {"i": 999}})
+    forged_hash = record_hash(forged)
+    raw_sql(tmp_path, f"""UPDATE audit SET data = '{{"i":999}}', hash = '{forged_hash}' WHERE seq = 5""")
+    assert verify(tmp_path) == [
+        "record 6 does not follow record 5: prev_hash mismatch — a record was deleted or reordered"
+    ]
+
+
+def test_a_deleted_record_is_detected(tmp_path: Path) -> None:
+    fill(tmp_path)
+    raw_sql(tmp_path, "DELETE FROM audit WHERE seq IN (5, 6)")
+    assert verify(tmp_path) == [
+        "records 5–6 are missing",
+        "record 7 does not follow record 4: prev_hash mismatch — a record was deleted or reordered",
+    ]
+
+
+def test_two_swapped_records_are_detected(tmp_path: Path) -> None:
+    fill(tmp_path)
+    raw_sql(
+        tmp_path,
+        "UPDATE audit SET seq = -1 WHERE seq = 5",
+        "UPDATE audit SET seq = 5 WHERE seq = 6",
+        "UPDATE audit SET seq = 6 WHERE seq = -1",
+    )
+    problems = verify(tmp_path)
+    assert "record 5 was edited: its hash does not match its content" in problems
+    assert "record 6 was edited: its hash does not match its content" in problems
+    assert "record 7 does not follow record 6: prev_hash mismatch — a record was deleted or reordered" in problems
+
+
+def test_a_truncated_tail_is_detected_by_the_head(tmp_path: Path) -> None:
+    fill(tmp_path)
+    raw_sql(tmp_path, "DELETE FROM audit WHERE seq > 7")
+    assert verify(tmp_path) == ["records 8–10 are missing at the end: the head says 10 — the log was truncated"]
+
+
+def test_appending_after_a_truncation_keeps_the_gap_visible(tmp_path: Path) -> None:
+    fill(tmp_path)
+    raw_sql(tmp_path, "DELETE FROM audit WHERE seq > 7")
+    with AuditLog.open(tmp_path) as audit:
+        assert audit.append("decision", source="cli", task_id="t").seq == 11
+    assert verify(tmp_path) == [
+        "records 8–10 are missing",
+        "record 11 does not follow record 7: prev_hash mismatch — a record was deleted or reordered",
+    ]
+
+
+def test_a_replaced_last_record_is_detected_by_the_head(tmp_path: Path) -> None:
+    fill(tmp_path)
+    with AuditLog.open(tmp_path) as audit:
+        last = audit.query(since_seq=9)[0]
+    forged_hash = record_hash(AuditRecord(**{**last.__dict__, "data": {"i": 0}}))
+    raw_sql(tmp_path, f"""UPDATE audit SET data = '{{"i":0}}', hash = '{forged_hash}' WHERE seq = 10""")
+    assert verify(tmp_path) == ["record 10 does not match the head hash: the last record was replaced"]
+
+
+def test_truncation_with_a_rewritten_head_needs_an_outside_anchor(tmp_path: Path) -> None:
+    """The documented limit: whoever rewrites audit_head too can hide a truncation from the chain."""
+    fill(tmp_path)
+    with AuditLog.open(tmp_path) as audit:
+        anchored = audit.verify().head_hash
+        seventh = audit.query(since_seq=6, limit=1)[0]
+    raw_sql(
+        tmp_path,
+        "DELETE FROM audit WHERE seq > 7",
+        f"UPDATE audit_head SET seq = 7, hash = '{seventh.hash}'",
+    )
+    with AuditLog.open(tmp_path) as audit:
+        result = audit.verify()
+    assert result.ok
+    assert result.head_hash != anchored  # only the copy kept elsewhere shows it
+
+
+# -- concurrency -----------------------------------------------------------------------------------
+
+
+def test_concurrent_appends_from_four_asyncio_tasks_form_one_chain(log: AuditLog) -> None:
+    async def writer(name: str) -> None:
+        for i in range(50):
+            await log.aappend("tool.call", source="a2a-http", task_id=name, data={"i": i})
+
+    async def main() -> list[int]:
+        await asyncio.gather(*(writer(f"task{n}") for n in range(4)))
+        return [len(await log.aquery(task_id=f"task{n}")) for n in range(4)]
+
+    assert asyncio.run(main()) == [50, 50, 50, 50]
+    result = log.verify()
+    assert (result.ok, result.checked) == (True, 200)
+    assert [r.seq for r in log.query()] == list(range(1, 201))
+
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from framework.runtime.audit import AuditLog
+
+root, name = Path(sys.argv[1]), sys.argv[2]
+with AuditLog.open(root) as audit:
+    (root / f"ready-{name}").touch()
+    while not (root / "go").exists():
+        time.sleep(0.005)
+    for i in range(50):
+        audit.append("tool.call", source="a2a-stdio", task_id=name, data={"i": i})
+        time.sleep(0.002)  # let the other process in between appends, so the two really interleave
+"""
+
+
+def test_concurrent_appends_from_two_processes_form_one_chain(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), f"p{n}"], env=env, stderr=subprocess.PIPE)
+        for n in range(2)
+    ]
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-p{n}").exists() for n in range(2)):
+        assert all(p.poll() is None for p in procs), [p.communicate()[1] for p in procs]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    (tmp_path / "go").touch()
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+    with AuditLog.open(tmp_path) as audit:
+        result = audit.verify()
+        assert (result.ok, result.checked) == (True, 100)
+        assert [len(audit.query(task_id=f"p{n}")) for n in range(2)] == [50, 50]
+
+
+# -- secrets ---------------------------------------------------------------------------------------
+
+
+def test_secrets_are_masked_before_storage(tmp_path: Path) -> None:
+    data = {"cmd": f"curl -H 'Authorization: Bearer {SECRET}'", "nested": [{"env": {"KEY": SECRET}}], SECRET: 1}
+    with AuditLog.open(tmp_path, secrets=[SECRET]) as audit:
+        record = audit.append("tool.call", source="cli", task_id="t", agent=f"a-{SECRET}", data=data)
+        assert audit.verify().ok
+    assert record.data == {"cmd": "curl -H 'Authorization: Bearer ***'", "nested": [{"env": {"KEY": "***"}}], "***": 1}
+    assert record.agent == "a-***"
+    stored = b"".join(p.read_bytes() for p in (tmp_path / ".ca").glob("audit.db*"))
+    assert b"Bearer ***" in stored
+    assert SECRET.encode() not in stored
+
+
+def test_the_longest_secret_is_masked_first_and_short_values_are_left_alone(tmp_path: Path) -> None:
+    with AuditLog.open(tmp_path, secrets=["hunter22", "hunter22-extra", "no"]) as audit:
+        record = audit.append("decision", source="cli", task_id="t", data={"a": "hunter22-extra hunter22 no"})
+    assert record.data == {"a": "*** *** no"}
