@@ -199,6 +199,108 @@ def card(
     typer.echo(json.dumps(card_to_json(bundle.card(agent)), indent=2))
 
 
+tasks_app = typer.Typer(help="Tasks of a project: what ran, what waits for a decision.", no_args_is_help=True)
+app.add_typer(tasks_app, name="tasks")
+
+
+@tasks_app.command("list")
+def tasks_list(
+    pending: Annotated[bool, typer.Option("--pending", help="Only tasks waiting for a decision.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the tasks as JSON.")] = False,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10000, help="At most this many, newest first.")] = 50,
+    project: ProjectOpt = Path(),
+) -> None:
+    """List tasks, newest first, with what each paused task is waiting for."""
+    import dataclasses
+
+    from framework.runtime.tasks import TaskStore
+    from framework.spec import load_project
+
+    store = TaskStore.open(load_project(project).root)
+    try:
+        tasks = store.list(pending_only=pending, limit=limit)
+    finally:
+        store.close()
+    if as_json:
+        typer.echo(json.dumps([dataclasses.asdict(t) for t in tasks], indent=2))
+        return
+    if not tasks:
+        typer.echo("no tasks waiting for a decision" if pending else "no tasks yet")
+        return
+    for task in tasks:
+        typer.echo(
+            f"{task.id[:12]}  {task.state:<15} {task.agent:<16} {task.updated_at[:19]}  session {task.conversation}"
+        )
+        for waiting in task.pending:
+            expired = " (expired)" if waiting.expired() else ""
+            typer.echo(f"    waiting: {waiting.payload.get('message', waiting.payload.get('kind'))}{expired}")
+
+
+@app.command()
+def approve(
+    task: Annotated[str, typer.Argument(help="The task id (or a unique prefix), from `ca tasks list`.")],
+    reject: Annotated[bool, typer.Option("--reject", help="Reject instead of approving.")] = False,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (the agent sees it when rejected).")] = None,
+    always: Annotated[bool, typer.Option("--always", help="Approve, and always allow this tool here.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the resumed run's events as JSON lines.")] = False,
+    project: ProjectOpt = Path(),
+) -> None:
+    """Decide on a task waiting for approval, then run it on from there (in this process).
+
+    Exit codes as for `ca run`.
+    """
+    import asyncio
+
+    from framework.cli.run import approve_command
+
+    if reject and always:
+        raise typer.BadParameter("--reject and --always contradict each other")
+    choice = "reject" if reject else ("always" if always else "approve")
+    code = asyncio.run(approve_command(project, task, {"decision": choice, "reason": reason}, as_json))
+    raise typer.Exit(code)
+
+
+@app.command()
+def audit(
+    task: Annotated[str | None, typer.Option("--task", help="Only this task's records.")] = None,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Check the hash chain; exit 1 if it was tampered with.")
+    ] = False,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many records.")] = 1000,
+    project: ProjectOpt = Path(),
+) -> None:
+    """Print the audit log (every task transition, tool call, decision, denial, budget and contract event)."""
+    from framework.runtime.audit import AuditLog, format_record
+    from framework.runtime.tasks import TaskStore
+    from framework.spec import load_project
+
+    root = load_project(project).root
+    log = AuditLog.open(root)
+    try:
+        if verify:
+            result = log.verify()
+            for problem in result.problems:
+                typer.echo(problem, err=True)
+            if not result.ok:
+                typer.echo(
+                    f"audit log TAMPERED: {len(result.problems)} problem(s) in {result.checked} records", err=True
+                )
+                raise typer.Exit(1)
+            typer.echo(f"audit log ok: {result.checked} records, head {result.head_hash}")
+            return
+        task_id = None
+        if task:
+            store = TaskStore.open(root)
+            try:
+                task_id = store.get(task).id
+            finally:
+                store.close()
+        for record in log.query(task_id=task_id, limit=limit):
+            typer.echo(format_record(record))
+    finally:
+        log.close()
+
+
 def main() -> None:
     """Console entry point: maps the error tree to messages and exit codes; no tracebacks for users.
 

@@ -148,60 +148,119 @@ def _preview(text: str, limit: int = 120) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def ask_gate(payload: dict[str, Any]) -> dict[str, Any] | None:
-    """Ask the person at the terminal; None when there is no terminal to ask."""
+def ask(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """Ask the person at the terminal about a pause; None when there is no terminal to ask.
+
+    Tool approvals offer approve / reject (with a reason the model sees) / edit the
+    arguments / always allow this tool in the conversation; gates and budget
+    extensions offer approve / reject.
+    """
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         return None
-    sys.stderr.write(f"\n{payload.get('message', 'Continue?')}\napprove? [y/N] ")
-    sys.stderr.flush()
-    answer = sys.stdin.readline().strip().lower()
-    if answer in ("y", "yes"):
-        return {"approved": True, "reason": None}
-    sys.stderr.write("reason (optional): ")
-    sys.stderr.flush()
-    return {"approved": False, "reason": sys.stdin.readline().strip() or None}
+    err = sys.stderr
+    err.write(f"\n{payload.get('message', 'Continue?')}\n")
+    if payload.get("reason"):
+        err.write(f"  ({payload['reason']})\n")
+    full = payload.get("kind") == "approval"
+    choices = "[a]pprove, [r]eject, [e]dit arguments, a[l]ways allow" if full else "[a]pprove, [r]eject"
+    while True:
+        err.write(f"{choices}? ")
+        err.flush()
+        answer = sys.stdin.readline()
+        if not answer:
+            return None
+        key = answer.strip().lower()[:1]
+        if key in ("a", "y"):
+            return {"decision": "approve"}
+        if key == "l" and full:
+            return {"decision": "always"}
+        if key in ("r", "n"):
+            err.write("reason (the agent sees it): ")
+            err.flush()
+            return {"decision": "reject", "reason": sys.stdin.readline().strip() or None}
+        if key == "e" and full:
+            err.write(f"new arguments as JSON [{json.dumps(payload.get('args', {}))}]: ")
+            err.flush()
+            text = sys.stdin.readline().strip()
+            try:
+                args = json.loads(text) if text else payload.get("args", {})
+            except json.JSONDecodeError as exc:
+                err.write(f"not JSON ({exc.msg}); try again\n")
+                continue
+            if isinstance(args, dict):
+                return {"decision": "edit", "args": args}
+            err.write("the arguments must be a JSON object; try again\n")
+
+
+async def stream_events(events: Any, view: TerminalView, as_json: bool) -> tuple[RunFinished, list[Paused]]:
+    """Print a run's events; return how it finished and what it paused for."""
+    finished: RunFinished | None = None
+    pauses: list[Paused] = []
+    if not as_json:
+        view.start_waiting()
+    async for event in events:
+        if as_json:
+            print(json.dumps(event_to_json(event), ensure_ascii=False), flush=True)
+        if isinstance(event, RunFinished):
+            finished = event
+            continue
+        if isinstance(event, Paused):
+            pauses.append(event)
+        if not as_json:
+            view.show(event)
+    assert finished is not None
+    return finished, pauses
+
+
+async def drive(runtime: Any, events: Any, *, as_json: bool, session: str) -> int:
+    """Show a task's events, answering pauses at the terminal until it ends or no one can answer."""
+    view = TerminalView(sys.stdout, sys.stderr)
+    while True:
+        finished, pauses = await stream_events(events, view, as_json)
+        if finished.state == "input-required" and pauses and not as_json:
+            view.stop_waiting()
+            decision = ask(pauses[-1].payload)
+            if decision is not None:
+                events = runtime.decide(finished.task_id, decision)
+                continue
+        if not as_json:
+            view.finish(finished, session)
+        if finished.state == "input-required":
+            sys.stderr.write(
+                f"task {finished.task_id[:12]} is waiting for a decision: "
+                f"ca approve {finished.task_id[:12]} [--reject --reason TEXT]\n"
+            )
+            return EXIT_PAUSED
+        return EXIT_OK if finished.state == "completed" else EXIT_FAILED
 
 
 async def run_command(options: RunOptions) -> int:
-    """Load, compile, run one turn (answering gates at a terminal), print; the exit code."""
-    from framework.compiler.bundle import build_bundle
-    from framework.runtime.runner import Runner
-    from framework.runtime.stores import open_checkpointer
+    """Load, compile, run one turn (answering pauses at a terminal), print; the exit code."""
+    from contextlib import AsyncExitStack
+
+    from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
     project = load_project(options.project)
     text = read_prompt(options.prompt)
     session = options.session or uuid.uuid4().hex[:12]
-    view = TerminalView(sys.stdout, sys.stderr)
-    async with open_checkpointer(project.root) as saver:
-        bundle = build_bundle(project, checkpointer=saver)
-        bundle.agent(options.agent)  # unknown agent: a clear error before anything runs
-        runner = Runner(bundle)
-        resume: Any = None
-        while True:
-            view.start_waiting() if not options.as_json else None
-            finished: RunFinished | None = None
-            pauses: list[Paused] = []
-            stream = runner.run(options.agent, text, thread_id=session, skill=options.skill, resume=resume)
-            async for event in stream:
-                if options.as_json:
-                    print(json.dumps(event_to_json(event), ensure_ascii=False), flush=True)
-                if isinstance(event, RunFinished):
-                    finished = event
-                    continue
-                if isinstance(event, Paused):
-                    pauses.append(event)
-                if not options.as_json:
-                    view.show(event)
-            assert finished is not None
-            if finished.state == "input-required" and pauses and not options.as_json:
-                decision = ask_gate(pauses[-1].payload)
-                if decision is not None:
-                    resume = decision
-                    continue
-                view.finish(finished, session)
-                sys.stderr.write(f"waiting for a decision; no terminal to ask (session {session})\n")
-                return EXIT_PAUSED
-            if not options.as_json:
-                view.finish(finished, session)
-            return {"completed": EXIT_OK, "input-required": EXIT_PAUSED}.get(finished.state, EXIT_FAILED)
+    async with AsyncExitStack() as stack:
+        runtime = await Runtime.open(project, stack=stack)
+        runtime.bundle.agent(options.agent)  # unknown agent: a clear error before anything runs
+        events = runtime.send(options.agent, text, conversation=session, skill=options.skill)
+        return await drive(runtime, events, as_json=options.as_json, session=session)
+
+
+async def approve_command(project_dir: Path, task_id: str, decision: dict[str, Any], as_json: bool) -> int:
+    """``ca approve``: answer a paused task from any process and run it on from there."""
+    from contextlib import AsyncExitStack
+
+    from framework.runtime.runtime import Runtime
+    from framework.spec import load_project
+
+    project = load_project(project_dir)
+    async with AsyncExitStack() as stack:
+        runtime = await Runtime.open(project, stack=stack)
+        task = runtime.tasks.get(task_id)
+        events = runtime.decide(task.id, decision)
+        return await drive(runtime, events, as_json=as_json, session=task.conversation)

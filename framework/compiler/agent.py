@@ -8,7 +8,8 @@ tool calls there). Skills are per-request: the run context names a skill, and
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain.agents import create_agent
@@ -26,10 +27,31 @@ RECURSION_LIMIT = 200
 
 @dataclass(frozen=True)
 class RunContext:
-    """Per-request context every graph receives (``graph.astream(..., context=RunContext(...))``)."""
+    """Per-request context every graph receives (``graph.astream(..., context=RunContext(...))``).
+
+    Nested agent calls get a child context (same task and audit, ``depth + 1``, the caller's
+    remaining budget as ``caps``).
+    """
 
     skill: str | None = None
     """A skill id named by the request (A2A metadata, ACP slash command, ``ca run --skill``)."""
+    task_id: str = ""
+    conversation_id: str = ""
+    source: str = "cli"
+    """Where the request came in: cli, a2a-http, a2a-stdio, acp, agent-call."""
+    depth: int = 0
+    """How many agent calls deep this run is (0 for the agent a person asked)."""
+    caps: Mapping[str, float] | None = None
+    """What the caller has left (budget limit name -> amount); a callee never gets more."""
+    audit: Any = field(default=None, compare=False, repr=False)
+    """The audit log to append to (``framework.runtime.audit.AuditLog``), or None."""
+
+    def child(self) -> RunContext:
+        return replace(self, skill=None, source="agent-call", depth=self.depth + 1)
+
+
+CALL_CONTEXT: ContextVar[RunContext | None] = ContextVar("ca_call_context", default=None)
+"""Set around an agent-call tool by the runtime's governance: the callee's context (depth, caps)."""
 
 
 def system_prompt(spec: LlmAgent) -> str:

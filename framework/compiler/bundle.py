@@ -11,17 +11,18 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, Field
 
 from framework import __version__
-from framework.compiler.agent import compile_llm_agent
+from framework.compiler.agent import CALL_CONTEXT, RunContext, compile_llm_agent
 from framework.compiler.models import build_model, model_facing_name
 from framework.compiler.tools import ToolContext, build_tools
 from framework.compiler.workflow import compile_workflow
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from a2a.types import AgentCard
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
+MiddlewareFactory = Callable[[LlmAgent, Project], Sequence[AgentMiddleware[Any, Any]]]
 
 
 def project_digest(project: Project) -> str:
@@ -69,6 +71,8 @@ class Bundle:
     project: Project
     digest: str
     base_url: str | None = None
+    middleware: MiddlewareFactory | None = field(default=None, repr=False)
+    """Policies for each llm agent (the runtime plugs governance in here)."""
     checkpointer: Any = field(default=None, repr=False)
     environ: Mapping[str, str] | None = field(default=None, repr=False)
     _graphs: dict[tuple[str, bool], Graph] = field(default_factory=dict, repr=False)
@@ -126,6 +130,7 @@ class Bundle:
                 model=build_model(config, agent=spec.name, environ=self.environ, tools=[_spec(t) for t in tools]),
                 tools=tools,
                 skills=skills,
+                middleware=self.middleware(spec, self.project) if self.middleware else (),
                 checkpointer=checkpointer,
             )
         return compile_workflow(
@@ -141,8 +146,14 @@ class Bundle:
 
     async def call_agent(self, name: str, text: str) -> str:
         """Run another agent of the project in-process, nested in the current run; its answer."""
-        state = await self.graph(name, nested=True).ainvoke({"messages": [HumanMessage(text)]})
-        return final_text(state)
+        answer, _ = await self.call_agent_with_usage(name, text)
+        return answer
+
+    async def call_agent_with_usage(self, name: str, text: str) -> tuple[str, dict[str, float]]:
+        """Like :meth:`call_agent`, also returning what the callee used (its caller pays for it)."""
+        context = CALL_CONTEXT.get() or RunContext(source="agent-call", depth=1)
+        state = await self.graph(name, nested=True).ainvoke({"messages": [HumanMessage(text)]}, context=context)
+        return final_text(state), dict(state.get("ca_usage") or {})
 
     def _agent_tools(self, spec: LlmAgent) -> list[BaseTool]:
         tools: list[BaseTool] = []
@@ -156,7 +167,7 @@ class Bundle:
         name = ref.name or ref.agent
         if ref.is_remote:
 
-            async def remote(input: str) -> str:
+            async def remote(input: str) -> tuple[str, dict[str, Any]]:
                 raise ToolException(f"remote agent calls ({ref.agent}) are not available in this version of ca")
 
             description = ref.description or f"The remote A2A agent at {ref.agent}"
@@ -165,8 +176,9 @@ class Bundle:
             callee = self.project.agents[ref.agent]
             description = ref.description or callee.description or f"Ask the {ref.agent} agent"
 
-            async def local(input: str) -> str:
-                return await self.call_agent(ref.agent, input)
+            async def local(input: str) -> tuple[str, dict[str, Any]]:
+                answer, usage = await self.call_agent_with_usage(ref.agent, input)
+                return answer, {"usage": usage}
 
             coroutine = local
         return StructuredTool.from_function(
@@ -174,6 +186,7 @@ class Bundle:
             name=model_facing_name(name),
             description=description,
             args_schema=_AgentInput,
+            response_format="content_and_artifact",
             metadata={"ca_name": name, "capability": "agent"},
             handle_tool_error=True,
         )
@@ -186,6 +199,7 @@ def _spec(tool: BaseTool) -> str:
 def build_bundle(
     project: Project,
     *,
+    middleware: MiddlewareFactory | None = None,
     checkpointer: Any = None,
     environ: Mapping[str, str] | None = None,
     base_url: str | None = None,
@@ -198,5 +212,10 @@ def build_bundle(
     if environ is None:
         environ = {**load_dotenv(project.root), **os.environ}
     return Bundle(
-        project=project, digest=project_digest(project), base_url=base_url, checkpointer=checkpointer, environ=environ
+        project=project,
+        digest=project_digest(project),
+        base_url=base_url,
+        middleware=middleware,
+        checkpointer=checkpointer,
+        environ=environ,
     )

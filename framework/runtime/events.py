@@ -113,12 +113,18 @@ class Paused:
     kind: Literal["paused"] = "paused"
 
 
+StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+
+
 @dataclass(frozen=True, slots=True)
 class RunFinished:
     state: RunState
     output: str = ""
     error: str = ""
     usage: Usage = field(default_factory=Usage)
+    stop_reason: str = "end_turn"
+    """Why a completed turn ended (ACP's stopReason): a budget stops it as max_tokens / max_turn_requests."""
+    task_id: str = ""
     kind: Literal["finished"] = "finished"
 
 

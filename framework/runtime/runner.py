@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
@@ -139,10 +140,12 @@ class Runner:
         *,
         thread_id: str,
         skill: str | None = None,
+        context: RunContext | None = None,
         resume: Any = None,
     ) -> AsyncIterator[RunEvent]:
-        """Stream the events of one turn: a new message (``text``) or a decision for a pause (``resume``)."""
+        """Stream the events of one turn: a new message (``text``) or decisions for a pause (``resume``)."""
         translator = _Translator()
+        context = replace(context or RunContext(), skill=skill, conversation_id=thread_id)
         try:
             graph = self.bundle.graph(agent)
             config: RunnableConfig = {
@@ -156,7 +159,7 @@ class Runner:
             async for part in graph.astream(
                 payload,
                 config,
-                context=RunContext(skill=skill),
+                context=context,
                 stream_mode=STREAM_MODES,
                 subgraphs=True,
                 version="v2",
@@ -172,8 +175,14 @@ class Runner:
             return
         if state.interrupts:
             yield RunFinished("input-required", usage=translator.usage)
-        else:
-            yield RunFinished("completed", output=final_text(state.values), usage=translator.usage)
+            return
+        stop = state.values.get("ca_stop") or {}
+        yield RunFinished(
+            "completed",
+            output=final_text(state.values),
+            usage=translator.usage,
+            stop_reason=str(stop.get("reason", "end_turn")),
+        )
 
     async def _check_thread(
         self, graph: Any, config: RunnableConfig, agent: str, thread_id: str, *, resuming: bool

@@ -26,6 +26,7 @@ SCRIPTED_LOOP = """
         - tool_calls: [{name: fs.list, args: {path: .}}]
         - text: "Read the notes and listed the folder."
     tools: [fs.read, fs.list]
+    capabilities: {fs: {read: ["**"]}}
 """
 
 
@@ -166,6 +167,7 @@ def test_tool_timeout_goes_back_to_the_model_clearly(make_project: ProjectFactor
             "agents/a.yaml": """
                 name: a
                 tools: [shell]
+                profile: autonomous
                 capabilities: {shell: {allow: ["sleep *"], timeout: 500ms}}
             """
         }

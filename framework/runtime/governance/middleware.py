@@ -1,0 +1,446 @@
+"""Governance as agent middleware: every rule a user declares, enforced around model and tool calls.
+
+For each tool call, in the order of DESIGN.md §5:
+
+    capabilities ─deny─▶ error result    (audited)
+    contract must_not ─deny─▶ error result
+    profile ─deny─▶ error result │ ─ask─▶ interrupt: approve / reject / edit / always
+    budget (tool calls) ─spent─▶ error result
+    execute ─▶ audit
+
+Before each model call the budgets are checked (``on_exceed``: stop / fail / ask for an
+extension); after it, usage and cost are accounted; a final answer is checked against
+the contract (fail, or explain the violation and let the model retry).
+
+All of it lives in graph state (``ca_*`` keys), so it is checkpointed with the
+conversation: a paused run resumes in another process with the same counters.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Annotated, Any, NotRequired
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest, hook_config
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.runtime import Runtime
+from langgraph.types import Command, interrupt
+
+from framework.compiler.agent import CALL_CONTEXT, RunContext
+from framework.errors import CAError
+from framework.runtime.governance import budgets
+from framework.runtime.governance.calls import Decision, ToolCall
+from framework.runtime.governance.capabilities import check_agent, check_capabilities
+from framework.runtime.governance.contracts import check_call_contract, check_output_contract
+from framework.runtime.governance.profiles import decide
+from framework.spec.agent import LlmAgent
+from framework.spec.loader import Project
+from framework.spec.profile import Profile
+
+APPROVAL_OPTIONS = ("approve", "reject", "edit", "always")
+
+
+class BudgetExceeded(CAError):
+    """A budget with ``on_exceed: fail`` was spent."""
+
+
+class ContractViolation(CAError):
+    """The final answer broke the agent's contract."""
+
+
+class ApprovalTimedOut(CAError):
+    """An approval waited longer than the profile allows and ``on_timeout`` is ``fail``."""
+
+
+def _union(left: list[str] | None, right: list[str] | None) -> list[str]:
+    return list(dict.fromkeys([*(left or []), *(right or [])]))
+
+
+def _add_counts(left: Mapping[str, int] | None, right: Mapping[str, int] | None) -> dict[str, int]:
+    out = dict(left or {})
+    for key, value in (right or {}).items():
+        out[key] = out.get(key, 0) + value
+    return out
+
+
+def _concat(left: list[Any] | None, right: list[Any] | None) -> list[Any]:
+    return [*(left or []), *(right or [])]
+
+
+class GovernanceState(AgentState[Any]):
+    """The governance keys added to an agent's graph state."""
+
+    ca_usage: NotRequired[Annotated[dict[str, float], budgets.add_usage]]
+    """Usage summed over the whole conversation."""
+    ca_task: NotRequired[dict[str, Any]]
+    """The current task: id, start time, usage when it started."""
+    ca_allowed: NotRequired[Annotated[list[str], _union]]
+    """Tools a person chose to always allow in this conversation."""
+    ca_calls: NotRequired[Annotated[list[dict[str, Any]], _concat]]
+    """Tool calls that ran: task, tool, capability, args (for must_always)."""
+    ca_counts: NotRequired[Annotated[dict[str, int], _add_counts]]
+    """Per task: budget extensions granted (``ext:ID``), contract retries (``retry:ID``)."""
+    ca_stop: NotRequired[dict[str, Any] | None]
+    """Why the last task stopped early (budget), for the runner to report."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What governs one agent, resolved from its spec and the project's defaults."""
+
+    agent: LlmAgent
+    project: Project
+    profile: Profile | None
+
+    @property
+    def capabilities(self) -> Any:
+        return self.agent.capabilities or self.project.config.defaults.capabilities
+
+    @property
+    def budget(self) -> Any:
+        return self.agent.budget or self.project.config.defaults.budget
+
+    @property
+    def model_label(self) -> str:
+        model = self.agent.model or self.project.config.defaults.model
+        return model.label() if model else "offline"
+
+
+DEFAULT_PROFILE = "supervised"
+"""The profile of an agent that names none when the project sets no default either."""
+
+
+def policy_for(agent: LlmAgent, project: Project) -> Policy:
+    name = agent.profile or project.config.defaults.profile or DEFAULT_PROFILE
+    return Policy(agent, project, project.profiles.get(name))
+
+
+def _context(runtime: Any) -> RunContext:
+    """The RunContext of a hook's Runtime or a tool call's ToolRuntime (a default one if absent)."""
+    context = getattr(runtime, "context", None)
+    return context if isinstance(context, RunContext) else RunContext()
+
+
+class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
+    """Enforces one agent's capabilities, contract, profile and budget; writes the audit."""
+
+    state_schema = GovernanceState
+
+    def __init__(self, policy: Policy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    # -- audit -----------------------------------------------------------------
+
+    def audit(self, context: RunContext, kind: str, **data: Any) -> None:
+        log = context.audit
+        if log is None:
+            return
+        log.append(
+            kind,
+            source=context.source if context.source in ("cli", "a2a-http", "a2a-stdio", "acp", "agent-call") else "cli",
+            task_id=context.task_id,
+            conversation_id=context.conversation_id,
+            agent=self.policy.agent.name,
+            data=data,
+        )
+
+    # -- the task --------------------------------------------------------------
+
+    def before_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        context = _context(runtime)
+        task = state.get("ca_task") or {}
+        task_id = context.task_id or uuid.uuid4().hex
+        if task.get("id") == task_id:
+            return None
+        return {
+            "ca_task": {"id": task_id, "started": time.time(), "base": dict(state.get("ca_usage") or {})},
+            "ca_stop": None,
+        }
+
+    async def abefore_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        return self.before_agent(state, runtime)
+
+    def _usage(self, state: GovernanceState) -> tuple[dict[str, float], dict[str, float], float, str]:
+        total = dict(state.get("ca_usage") or {})
+        task = state.get("ca_task") or {}
+        used = budgets.subtract(total, task.get("base") or {})
+        return total, used, time.time() - float(task.get("started", time.time())), str(task.get("id", ""))
+
+    def _overrun(
+        self, state: GovernanceState, context: RunContext, *, only: frozenset[str] | None = None
+    ) -> budgets.Overrun | None:
+        budget = self.policy.budget
+        total, used, elapsed, task_id = self._usage(state)
+        extensions = (state.get("ca_counts") or {}).get(f"ext:{task_id}", 0)
+        caps = budgets.task_caps(budget, context.caps, extensions)
+        found = budgets.first_overrun(caps, used, elapsed, scope="task", only=only)
+        if found is None and budget is not None and budget.conversation is not None:
+            conversation = budgets.caps_of(budget.conversation)
+            found = budgets.first_overrun(conversation, total, 0.0, scope="conversation", only=only)
+        return found
+
+    # -- before each model call: budgets ---------------------------------------
+
+    @hook_config(can_jump_to=["end"])
+    def before_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        context = _context(runtime)
+        overrun = self._overrun(state, context)
+        if overrun is None:
+            return None
+        budget = self.policy.budget
+        action = budget.on_exceed if budget is not None else "stop"
+        self.audit(context, "budget", limit=overrun.limit, used=overrun.used, cap=overrun.cap, action=action)
+        if action == "ask" and overrun.scope == "task":
+            answer = interrupt(
+                {
+                    "kind": "budget",
+                    "agent": self.policy.agent.name,
+                    "message": f"{overrun.describe()}. Allow {budget.extend_by:.0%} more?",
+                    "limit": overrun.limit,
+                    "used": overrun.used,
+                    "cap": overrun.cap,
+                    "options": ["approve", "reject"],
+                }
+            )
+            if _decision(answer)[0] in ("approve", "always"):
+                _, _, _, task_id = self._usage(state)
+                self.audit(context, "decision", about="budget", decision="approve", limit=overrun.limit)
+                return {"ca_counts": {f"ext:{task_id}": 1}}
+            self.audit(context, "decision", about="budget", decision="reject", limit=overrun.limit)
+        elif action == "fail":
+            raise BudgetExceeded(f"{overrun.describe()} (on_exceed: fail)")
+        return {
+            "jump_to": "end",
+            "messages": [AIMessage(f"Stopped: {overrun.describe()}.")],
+            "ca_stop": {"reason": overrun.stop_reason, "limit": overrun.limit},
+        }
+
+    async def abefore_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        return self.before_model(state, runtime)
+
+    # -- after each model call: usage, cost, the contract on a final answer ------
+
+    @hook_config(can_jump_to=["model"])
+    def after_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        context = _context(runtime)
+        message = state["messages"][-1] if state["messages"] else None
+        if not isinstance(message, AIMessage):
+            return None
+        meta: Mapping[str, Any] = message.usage_metadata or {}
+        inp, out = int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
+        delta = {
+            "input_tokens": inp,
+            "output_tokens": out,
+            "model_calls": 1,
+            "cost_usd": budgets.cost(self.policy.model_label, self.policy.project.config.prices, inp, out),
+        }
+        update: dict[str, Any] = {"ca_usage": delta}
+        if message.tool_calls:
+            return update
+        _, _, _, task_id = self._usage(state)
+        calls = [
+            ToolCall(c["tool"], c["capability"], c.get("args", {}))
+            for c in state.get("ca_calls") or []
+            if c.get("task") == task_id
+        ]
+        problems = check_output_contract(self.policy.agent.contract, message.text, calls)
+        if not problems:
+            return update
+        rules = self.policy.agent.contract.on_violation
+        retries = (state.get("ca_counts") or {}).get(f"retry:{task_id}", 0)
+        self.audit(context, "contract", severity="high", violations=problems, retry=retries)
+        if rules.action == "retry" and retries < rules.max_retries:
+            explanation = "Your answer breaks the agent's contract:\n" + "\n".join(f"- {p}" for p in problems)
+            return {
+                **update,
+                "ca_counts": {f"retry:{task_id}": 1},
+                "messages": [HumanMessage(explanation + "\nPlease answer again, fixing this.")],
+                "jump_to": "model",
+            }
+        raise ContractViolation("contract violated: " + "; ".join(problems))
+
+    async def aafter_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        return self.after_model(state, runtime)
+
+    # -- each tool call ----------------------------------------------------------
+
+    def _check(self, call: ToolCall, state: GovernanceState, context: RunContext) -> Decision:
+        policy = self.policy
+        if call.capability == "agent":
+            decision = check_agent(call.tool, policy.capabilities)
+            budget = policy.budget
+            depth_cap = budget.max_depth if budget is not None else None
+            if decision.allowed and depth_cap is not None and context.depth + 1 > depth_cap:
+                decision = Decision("deny", f"agent calls may nest {budget.max_depth} deep", "budget.max_depth")
+        else:
+            decision = check_capabilities(call, policy.capabilities, root=policy.project.root)
+        if decision.denied:
+            return decision
+        decision = check_call_contract(policy.agent.contract, call)
+        if decision.denied:
+            return decision
+        if policy.profile is None:
+            decision = Decision("allow", "no automation profile", "")
+        else:
+            _, used, _, _ = self._usage(state)
+            decision = decide(policy.profile, call, cost_usd=_decimal(used.get("cost_usd", 0)))
+        if decision.action == "ask" and call.tool in (state.get("ca_allowed") or []):
+            decision = Decision("allow", "always allowed in this conversation", "session")
+        if decision.action != "deny" and self._overrun(state, context, only=frozenset({"max_tool_calls"})):
+            decision = Decision("deny", "the task's budget of tool calls is spent", "budget.max_tool_calls")
+        return decision
+
+    def _prepare(self, request: ToolCallRequest) -> tuple[ToolCallRequest | None, ToolMessage | None, dict[str, Any]]:
+        """Decide on a call; ask a person if needed. (request to run, or an error result, and state updates)."""
+        context = _context(request.runtime)
+        state: GovernanceState = request.state
+        call = _tool_call(request)
+        decision = self._check(call, state, context)
+        extra: dict[str, Any] = {}
+        if decision.action == "ask":
+            answer = interrupt(
+                {
+                    "kind": "approval",
+                    "agent": self.policy.agent.name,
+                    "tool": call.tool,
+                    "args": dict(call.args),
+                    "message": f"{self.policy.agent.name} wants to run {call.tool} {_args_text(call.args)}",
+                    "reason": decision.reason,
+                    "rule": decision.rule,
+                    "options": list(APPROVAL_OPTIONS),
+                }
+            )
+            choice, reason, args = _decision(answer)
+            self.audit(context, "decision", tool=call.tool, decision=choice, reason=reason, by="person")
+            if choice == "reject":
+                return None, _error(request, f"rejected by the user{': ' + reason if reason else ''}"), extra
+            if choice == "edit" and isinstance(args, dict):
+                request = request.override(tool_call={**request.tool_call, "args": args})
+                call = _tool_call(request)
+                recheck = self._check(call, state, context)
+                if recheck.denied:
+                    decision = recheck
+            if choice == "always":
+                extra["ca_allowed"] = [call.tool]
+        if decision.denied:
+            self.audit(
+                context, "denial", tool=call.tool, args=dict(call.args), reason=decision.reason, rule=decision.rule
+            )
+            return None, _error(request, f"denied: {decision.reason}"), extra
+        self.audit(context, "tool.call", tool=call.tool, args=dict(call.args), rule=decision.rule)
+        _, _, _, task_id = self._usage(state)
+        extra["ca_calls"] = [
+            {"task": task_id, "tool": call.tool, "capability": call.capability, "args": dict(call.args)}
+        ]
+        return request, None, extra
+
+    def _finish(
+        self, request: ToolCallRequest, result: ToolMessage | Command[Any], extra: dict[str, Any]
+    ) -> ToolMessage | Command[Any]:
+        context = _context(request.runtime)
+        delta: dict[str, float] = {"tool_calls": 1}
+        if isinstance(result, ToolMessage):
+            artifact = result.artifact if isinstance(result.artifact, dict) else {}
+            callee = artifact.get("usage") if isinstance(artifact.get("usage"), dict) else {}
+            delta = budgets.add_usage(delta, callee)  # the caller pays for its callee
+            self.audit(
+                context, "tool.result", tool=_spec_name(request), error=result.status == "error", size=len(result.text)
+            )
+            return Command(update={"messages": [result], "ca_usage": delta, **extra})
+        return result
+
+    def _callee_context(self, request: ToolCallRequest) -> RunContext:
+        """What an agent called by this tool gets: depth + 1 and at most what this task has left."""
+        context = _context(request.runtime)
+        state: GovernanceState = request.state
+        _, used, elapsed, task_id = self._usage(state)
+        extensions = (state.get("ca_counts") or {}).get(f"ext:{task_id}", 0)
+        caps = budgets.task_caps(self.policy.budget, context.caps, extensions)
+        return replace(context.child(), caps=budgets.remaining(caps, used, elapsed) or None)
+
+    def wrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
+    ) -> ToolMessage | Command[Any]:
+        runnable, refused, extra = self._prepare(request)
+        if runnable is None:
+            assert refused is not None
+            return Command(update={"messages": [refused], **extra})
+        token = CALL_CONTEXT.set(self._callee_context(runnable))
+        try:
+            result = handler(runnable)
+        finally:
+            CALL_CONTEXT.reset(token)
+        return self._finish(runnable, result, extra)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        runnable, refused, extra = self._prepare(request)
+        if runnable is None:
+            assert refused is not None
+            return Command(update={"messages": [refused], **extra})
+        token = CALL_CONTEXT.set(self._callee_context(runnable))
+        try:
+            result = await handler(runnable)
+        finally:
+            CALL_CONTEXT.reset(token)
+        return self._finish(runnable, result, extra)
+
+
+def _spec_name(request: ToolCallRequest) -> str:
+    tool = request.tool
+    if tool is not None:
+        return str((tool.metadata or {}).get("ca_name", tool.name))
+    return str(request.tool_call["name"])
+
+
+def _tool_call(request: ToolCallRequest) -> ToolCall:
+    tool = request.tool
+    capability = str((tool.metadata or {}).get("capability", "python")) if tool is not None else "python"
+    args = request.tool_call.get("args") or {}
+    return ToolCall(_spec_name(request), capability, dict(args))  # type: ignore[arg-type]
+
+
+def _error(request: ToolCallRequest, text: str) -> ToolMessage:
+    return ToolMessage(text, tool_call_id=request.tool_call["id"], name=request.tool_call["name"], status="error")
+
+
+def _args_text(args: Mapping[str, Any]) -> str:
+    import json
+
+    text = json.dumps(dict(args), ensure_ascii=False)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _decision(answer: Any) -> tuple[str, str | None, Any]:
+    """(approve | reject | edit | always, reason, edited args) from a resume value."""
+    if isinstance(answer, str):
+        choice = answer.strip().lower()
+        return (choice if choice in APPROVAL_OPTIONS else "reject"), None, None
+    if isinstance(answer, Mapping):
+        choice = str(answer.get("decision", "")).lower()
+        if choice not in APPROVAL_OPTIONS:
+            choice = "approve" if answer.get("approved") is True else "reject"
+        reason = answer.get("reason")
+        return choice, str(reason) if reason else None, answer.get("args")
+    return ("approve" if answer is True else "reject"), None, None
+
+
+def _decimal(value: float) -> Any:
+    from decimal import Decimal
+
+    return Decimal(str(value))
+
+
+def governance_middleware(agent: LlmAgent, project: Project) -> list[AgentMiddleware[Any, Any]]:
+    """The middleware every llm agent of a governed bundle gets."""
+    return [GovernanceMiddleware(policy_for(agent, project))]
+
+
+__all__ = ["BudgetExceeded", "ContractViolation", "GovernanceMiddleware", "governance_middleware"]

@@ -1,0 +1,172 @@
+"""The Runtime: the task API every transport calls. It holds the current Bundle.
+
+    send(agent, text, conversation)  -> events   a new task
+    decide(task, decision)           -> events   answer a paused task (any process)
+
+Each task is recorded (``TaskStore``), its transitions and every governance decision
+are audited (``AuditLog``), and a paused task keeps its pending decisions with their
+expiry so ``ca approve`` in another terminal — or a server after a restart — can
+answer them. The conversation itself is checkpointed by LangGraph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+from framework.compiler.agent import RunContext
+from framework.compiler.bundle import Bundle, build_bundle
+from framework.errors import RunError
+from framework.runtime.audit import AuditLog
+from framework.runtime.events import Paused, RunEvent, RunFinished
+from framework.runtime.governance.middleware import governance_middleware
+from framework.runtime.runner import Runner
+from framework.runtime.stores import open_checkpointer
+from framework.runtime.tasks import Pending, Task, TaskStore, expiry, now
+from framework.spec.loader import Project
+
+
+class Runtime:
+    """Runs tasks of one project; ``async with Runtime.open(project) as rt``."""
+
+    def __init__(self, bundle: Bundle, tasks: TaskStore, audit: AuditLog, *, source: str = "cli") -> None:
+        self.bundle = bundle
+        self.tasks = tasks
+        self.audit = audit
+        self.source = source
+
+    @classmethod
+    async def open(
+        cls, project: Project, *, source: str = "cli", stack: AsyncExitStack, governed: bool = True
+    ) -> Runtime:
+        """Open the project's stores (closed by ``stack``) and build its bundle."""
+        saver = await stack.enter_async_context(open_checkpointer(project.root))
+        tasks = TaskStore.open(project.root)
+        stack.callback(tasks.close)
+        audit = AuditLog.open(project.root, secrets=project.secrets)
+        stack.callback(audit.close)
+        bundle = build_bundle(project, checkpointer=saver, middleware=governance_middleware if governed else None)
+        return cls(bundle, tasks, audit, source=source)
+
+    @property
+    def root(self) -> Path:
+        return self.bundle.project.root
+
+    def _audit_task(self, task: Task, state: str, **data: Any) -> None:
+        self.audit.append(
+            "task.state",
+            source=self.source,  # type: ignore[arg-type]  # checked by AuditLog.append
+            task_id=task.id,
+            conversation_id=task.conversation,
+            agent=task.agent,
+            data={"state": state, **data},
+        )
+
+    def _context(self, task: Task, skill: str | None) -> RunContext:
+        return RunContext(
+            skill=skill, task_id=task.id, conversation_id=task.conversation, source=self.source, audit=self.audit
+        )
+
+    async def send(
+        self, agent: str, text: str, *, conversation: str, skill: str | None = None
+    ) -> AsyncIterator[RunEvent]:
+        """Start a task: one message to ``agent`` in ``conversation``; stream its events."""
+        self.bundle.agent(agent)
+        task = self.tasks.create(agent=agent, conversation=conversation, source=self.source, input=text)
+        self._audit_task(task, "submitted", input_chars=len(text))
+        async for event in self._drive(
+            task,
+            Runner(self.bundle).run(
+                agent, text, thread_id=conversation, skill=skill, context=self._context(task, skill)
+            ),
+        ):
+            yield event
+
+    async def decide(self, task_id: str, decision: Mapping[str, Any]) -> AsyncIterator[RunEvent]:
+        """Answer every pending decision of a paused task with ``decision`` and resume it.
+
+        ``decision``: ``{"decision": "approve" | "reject" | "edit" | "always", "reason": ..., "args": ...}``.
+        An expired approval is answered by its profile's ``on_timeout`` instead.
+        """
+        task = self.tasks.get(task_id)
+        if task.state != "input-required" or not task.pending:
+            raise RunError(f"task {task.id[:12]} is {task.state}, not waiting for a decision")
+        answers: dict[str, Any] = {}
+        for pending in task.pending:
+            answer = dict(decision)
+            if pending.expired():
+                if pending.on_timeout == "fail":
+                    self.tasks.update(task.id, state="failed", error="approval timed out", pending=())
+                    self._audit_task(task, "failed", error="approval timed out")
+                    raise RunError(f"task {task.id[:12]}: the approval timed out (on_timeout: fail); the task failed")
+                answer = {
+                    "decision": "approve" if pending.on_timeout == "approve" else "reject",
+                    "reason": "the approval timed out",
+                }
+            self.audit.append(
+                "approval",
+                source="cli" if self.source == "cli" else self.source,  # type: ignore[arg-type]
+                task_id=task.id,
+                conversation_id=task.conversation,
+                agent=task.agent,
+                data={"interrupt": pending.interrupt_id, "payload_kind": pending.payload.get("kind"), **answer},
+            )
+            answers[pending.interrupt_id] = _for_payload(pending.payload, answer)
+        async for event in self._drive(
+            task,
+            Runner(self.bundle).run(
+                task.agent, thread_id=task.conversation, context=self._context(task, None), resume=answers
+            ),
+        ):
+            yield event
+
+    async def _drive(self, task: Task, events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
+        self.tasks.update(task.id, state="working")
+        self._audit_task(task, "working")
+        pauses: list[Paused] = []
+        async for event in events:
+            if isinstance(event, Paused):
+                pauses.append(event)
+            if isinstance(event, RunFinished):
+                event = dataclasses.replace(event, task_id=task.id)
+                self._finish(task, event, pauses)
+            yield event
+
+    def _finish(self, task: Task, event: RunFinished, pauses: list[Paused]) -> None:
+        usage = dataclasses.asdict(event.usage)
+        if event.state == "input-required":
+            pending = tuple(self._pending(task, p) for p in pauses)
+            self.tasks.update(task.id, state="input-required", pending=pending, usage=usage)
+            self._audit_task(task, "input-required", waiting=[p.payload.get("kind") for p in pauses])
+        elif event.state == "completed":
+            self.tasks.update(task.id, state="completed", output=event.output, pending=(), usage=usage)
+            self._audit_task(task, "completed", stop_reason=event.stop_reason, usage=usage)
+        else:
+            self.tasks.update(task.id, state=event.state, error=event.error, pending=(), usage=usage)
+            self._audit_task(task, event.state, error=event.error)
+
+    def _pending(self, task: Task, pause: Paused) -> Pending:
+        paused_at = now()
+        timeout, on_timeout = self._timeout(task.agent, pause.payload)
+        return Pending(pause.interrupt_id, pause.payload, paused_at.isoformat(), expiry(paused_at, timeout), on_timeout)
+
+    def _timeout(self, agent: str, payload: Mapping[str, Any]) -> tuple[float | None, str]:
+        if payload.get("kind") == "gate":
+            seconds = payload.get("timeout")
+            return (float(seconds) if seconds else None), "reject"
+        spec = self.bundle.project.agents.get(str(payload.get("agent", agent)))
+        name = (spec.profile if spec else None) or self.bundle.project.config.defaults.profile
+        profile = self.bundle.project.profiles.get(name) if name else None
+        if profile is None:
+            return None, "reject"
+        return profile.approval.timeout, profile.approval.on_timeout
+
+
+def _for_payload(payload: Mapping[str, Any], answer: Mapping[str, Any]) -> Any:
+    """A workflow gate reads ``{approved, reason}``; tool approvals and budgets read ``{decision, ...}``."""
+    if payload.get("kind") == "gate":
+        return {"approved": answer.get("decision") in ("approve", "always"), "reason": answer.get("reason")}
+    return dict(answer)

@@ -1,0 +1,178 @@
+"""Tasks: one request to an agent, from submitted to a final state, kept in ``.ca/tasks.db``.
+
+A task that pauses (``input-required``) keeps its pending decisions here, so any
+process — ``ca approve`` in another terminal, a server after a restart — can find
+and answer them. The conversation itself (messages, the paused graph) lives in
+the checkpointer; this table only says what is waiting for whom.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from framework.errors import RunError
+from framework.runtime.stores import state_dir
+
+TaskState = Literal["submitted", "working", "input-required", "completed", "failed", "canceled", "rejected"]
+FINAL_STATES = ("completed", "failed", "canceled", "rejected")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    conversation TEXT NOT NULL,
+    source TEXT NOT NULL,
+    state TEXT NOT NULL,
+    input TEXT NOT NULL DEFAULT '',
+    output TEXT NOT NULL DEFAULT '',
+    error TEXT NOT NULL DEFAULT '',
+    pending TEXT NOT NULL DEFAULT '[]',
+    usage TEXT NOT NULL DEFAULT '{}',
+    parent TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
+CREATE INDEX IF NOT EXISTS tasks_conversation ON tasks(conversation);
+"""
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A decision a paused task waits for."""
+
+    interrupt_id: str
+    payload: dict[str, Any]
+    paused_at: str
+    expires_at: str | None = None
+    on_timeout: str = "reject"
+
+    def expired(self, at: datetime | None = None) -> bool:
+        return self.expires_at is not None and (at or now()) >= datetime.fromisoformat(self.expires_at)
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    agent: str
+    conversation: str
+    source: str
+    state: TaskState
+    input: str = ""
+    output: str = ""
+    error: str = ""
+    pending: tuple[Pending, ...] = ()
+    usage: dict[str, Any] = field(default_factory=dict)
+    parent: str = ""
+    created_at: str = ""
+    updated_at: str = ""
+
+
+class TaskStore:
+    """SQLite-backed task table (WAL, busy timeout); safe across threads and processes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.executescript(_SCHEMA)
+
+    @classmethod
+    def open(cls, root: Path) -> TaskStore:
+        return cls(state_dir(root) / "tasks.db")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def create(self, *, agent: str, conversation: str, source: str, input: str, parent: str = "") -> Task:
+        stamp = now().isoformat()
+        task = Task(
+            id=uuid.uuid4().hex,
+            agent=agent,
+            conversation=conversation,
+            source=source,
+            state="submitted",
+            input=input,
+            parent=parent,
+            created_at=stamp,
+            updated_at=stamp,
+        )
+        with self._lock:
+            self._conn.execute(
+                "INSERT INTO tasks (id, agent, conversation, source, state, input, parent, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (task.id, agent, conversation, source, task.state, input, parent, stamp, stamp),
+            )
+        return task
+
+    def update(
+        self,
+        task_id: str,
+        *,
+        state: TaskState,
+        output: str | None = None,
+        error: str | None = None,
+        pending: tuple[Pending, ...] | None = None,
+        usage: dict[str, Any] | None = None,
+    ) -> Task:
+        sets = ["state = ?", "updated_at = ?"]
+        values: list[Any] = [state, now().isoformat()]
+        for column, value in (("output", output), ("error", error)):
+            if value is not None:
+                sets.append(f"{column} = ?")
+                values.append(value)
+        if pending is not None:
+            sets.append("pending = ?")
+            values.append(json.dumps([p.__dict__ for p in pending]))
+        if usage is not None:
+            sets.append("usage = ?")
+            values.append(json.dumps(usage))
+        with self._lock:
+            self._conn.execute(f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", (*values, task_id))  # noqa: S608
+        return self.get(task_id)
+
+    def get(self, task_id: str) -> Task:
+        """A task by id or by a unique prefix of it (as ``ca tasks list`` shows them)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM tasks WHERE id LIKE ? ORDER BY created_at LIMIT 2", (task_id + "%",)
+            ).fetchall()
+            names = [d[0] for d in self._conn.execute("SELECT * FROM tasks LIMIT 0").description]
+        if not rows or not task_id:
+            raise RunError(f"task {task_id!r} not found; `ca tasks list` shows the tasks of this project")
+        if len(rows) > 1:
+            raise RunError(f"task id {task_id!r} is ambiguous; give more of it")
+        return _row_to_task(dict(zip(names, rows[0], strict=True)))
+
+    def list(self, *, pending_only: bool = False, limit: int = 50) -> list[Task]:
+        query = "SELECT * FROM tasks"
+        if pending_only:
+            query += " WHERE state = 'input-required'"
+        query += " ORDER BY created_at DESC LIMIT ?"
+        with self._lock:
+            cursor = self._conn.execute(query, (limit,))
+            names = [d[0] for d in cursor.description]
+            rows = cursor.fetchall()
+        return [_row_to_task(dict(zip(names, row, strict=True))) for row in rows]
+
+
+def _row_to_task(row: dict[str, Any]) -> Task:
+    pending = tuple(Pending(**p) for p in json.loads(row.pop("pending") or "[]"))
+    usage = json.loads(row.pop("usage") or "{}")
+    return Task(**row, pending=pending, usage=usage)
+
+
+def expiry(paused: datetime, timeout_seconds: float | None) -> str | None:
+    return (paused + timedelta(seconds=timeout_seconds)).isoformat() if timeout_seconds else None

@@ -1,0 +1,145 @@
+"""Durable approvals through real processes: pause, SIGKILL, decide from another process."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.cli.test_run import events
+from tests.conftest import CA, REPO, ProjectFactory, run_ca
+
+SIDE_EFFECT = '''
+from pathlib import Path
+
+
+def append(text: str) -> str:
+    """Append a line to effects.log (a side effect that must happen exactly once)."""
+    with Path("effects.log").open("a") as f:
+        f.write(text + "\\n")
+    return "appended"
+'''
+
+WRITER = """
+name: writer
+profile: manual
+model:
+  provider: scripted
+  replies:
+    - tool_calls: [{name: append, args: {text: hello}}]
+    - done
+tools:
+  - python: tools/side.py:append
+"""
+
+
+def _project(make_project: ProjectFactory) -> Path:
+    return make_project({"tools/side.py": SIDE_EFFECT, "agents/writer.yaml": WRITER})
+
+
+def _pause_then_kill(root: Path) -> str:
+    """Start `ca run` on a terminal, wait for the approval prompt, SIGKILL it; the paused task's id."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*CA, "run", "writer", "go"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdin=slave,
+        stderr=slave,
+        stdout=subprocess.PIPE,
+    )
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 60
+    try:
+        while b"[a]pprove" not in seen:
+            assert time.monotonic() < deadline, f"no approval prompt; saw {seen!r}"
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                seen += os.read(master, 4096)
+        assert b"writer wants to run append" in seen
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    listed = run_ca("tasks", "list", "--pending", "--json", cwd=root)
+    assert listed.returncode == 0, listed.stderr
+    [task] = json.loads(listed.stdout)
+    assert task["state"] == "input-required" and task["agent"] == "writer"
+    assert task["pending"][0]["payload"]["tool"] == "append"
+    return str(task["id"])
+
+
+def test_paused_run_survives_sigkill_and_is_approved_from_a_new_process(make_project: ProjectFactory) -> None:
+    root = _project(make_project)
+    task_id = _pause_then_kill(root)
+    assert not (root / "effects.log").exists()  # nothing ran before the decision
+
+    approved = run_ca("approve", task_id[:12], "--json", cwd=root)
+    assert approved.returncode == 0, approved.stderr
+    evs = events(approved.stdout)
+    assert [(e["tool"], e["result"]) for e in evs if e["kind"] == "tool_result"] == [("append", "appended")]
+    assert evs[-1]["state"] == "completed" and evs[-1]["output"] == "done"
+    assert (root / "effects.log").read_text() == "hello\n"  # the side effect ran exactly once
+
+    again = run_ca("approve", task_id[:12], cwd=root)
+    assert again.returncode == 1 and "not waiting for a decision" in again.stderr
+    assert (root / "effects.log").read_text() == "hello\n"
+    assert run_ca("tasks", "list", "--pending", cwd=root).stdout.strip() == "no tasks waiting for a decision"
+
+
+def test_paused_run_survives_sigkill_and_is_rejected_with_a_reason(make_project: ProjectFactory) -> None:
+    root = _project(make_project)
+    task_id = _pause_then_kill(root)
+    rejected = run_ca("approve", task_id, "--reject", "--reason", "not on a Friday", "--json", cwd=root)
+    assert rejected.returncode == 0, rejected.stderr
+    evs = events(rejected.stdout)
+    [result] = [e for e in evs if e["kind"] == "tool_result"]
+    assert result["is_error"] and result["result"] == "rejected by the user: not on a Friday"
+    assert evs[-1]["state"] == "completed"
+    assert not (root / "effects.log").exists()
+
+
+def test_without_a_terminal_the_run_stops_waiting_and_says_how_to_decide(make_project: ProjectFactory) -> None:
+    root = _project(make_project)
+    result = run_ca("run", "writer", "go", cwd=root)
+    assert result.returncode == 3
+    assert "is waiting for a decision: ca approve " in result.stderr
+    task = result.stderr.split("ca approve ")[1].split()[0]
+    assert run_ca("approve", task, cwd=root).returncode == 0
+    assert (root / "effects.log").read_text() == "hello\n"
+
+
+def test_audit_records_the_whole_story_and_verifies(make_project: ProjectFactory) -> None:
+    root = _project(make_project)
+    paused = run_ca("run", "writer", "go", cwd=root)
+    task = paused.stderr.split("ca approve ")[1].split()[0]
+    assert run_ca("approve", task, cwd=root).returncode == 0
+    log = run_ca("audit", "--task", task, cwd=root)
+    assert log.returncode == 0, log.stderr
+    kinds = [line.split()[3] for line in log.stdout.splitlines()]
+    assert kinds[:3] == ["task.state", "task.state", "task.state"]  # submitted, working, input-required
+    assert "approval" in kinds and "decision" in kinds and "tool.call" in kinds and "tool.result" in kinds
+    assert kinds[-1] == "task.state" and "state=completed" in log.stdout.splitlines()[-1]
+    verified = run_ca("audit", "--verify", cwd=root)
+    assert verified.returncode == 0 and verified.stdout.startswith("audit log ok: ")
+
+
+def test_audit_verify_detects_an_edited_record(make_project: ProjectFactory) -> None:
+    import sqlite3
+
+    root = _project(make_project)
+    run_ca("run", "writer", "go", cwd=root)
+    with sqlite3.connect(root / ".ca" / "audit.db") as db:
+        db.execute('UPDATE audit SET data = \'{"state": "completed"}\' WHERE seq = 2')
+    verified = run_ca("audit", "--verify", cwd=root)
+    assert verified.returncode == 1
+    assert "record 2 was edited" in verified.stderr
