@@ -199,6 +199,30 @@ def card(
     typer.echo(json.dumps(card_to_json(bundle.card(agent)), indent=2))
 
 
+@app.command("serve")
+def serve_command(
+    project: ProjectArg = Path(),
+    host: Annotated[str | None, typer.Option("--host", help="Address to bind (default: ca.yaml, 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option("--port", min=0, max=65535, help="Port (default: ca.yaml, 8765).")] = None,
+    public_url: Annotated[
+        str | None, typer.Option("--public-url", help="The URL clients use, when behind a proxy.")
+    ] = None,
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="Allow a non-loopback address without authentication.")
+    ] = False,
+) -> None:
+    """Serve every agent of the project over A2A (JSON-RPC and HTTP+JSON) until Ctrl-C."""
+    import asyncio
+
+    from framework.cli.serve import ServeOptions, serve
+
+    try:
+        code = asyncio.run(serve(ServeOptions(project, host, port, public_url, insecure)))
+    except KeyboardInterrupt:
+        code = 0
+    raise typer.Exit(code)
+
+
 tasks_app = typer.Typer(help="Tasks of a project: what ran, what waits for a decision.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 

@@ -40,7 +40,13 @@ class Runtime:
 
     @classmethod
     async def open(
-        cls, project: Project, *, source: str = "cli", stack: AsyncExitStack, governed: bool = True
+        cls,
+        project: Project,
+        *,
+        source: str = "cli",
+        stack: AsyncExitStack,
+        governed: bool = True,
+        base_url: str | None = None,
     ) -> Runtime:
         """Open the project's stores (closed by ``stack``) and build its bundle."""
         saver = await stack.enter_async_context(open_checkpointer(project.root))
@@ -48,7 +54,9 @@ class Runtime:
         stack.callback(tasks.close)
         audit = AuditLog.open(project.root, secrets=project.secrets)
         stack.callback(audit.close)
-        bundle = build_bundle(project, checkpointer=saver, middleware=governance_middleware if governed else None)
+        bundle = build_bundle(
+            project, checkpointer=saver, middleware=governance_middleware if governed else None, base_url=base_url
+        )
         return cls(bundle, tasks, audit, source=source)
 
     @property
@@ -71,11 +79,16 @@ class Runtime:
         )
 
     async def send(
-        self, agent: str, text: str, *, conversation: str, skill: str | None = None
+        self, agent: str, text: str, *, conversation: str, skill: str | None = None, task_id: str | None = None
     ) -> AsyncIterator[RunEvent]:
-        """Start a task: one message to ``agent`` in ``conversation``; stream its events."""
+        """Start a task: one message to ``agent`` in ``conversation``; stream its events.
+
+        ``task_id`` lets a transport use its own id (an A2A task id) for the task.
+        """
         self.bundle.agent(agent)
-        task = self.tasks.create(agent=agent, conversation=conversation, source=self.source, input=text)
+        task = self.tasks.create(
+            agent=agent, conversation=conversation, source=self.source, input=text, task_id=task_id
+        )
         self._audit_task(task, "submitted", input_chars=len(text))
         async for event in self._drive(
             task,
@@ -122,6 +135,17 @@ class Runtime:
             ),
         ):
             yield event
+
+    def mark_canceled(self, task_id: str) -> None:
+        """Record that a task was canceled (its run was stopped by the transport)."""
+        try:
+            task = self.tasks.get(task_id)
+        except RunError:
+            return
+        if task.state in ("completed", "failed", "canceled", "rejected"):
+            return
+        self.tasks.update(task.id, state="canceled", pending=())
+        self._audit_task(task, "canceled")
 
     async def _drive(self, task: Task, events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
         self.tasks.update(task.id, state="working")

@@ -96,10 +96,13 @@ class TaskStore:
     def close(self) -> None:
         self._conn.close()
 
-    def create(self, *, agent: str, conversation: str, source: str, input: str, parent: str = "") -> Task:
+    def create(
+        self, *, agent: str, conversation: str, source: str, input: str, parent: str = "", task_id: str | None = None
+    ) -> Task:
+        """Record a new task (``task_id``: a transport's own id, e.g. an A2A task id)."""
         stamp = now().isoformat()
         task = Task(
-            id=uuid.uuid4().hex,
+            id=task_id or uuid.uuid4().hex,
             agent=agent,
             conversation=conversation,
             source=source,
@@ -147,7 +150,8 @@ class TaskStore:
         """A task by id or by a unique prefix of it (as ``ca tasks list`` shows them)."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT * FROM tasks WHERE id LIKE ? ORDER BY created_at LIMIT 2", (task_id + "%",)
+                "SELECT * FROM tasks WHERE substr(id, 1, ?) = ? ORDER BY created_at LIMIT 2",
+                (len(task_id), task_id),
             ).fetchall()
             names = [d[0] for d in self._conn.execute("SELECT * FROM tasks LIMIT 0").description]
         if not rows or not task_id:

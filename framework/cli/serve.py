@@ -1,0 +1,66 @@
+"""``ca serve``: host every agent of a project over A2A on HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import sys
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from framework.errors import UsageError
+
+
+@dataclass
+class ServeOptions:
+    project: Path
+    host: str | None
+    port: int | None
+    public_url: str | None
+    insecure: bool
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def serve(options: ServeOptions) -> int:
+    import uvicorn
+
+    from framework.runtime.runtime import Runtime
+    from framework.spec import load_project
+    from framework.transports.a2a_http import build_app, describe
+
+    project = load_project(options.project)
+    server = project.config.server
+    host = options.host or server.host
+    port = options.port if options.port is not None else server.port
+    if not is_loopback(host) and server.auth is None and not options.insecure:
+        raise UsageError(
+            f"refusing to serve on {host} without authentication: anyone who can reach it could run your agents.\n"
+            "Configure server.auth in ca.yaml, bind to 127.0.0.1, or pass --insecure if you really mean it."
+        )
+    base_url = (options.public_url or server.public_url or f"http://{host}:{port}").rstrip("/")
+    async with AsyncExitStack() as stack:
+        runtime = await Runtime.open(project, source="a2a-http", stack=stack, base_url=base_url)
+        app = build_app(runtime)
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=10
+        )
+        uv = uvicorn.Server(config)
+        task = asyncio.create_task(uv.serve())
+        while not uv.started and not task.done():
+            await asyncio.sleep(0.02)
+        if uv.started:
+            print(describe(runtime, base_url), flush=True)
+        await task
+        if not uv.started:
+            sys.stderr.write(f"error: could not start the server on {host}:{port}\n")
+            return 1
+    return 0

@@ -1,0 +1,211 @@
+"""An a2a-sdk AgentExecutor that runs one agent's tasks through the Runtime.
+
+    run event            A2A
+    ─────────────────    ──────────────────────────────────────────────────────────
+    TextChunk            artifact "reply" chunk (append=True; last_chunk at the end)
+    ToolCallStarted/…    status WORKING with a data part {"ca_event": ...} (progress)
+    paused               status INPUT_REQUIRED: a data part (APPROVAL_EXTENSION) listing
+                         the pending actions and allowed decisions, plus a text fallback
+    completed            status COMPLETED (budget stops carry stop_reason in metadata)
+    failed               status FAILED with {"error": {"code", "reason"}} (ERRORS table)
+
+A message sent to a task in INPUT_REQUIRED is its decision: a data part
+``{"decision": "approve" | "reject" | "edit" | "always", "reason": ..., "args": ...}`` or
+the text ``approve`` / ``reject: REASON``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from a2a.helpers.proto_helpers import get_data_parts, get_text_parts, new_data_part, new_text_part
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types import Message, Part, Role, Task, TaskState, TaskStatus
+
+from framework.errors import RunError
+from framework.runtime.events import (
+    Paused,
+    RunFinished,
+    StepUpdate,
+    TextChunk,
+    ToolCallFinished,
+    ToolCallStarted,
+    event_to_json,
+)
+from framework.runtime.runtime import Runtime
+
+APPROVAL_EXTENSION = "urn:cleveragents:extensions:v1"
+"""Data parts of input-required statuses and of decisions are defined by this extension."""
+REPLY_ARTIFACT = "reply"
+DECISIONS = ("approve", "reject", "edit", "always")
+
+_TEXT_DECISION = re.compile(r"^\s*(approve|approved|yes|always|reject|rejected|no)\b\s*:?\s*(.*)$", re.I | re.S)
+
+
+def failure_code(error: str) -> str:
+    """A structured reason for a failed task, from the error text."""
+    for prefix, code in (
+        ("contract violated", "contract_violation"),
+        ("task budget", "budget_exceeded"),
+        ("conversation budget", "budget_exceeded"),
+        ("denied", "policy_denied"),
+        ("approval timed out", "approval_rejected"),
+    ):
+        if prefix in error:
+            return code
+    return "run_failed"
+
+
+def parse_decision(message: Message) -> dict[str, Any]:
+    """The decision a person sent to a paused task, from a data part or the text fallback."""
+    for data in get_data_parts(list(message.parts)):
+        if isinstance(data, dict) and data.get("decision") in DECISIONS:
+            return {k: data[k] for k in ("decision", "reason", "args") if k in data}
+    text = " ".join(get_text_parts(list(message.parts)))
+    match = _TEXT_DECISION.match(text)
+    if match is None:
+        raise RunError(
+            "this task is waiting for a decision: answer 'approve', 'reject: REASON', or a data part "
+            '{"decision": "approve" | "reject" | "edit" | "always"}'
+        )
+    word, rest = match.group(1).lower(), match.group(2).strip()
+    if word in ("approve", "approved", "yes"):
+        return {"decision": "approve"}
+    if word == "always":
+        return {"decision": "always"}
+    return {"decision": "reject", "reason": rest or None}
+
+
+def _agent_message(task_id: str, context_id: str, parts: list[Part]) -> Message:
+    import uuid
+
+    return Message(
+        message_id=uuid.uuid4().hex, role=Role.ROLE_AGENT, parts=parts, task_id=task_id, context_id=context_id
+    )
+
+
+class CleverAgentExecutor(AgentExecutor):
+    """Executes tasks of ``agent`` on the Runtime; cancel stops the graph."""
+
+    def __init__(self, runtime: Runtime, agent: str) -> None:
+        self.runtime = runtime
+        self.agent = agent
+        self._running: dict[str, asyncio.Task[Any]] = {}
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id, context_id = context.task_id or "", context.context_id or ""
+        message = context.message
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        current = context.current_task
+        if current is None:
+            await event_queue.enqueue_event(
+                Task(
+                    id=task_id,
+                    context_id=context_id,
+                    status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+                    history=[message] if message is not None else [],
+                )
+            )
+        try:
+            if current is not None and current.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+                assert message is not None
+                events = self.runtime.decide(task_id, parse_decision(message))
+            else:
+                text = context.get_user_input() if message is not None else ""
+                skill = _skill(message)
+                events = self.runtime.send(self.agent, text, conversation=context_id, skill=skill, task_id=task_id)
+            await updater.start_work()
+            await self._forward(events, updater, task_id, context_id)
+        except RunError as exc:
+            await updater.failed(
+                _agent_message(
+                    task_id,
+                    context_id,
+                    [new_text_part(str(exc)), new_data_part({"error": {"code": "run_failed", "reason": str(exc)}})],
+                )
+            )
+        except asyncio.CancelledError:
+            self.runtime.mark_canceled(task_id)
+            raise
+
+    async def _forward(self, events: Any, updater: TaskUpdater, task_id: str, context_id: str) -> None:
+        pauses: list[Paused] = []
+        chunks = 0
+        async for event in events:
+            if isinstance(event, TextChunk) and not event.source:
+                await updater.add_artifact(
+                    [new_text_part(event.text)],
+                    artifact_id=REPLY_ARTIFACT,
+                    name="reply",
+                    append=chunks > 0,
+                    last_chunk=False,
+                )
+                chunks += 1
+            elif isinstance(event, ToolCallStarted | ToolCallFinished | StepUpdate):
+                await updater.update_status(
+                    TaskState.TASK_STATE_WORKING,
+                    message=_agent_message(task_id, context_id, [new_data_part({"ca_event": event_to_json(event)})]),
+                )
+            elif isinstance(event, Paused):
+                pauses.append(event)
+            elif isinstance(event, RunFinished):
+                await self._finish(event, pauses, updater, task_id, context_id)
+
+    async def _finish(
+        self,
+        event: RunFinished,
+        pauses: list[Paused],
+        updater: TaskUpdater,
+        task_id: str,
+        context_id: str,
+    ) -> None:
+        usage = event_to_json(event)["usage"]
+        if event.state == "input-required":
+            pending = [
+                {"id": p.interrupt_id, **p.payload, "decisions": p.payload.get("options", ["approve", "reject"])}
+                for p in pauses
+            ]
+            text = "\n".join(str(p.get("message", p.get("kind"))) for p in pending)
+            await updater.requires_input(
+                _agent_message(
+                    task_id,
+                    context_id,
+                    [
+                        new_text_part(f"{text}\nReply 'approve' or 'reject: REASON'."),
+                        new_data_part({"extension": APPROVAL_EXTENSION, "pending": pending}),
+                    ],
+                )
+            )
+            return
+        if event.state == "completed":
+            # The whole reply as one part, replacing the streamed chunks: what GetTask and
+            # non-streaming clients see is the clean text.
+            await updater.add_artifact(
+                [new_text_part(event.output)], artifact_id=REPLY_ARTIFACT, name="reply", append=False, last_chunk=True
+            )
+            await updater.update_status(
+                TaskState.TASK_STATE_COMPLETED,
+                metadata={"stop_reason": event.stop_reason, "usage": usage},
+            )
+            return
+        reason = {"code": failure_code(event.error), "reason": event.error}
+        await updater.failed(
+            _agent_message(task_id, context_id, [new_text_part(event.error), new_data_part({"error": reason})])
+        )
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id = context.task_id or ""
+        self.runtime.mark_canceled(task_id)
+        updater = TaskUpdater(event_queue, task_id, context.context_id or "")
+        await updater.cancel()
+
+
+def _skill(message: Message | None) -> str | None:
+    if message is None or not message.HasField("metadata"):
+        return None
+    value = message.metadata.fields.get("skill")
+    return value.string_value if value is not None and value.string_value else None

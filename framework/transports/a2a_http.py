@@ -1,0 +1,113 @@
+"""``ca serve``: every agent of a project as an A2A agent, under one Starlette app.
+
+    /agents/{name}/                               JSON-RPC (A2A v1.0; v0.3 method names too)
+    /agents/{name}/rest/...                       HTTP+JSON binding
+    /agents/{name}/.well-known/agent-card.json    the agent's card
+    /  /.well-known/agent-card.json  /.well-known/agent.json   the default agent
+    /healthz                                      liveness and the bundle's digest
+
+Tasks live in a2a-sdk's DatabaseTaskStore (``.ca/state.db`` unless ``store.url`` says
+otherwise); the Runtime keeps conversations, pending decisions and the audit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
+from a2a.server.tasks import DatabaseTaskStore
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+
+from framework.runtime.executor import CleverAgentExecutor
+from framework.runtime.runtime import Runtime
+from framework.runtime.stores import state_dir
+
+CARD_PATH = "/.well-known/agent-card.json"
+LEGACY_CARD_PATH = "/.well-known/agent.json"
+CARD_CACHE = "public, max-age=60"
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def store_url(runtime: Runtime) -> str:
+    """The async SQLAlchemy URL of the task store (relative SQLite paths are under the project)."""
+    url = runtime.bundle.project.config.store.url
+    if url.startswith("sqlite"):
+        path = url.split(":///", 1)[1] if ":///" in url else ".ca/state.db"
+        full = Path(path) if Path(path).is_absolute() else runtime.root / path
+        state_dir(runtime.root)
+        return f"sqlite+aiosqlite:///{full}"
+    if url.startswith("postgresql://"):
+        return "postgresql+asyncpg://" + url.removeprefix("postgresql://")
+    return url
+
+
+def task_store(runtime: Runtime) -> DatabaseTaskStore:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    url = store_url(runtime)
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"timeout": 30}
+    return DatabaseTaskStore(create_async_engine(url, **kwargs))
+
+
+def agent_routes(runtime: Runtime, name: str, store: DatabaseTaskStore, prefix: str) -> list[BaseRoute]:
+    """The JSON-RPC, REST and card routes of one agent under ``prefix`` (no trailing slash)."""
+    card = runtime.bundle.card(name)
+    handler = DefaultRequestHandler(CleverAgentExecutor(runtime, name), store, card)
+    routes: list[BaseRoute] = [
+        *create_agent_card_routes(card, card_url=f"{prefix}{CARD_PATH}", cache_control=CARD_CACHE),
+        *create_jsonrpc_routes(handler, rpc_url=f"{prefix}/", enable_v0_3_compat=True),
+    ]
+    # The REST routes end in a catch-all tenant mount: keep them inside their own prefix.
+    routes.append(Mount(f"{prefix}/rest", routes=create_rest_routes(handler)))
+    return routes
+
+
+def build_app(runtime: Runtime) -> Starlette:
+    """The whole server for the runtime's current bundle."""
+    store = task_store(runtime)
+    routes: list[BaseRoute] = [Route("/healthz", _health(runtime), methods=["GET"])]
+    default = runtime.bundle.project.default_agent
+    if default:
+        card = runtime.bundle.card(default)
+        routes.extend(create_agent_card_routes(card, card_url=LEGACY_CARD_PATH, cache_control=CARD_CACHE))
+    for name in sorted(runtime.bundle.agents):
+        routes.extend(agent_routes(runtime, name, store, f"/agents/{name}"))
+    if default:
+        routes.extend(agent_routes(runtime, default, store, ""))
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await store.initialize()
+        yield
+
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _health(runtime: Runtime) -> Endpoint:
+    async def health(request: Request) -> Response:
+        return JSONResponse(
+            {"status": "ok", "agents": sorted(runtime.bundle.agents), "bundle": runtime.bundle.digest[:12]}
+        )
+
+    return health
+
+
+def describe(runtime: Runtime, base_url: str) -> str:
+    """What ``ca serve`` prints when it is ready."""
+    lines = [f"serving {len(runtime.bundle.agents)} agents at {base_url}"]
+    default = runtime.bundle.project.default_agent
+    for name in sorted(runtime.bundle.agents):
+        mark = "  (default, also at /)" if name == default else ""
+        lines.append(f"  {name:<16} {base_url}/agents/{name}/{mark}")
+    lines.append(f"cards: {base_url}/agents/NAME{CARD_PATH}   health: {base_url}/healthz")
+    return "\n".join(lines)
