@@ -146,21 +146,34 @@ ProjectOpt = Annotated[Path, typer.Option("--project", "-p", help="Project folde
 
 @app.command()
 def run(
-    agent: AgentArg,
+    agent: Annotated[
+        str | None, typer.Argument(help="The agent's name (default with --stdio: the project's default agent).")
+    ] = None,
     prompt: Annotated[str | None, typer.Argument(help="The message; read from standard input when omitted.")] = None,
     session: Annotated[
         str | None, typer.Option("--session", "-s", help="Continue (or start) this conversation by name.")
     ] = None,
     skill: Annotated[str | None, typer.Option("--skill", help="Ask for one of the agent's skills.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print run events as JSON lines.")] = False,
+    stdio: Annotated[
+        bool, typer.Option("--stdio", help="Serve the agent on stdin/stdout (A2A JSON-RPC, one message per line).")
+    ] = False,
     project: ProjectOpt = Path(),
 ) -> None:
-    """Send one message to an agent and stream its reply.
+    """Send one message to an agent and stream its reply; or, with --stdio, serve it to a program.
 
     Exit codes: 0 completed, 1 failed, 2 invalid project or usage, 3 waiting for a decision, 130 interrupted.
     """
     import asyncio
 
+    if stdio:
+        if prompt is not None or session or skill or as_json:
+            raise typer.BadParameter("--stdio takes no prompt, --session, --skill or --json: requests come on stdin")
+        from framework.cli.serve import serve_stdio_command
+
+        raise typer.Exit(asyncio.run(serve_stdio_command(project, agent)))
+    if agent is None:
+        raise typer.BadParameter("name the agent to run (see `ca validate` or agents/)", param_hint="AGENT")
     from framework.cli.run import RunOptions, run_command
 
     options = RunOptions(project, agent, prompt, session, skill, as_json)

@@ -77,7 +77,7 @@ def build_card(agent: AgentSpec, project: Project, *, base_url: str | None = Non
                 id=s.id,
                 name=s.name or s.id,
                 description=s.description or s.name or s.id,
-                tags=list(s.tags),
+                tags=list(s.tags) or [agent.name],  # A2A requires at least one tag
                 examples=list(s.examples),
             )
             for s in skills

@@ -19,7 +19,7 @@ from typing import Any
 
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
-from framework.errors import RunError
+from framework.errors import Diagnostic, RunError
 from framework.runtime.audit import AuditLog
 from framework.runtime.events import Paused, RunEvent, RunFinished
 from framework.runtime.governance.middleware import governance_middleware
@@ -37,6 +37,8 @@ class Runtime:
         self.tasks = tasks
         self.audit = audit
         self.source = source
+        self.diagnostics: list[Diagnostic] = []
+        """Errors of the last reload that could not be applied (the bundle kept serving)."""
 
     @classmethod
     async def open(

@@ -12,14 +12,19 @@ otherwise); the Runtime keeps conversations, pending decisions and the audit.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from a2a.helpers.proto_helpers import new_data_part
+from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks import DatabaseTaskStore
+from a2a.types import Message, Role, SendMessageRequest
+from google.protobuf import json_format
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -28,6 +33,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from framework.runtime.executor import CleverAgentExecutor
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
+from framework.transports.platform import Platform, PlatformMiddleware
 
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
@@ -59,10 +65,9 @@ def task_store(runtime: Runtime) -> DatabaseTaskStore:
     return DatabaseTaskStore(create_async_engine(url, **kwargs))
 
 
-def agent_routes(runtime: Runtime, name: str, store: DatabaseTaskStore, prefix: str) -> list[BaseRoute]:
+def agent_routes(runtime: Runtime, name: str, handler: DefaultRequestHandler, prefix: str) -> list[BaseRoute]:
     """The JSON-RPC, REST and card routes of one agent under ``prefix`` (no trailing slash)."""
     card = runtime.bundle.card(name)
-    handler = DefaultRequestHandler(CleverAgentExecutor(runtime, name), store, card)
     routes: list[BaseRoute] = [
         *create_agent_card_routes(card, card_url=f"{prefix}{CARD_PATH}", cache_control=CARD_CACHE),
         *create_jsonrpc_routes(handler, rpc_url=f"{prefix}/", enable_v0_3_compat=True),
@@ -72,25 +77,44 @@ def agent_routes(runtime: Runtime, name: str, store: DatabaseTaskStore, prefix: 
     return routes
 
 
-def build_app(runtime: Runtime) -> Starlette:
+def build_app(runtime: Runtime) -> PlatformMiddleware:
     """The whole server for the runtime's current bundle."""
     store = task_store(runtime)
+    handlers = {
+        name: DefaultRequestHandler(CleverAgentExecutor(runtime, name), store, runtime.bundle.card(name))
+        for name in runtime.bundle.agents
+    }
     routes: list[BaseRoute] = [Route("/healthz", _health(runtime), methods=["GET"])]
     default = runtime.bundle.project.default_agent
     if default:
         card = runtime.bundle.card(default)
         routes.extend(create_agent_card_routes(card, card_url=LEGACY_CARD_PATH, cache_control=CARD_CACHE))
     for name in sorted(runtime.bundle.agents):
-        routes.extend(agent_routes(runtime, name, store, f"/agents/{name}"))
+        routes.extend(agent_routes(runtime, name, handlers[name], f"/agents/{name}"))
     if default:
-        routes.extend(agent_routes(runtime, default, store, ""))
+        routes.extend(agent_routes(runtime, default, handlers[default], ""))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await store.initialize()
         yield
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    async def decide(agent: str, task_id: str, decision: dict[str, Any]) -> dict[str, Any]:
+        """A decision travels as a message to the paused task, so the A2A task store sees it too."""
+        task = runtime.tasks.get(task_id)
+        message = Message(
+            message_id=uuid.uuid4().hex,
+            role=Role.ROLE_USER,
+            task_id=task.id,
+            context_id=task.conversation,
+            parts=[new_data_part({k: v for k, v in decision.items() if v is not None})],
+        )
+        answer = await handlers[agent].on_message_send(SendMessageRequest(message=message), ServerCallContext())
+        return dict(json_format.MessageToDict(answer))
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    max_bytes = runtime.bundle.project.config.server.max_request_bytes
+    return PlatformMiddleware(app, Platform(runtime, decide), max_bytes=max_bytes)
 
 
 def _health(runtime: Runtime) -> Endpoint:
