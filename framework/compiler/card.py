@@ -6,7 +6,18 @@ import hashlib
 import json
 from typing import Any
 
-from a2a.types import AgentCapabilities, AgentCard, AgentExtension, AgentInterface, AgentSkill
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentExtension,
+    AgentInterface,
+    AgentSkill,
+    APIKeySecurityScheme,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+)
 from google.protobuf import json_format
 from google.protobuf.struct_pb2 import Struct
 
@@ -35,6 +46,38 @@ def agent_digest(agent: AgentSpec) -> str:
 def agent_url(base_url: str, name: str) -> str:
     """Where an agent's JSON-RPC endpoint is under a server's base URL."""
     return f"{base_url.rstrip('/')}/agents/{name}/"
+
+
+def security(project: Project) -> dict[str, Any]:
+    """Card fields declaring ``server.auth``: securitySchemes and the requirement (either scheme)."""
+    auth = project.config.server.auth
+    if auth is None:
+        return {}
+    schemes: dict[str, SecurityScheme] = {}
+    if auth.bearer_tokens_env:
+        schemes["bearer"] = SecurityScheme(
+            http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="Bearer", description="A bearer token")
+        )
+    if auth.api_keys_env:
+        schemes["apiKey"] = SecurityScheme(
+            api_key_security_scheme=APIKeySecurityScheme(
+                location="header", name=auth.api_key_header, description="An API key"
+            )
+        )
+    requirements = [SecurityRequirement(schemes={name: StringList(list=[])}) for name in schemes]
+    return {"security_schemes": schemes, "security_requirements": requirements}
+
+
+def public_card(card: AgentCard) -> AgentCard:
+    """What unauthenticated callers see when auth is on: no examples, no extension params."""
+    public = AgentCard()
+    public.CopyFrom(card)
+    for skill in public.skills:
+        del skill.examples[:]
+    for extension in public.capabilities.extensions:
+        extension.ClearField("params")
+    public.capabilities.extended_agent_card = True
+    return public
 
 
 def build_card(agent: AgentSpec, project: Project, *, base_url: str | None = None) -> AgentCard:
@@ -72,6 +115,7 @@ def build_card(agent: AgentSpec, project: Project, *, base_url: str | None = Non
         ),
         default_input_modes=["text/plain"],
         default_output_modes=output_modes,
+        **security(project),
         skills=[
             AgentSkill(
                 id=s.id,

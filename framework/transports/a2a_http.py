@@ -23,16 +23,18 @@ from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks import DatabaseTaskStore
-from a2a.types import Message, Role, SendMessageRequest
+from a2a.types import AgentCard, Message, Role, SendMessageRequest
 from google.protobuf import json_format
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from framework.compiler.card import public_card
 from framework.runtime.executor import CleverAgentExecutor
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
+from framework.transports.auth import AuthMiddleware, Credentials
 from framework.transports.platform import Platform, PlatformMiddleware
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -65,9 +67,26 @@ def task_store(runtime: Runtime) -> DatabaseTaskStore:
     return DatabaseTaskStore(create_async_engine(url, **kwargs))
 
 
+def served_card(runtime: Runtime, name: str) -> AgentCard:
+    """The card anyone may fetch: the full one, or a minimal one when auth is on."""
+    card = runtime.bundle.card(name)
+    return public_card(card) if runtime.bundle.project.config.server.auth else card
+
+
+def request_handler(runtime: Runtime, name: str, store: DatabaseTaskStore) -> DefaultRequestHandler:
+    """a2a-sdk's handler for one agent; authenticated callers get the full card from GetExtendedAgentCard."""
+    authed = runtime.bundle.project.config.server.auth is not None
+    return DefaultRequestHandler(
+        CleverAgentExecutor(runtime, name),
+        store,
+        served_card(runtime, name),
+        extended_agent_card=runtime.bundle.card(name) if authed else None,
+    )
+
+
 def agent_routes(runtime: Runtime, name: str, handler: DefaultRequestHandler, prefix: str) -> list[BaseRoute]:
     """The JSON-RPC, REST and card routes of one agent under ``prefix`` (no trailing slash)."""
-    card = runtime.bundle.card(name)
+    card = served_card(runtime, name)
     routes: list[BaseRoute] = [
         *create_agent_card_routes(card, card_url=f"{prefix}{CARD_PATH}", cache_control=CARD_CACHE),
         *create_jsonrpc_routes(handler, rpc_url=f"{prefix}/", enable_v0_3_compat=True),
@@ -80,14 +99,11 @@ def agent_routes(runtime: Runtime, name: str, handler: DefaultRequestHandler, pr
 def build_app(runtime: Runtime) -> PlatformMiddleware:
     """The whole server for the runtime's current bundle."""
     store = task_store(runtime)
-    handlers = {
-        name: DefaultRequestHandler(CleverAgentExecutor(runtime, name), store, runtime.bundle.card(name))
-        for name in runtime.bundle.agents
-    }
+    handlers = {name: request_handler(runtime, name, store) for name in runtime.bundle.agents}
     routes: list[BaseRoute] = [Route("/healthz", _health(runtime), methods=["GET"])]
     default = runtime.bundle.project.default_agent
     if default:
-        card = runtime.bundle.card(default)
+        card = served_card(runtime, default)
         routes.extend(create_agent_card_routes(card, card_url=LEGACY_CARD_PATH, cache_control=CARD_CACHE))
     for name in sorted(runtime.bundle.agents):
         routes.extend(agent_routes(runtime, name, handlers[name], f"/agents/{name}"))
@@ -113,6 +129,9 @@ def build_app(runtime: Runtime) -> PlatformMiddleware:
         return dict(json_format.MessageToDict(answer))
 
     app = Starlette(routes=routes, lifespan=lifespan)
+    auth = runtime.bundle.project.config.server.auth
+    if auth is not None:
+        app.add_middleware(AuthMiddleware, credentials=Credentials(auth, runtime.bundle.environ))
     max_bytes = runtime.bundle.project.config.server.max_request_bytes
     return PlatformMiddleware(app, Platform(runtime, decide), max_bytes=max_bytes)
 

@@ -1,0 +1,92 @@
+"""``server.auth``: bearer tokens and API keys from the environment, required on every call.
+
+Cards and ``/healthz`` stay public (the public card is minimal; ``GetExtendedAgentCard``
+gives authenticated callers the full one). Credentials are compared in constant time
+and never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from collections.abc import Mapping
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from framework.errors import UsageError
+from framework.spec.project import AuthConfig
+from framework.transports.jsonrpc import Code
+
+PUBLIC_SUFFIXES = ("/.well-known/agent-card.json", "/.well-known/agent.json", "/healthz")
+
+
+def _values(environ: Mapping[str, str], name: str | None, what: str) -> list[str]:
+    if name is None:
+        return []
+    raw = environ.get(name, "")
+    values = [v.strip() for v in raw.split(",") if v.strip()]
+    if not values:
+        raise UsageError(
+            f"server.auth.{what} names {name}, which is not set (or empty): set it to a comma-separated list"
+        )
+    return values
+
+
+class Credentials:
+    """The accepted tokens and keys, read once at start-up."""
+
+    def __init__(self, auth: AuthConfig, environ: Mapping[str, str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        self.tokens = [t.encode() for t in _values(env, auth.bearer_tokens_env, "bearer_tokens_env")]
+        self.keys = [k.encode() for k in _values(env, auth.api_keys_env, "api_keys_env")]
+        self.header = auth.api_key_header.lower().encode()
+
+    def check(self, headers: list[tuple[bytes, bytes]]) -> bool | None:
+        """True when valid credentials are present, False when wrong ones are, None when there are none."""
+        seen = None
+        for name, value in headers:
+            if name == b"authorization" and value[:7].lower() == b"bearer " and self.tokens:
+                seen = False
+                if any(hmac.compare_digest(value[7:].strip(), t) for t in self.tokens):
+                    return True
+            elif name == self.header and self.keys:
+                seen = False
+                if any(hmac.compare_digest(value.strip(), k) for k in self.keys):
+                    return True
+        return seen
+
+
+class AuthMiddleware:
+    """Refuses every non-public request without valid credentials: HTTP 401, JSON-RPC -32086."""
+
+    def __init__(self, app: ASGIApp, credentials: Credentials) -> None:
+        self.app = app
+        self.credentials = credentials
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].endswith(PUBLIC_SUFFIXES):
+            await self.app(scope, receive, send)
+            return
+        verdict = self.credentials.check(scope.get("headers", []))
+        if verdict:
+            await self.app(scope, receive, send)
+            return
+        message = "authentication required: send Authorization: Bearer TOKEN or an API key header"
+        if verdict is False:
+            message = "invalid credentials"
+        body = json.dumps(
+            {"jsonrpc": "2.0", "id": None, "error": {"code": int(Code.AUTHENTICATION_REQUIRED), "message": message}}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b'Bearer realm="cleveragents"'),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
