@@ -108,8 +108,8 @@ def first_overrun(
 ) -> Overrun | None:
     """The first cap that ``usage`` has reached (``>=``), or None."""
     for name, cap in caps.items():
-        if only is not None and name not in only:
-            continue
+        if name not in LIMITS or (only is not None and name not in only):
+            continue  # max_depth is checked on each agent call, not against usage
         used = measure(usage, name, elapsed)
         if used >= cap:
             return Overrun(name, used, cap, scope)
@@ -117,13 +117,21 @@ def first_overrun(
 
 
 def remaining(caps: Mapping[str, float], usage: Mapping[str, float], elapsed: float) -> dict[str, float]:
-    """What is left of each cap: passed to a callee, which never gets more."""
-    return {name: max(cap - measure(usage, name, elapsed), 0.0) for name, cap in caps.items()}
+    """What is left of each cap: passed to a callee, which never gets more (``max_depth`` passes as is)."""
+    return {
+        name: max(cap - measure(usage, name, elapsed), 0.0) if name in LIMITS else cap for name, cap in caps.items()
+    }
 
 
 def task_caps(budget: Budget | None, parent: Mapping[str, float] | None, extensions: int) -> dict[str, float]:
-    """This task's caps: its own (with extensions), lowered to what the caller has left."""
+    """This task's caps: its own (with extensions), lowered to what the caller has left.
+
+    ``max_depth`` (the deepest agent-call depth, counted from the agent a person asked) is
+    included, never extended, and inherited by callees like the other caps.
+    """
     own = caps_of(budget, extensions=extensions, extend_by=budget.extend_by if budget else 0.0)
+    if budget is not None and budget.max_depth is not None:
+        own["max_depth"] = float(budget.max_depth)
     for name, left in (parent or {}).items():
         own[name] = min(own.get(name, left), left)
     return own

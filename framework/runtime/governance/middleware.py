@@ -170,13 +170,26 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         used = budgets.subtract(total, task.get("base") or {})
         return total, used, time.time() - float(task.get("started", time.time())), str(task.get("id", ""))
 
-    def _overrun(
-        self, state: GovernanceState, context: RunContext, *, only: frozenset[str] | None = None
-    ) -> budgets.Overrun | None:
-        budget = self.policy.budget
-        total, used, elapsed, task_id = self._usage(state)
+    def _caps(self, state: GovernanceState, context: RunContext) -> dict[str, float]:
+        """This task's caps: its budget with approved extensions, lowered to what its caller has left."""
+        task_id = str((state.get("ca_task") or {}).get("id", ""))
         extensions = (state.get("ca_counts") or {}).get(f"ext:{task_id}", 0)
-        caps = budgets.task_caps(budget, context.caps, extensions)
+        return budgets.task_caps(self.policy.budget, context.caps, extensions)
+
+    def _overrun(
+        self,
+        state: GovernanceState,
+        context: RunContext,
+        *,
+        only: frozenset[str] | None = None,
+        pending: Mapping[str, float] | None = None,
+    ) -> budgets.Overrun | None:
+        """The first spent cap, counting ``pending`` usage (calls of this model turn not yet accounted) as used."""
+        budget = self.policy.budget
+        total, used, elapsed, _ = self._usage(state)
+        if pending:
+            total, used = budgets.add_usage(total, pending), budgets.add_usage(used, pending)
+        caps = self._caps(state, context)
         found = budgets.first_overrun(caps, used, elapsed, scope="task", only=only)
         if found is None and budget is not None and budget.conversation is not None:
             conversation = budgets.caps_of(budget.conversation)
@@ -268,14 +281,13 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
 
     # -- each tool call ----------------------------------------------------------
 
-    def _check(self, call: ToolCall, state: GovernanceState, context: RunContext) -> Decision:
+    def _check(self, call: ToolCall, state: GovernanceState, context: RunContext, call_id: str = "") -> Decision:
         policy = self.policy
         if call.capability == "agent":
             decision = check_agent(call.tool, policy.capabilities)
-            budget = policy.budget
-            depth_cap = budget.max_depth if budget is not None else None
+            depth_cap = self._caps(state, context).get("max_depth")  # the caller's cap binds its callees too
             if decision.allowed and depth_cap is not None and context.depth + 1 > depth_cap:
-                decision = Decision("deny", f"agent calls may nest {budget.max_depth} deep", "budget.max_depth")
+                decision = Decision("deny", f"agent calls may nest {depth_cap:g} deep", "budget.max_depth")
         else:
             decision = check_capabilities(call, policy.capabilities, root=policy.project.root)
         if decision.denied:
@@ -283,14 +295,20 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         decision = check_call_contract(policy.agent.contract, call)
         if decision.denied:
             return decision
-        if policy.profile is None:
+        # A conversation may run under another profile (an ACP session mode) than the agent's own.
+        profile = policy.project.profiles.get(context.profile) if context.profile else policy.profile
+        if profile is None:
             decision = Decision("allow", "no automation profile", "")
         else:
             _, used, _, _ = self._usage(state)
-            decision = decide(policy.profile, call, cost_usd=_decimal(used.get("cost_usd", 0)))
+            decision = decide(profile, call, cost_usd=_decimal(used.get("cost_usd", 0)))
         if decision.action == "ask" and call.tool in (state.get("ca_allowed") or []):
             decision = Decision("allow", "always allowed in this conversation", "session")
-        if decision.action != "deny" and self._overrun(state, context, only=frozenset({"max_tool_calls"})):
+        # Calls of one model turn run side by side on the same state: count the ones before this call.
+        ahead = _calls_ahead(state, call_id)
+        if decision.action != "deny" and self._overrun(
+            state, context, only=frozenset({"max_tool_calls"}), pending={"tool_calls": ahead}
+        ):
             decision = Decision("deny", "the task's budget of tool calls is spent", "budget.max_tool_calls")
         return decision
 
@@ -299,12 +317,14 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         context = _context(request.runtime)
         state: GovernanceState = request.state
         call = _tool_call(request)
-        decision = self._check(call, state, context)
+        call_id = str(request.tool_call.get("id") or "")
+        decision = self._check(call, state, context, call_id)
         extra: dict[str, Any] = {}
         if decision.action == "ask":
             answer = interrupt(
                 {
                     "kind": "approval",
+                    "call_id": request.tool_call.get("id") or "",
                     "agent": self.policy.agent.name,
                     "tool": call.tool,
                     "args": dict(call.args),
@@ -321,7 +341,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             if choice == "edit" and isinstance(args, dict):
                 request = request.override(tool_call={**request.tool_call, "args": args})
                 call = _tool_call(request)
-                recheck = self._check(call, state, context)
+                recheck = self._check(call, state, context, call_id)
                 if recheck.denied:
                     decision = recheck
             if choice == "always":
@@ -354,13 +374,18 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         return result
 
     def _callee_context(self, request: ToolCallRequest) -> RunContext:
-        """What an agent called by this tool gets: depth + 1 and at most what this task has left."""
+        """What an agent called by this tool gets: depth + 1 and at most what this task and conversation have left."""
         context = _context(request.runtime)
         state: GovernanceState = request.state
-        _, used, elapsed, task_id = self._usage(state)
-        extensions = (state.get("ca_counts") or {}).get(f"ext:{task_id}", 0)
-        caps = budgets.task_caps(self.policy.budget, context.caps, extensions)
-        return replace(context.child(), caps=budgets.remaining(caps, used, elapsed) or None)
+        total, used, elapsed, _ = self._usage(state)
+        left = budgets.remaining(self._caps(state, context), used, elapsed)
+        budget = self.policy.budget
+        if budget is not None and budget.conversation is not None:
+            conversation = budgets.caps_of(budget.conversation)
+            conversation.pop("max_duration", None)  # wall time is not measured over a conversation
+            for name, amount in budgets.remaining(conversation, total, 0.0).items():
+                left[name] = min(left.get(name, amount), amount)
+        return replace(context.child(), caps=left or None)
 
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
@@ -391,6 +416,16 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         finally:
             CALL_CONTEXT.reset(token)
         return self._finish(runnable, result, extra)
+
+
+def _calls_ahead(state: GovernanceState, call_id: str) -> int:
+    """How many tool calls of the last model turn come before ``call_id`` (0 if it is not there)."""
+    messages = state.get("messages") or []
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            ids = [c.get("id") for c in message.tool_calls]
+            return ids.index(call_id) if call_id in ids else 0
+    return 0
 
 
 def _spec_name(request: ToolCallRequest) -> str:
