@@ -1,5 +1,5 @@
 """``python -m framework`` is ``ca``."""
 
-from framework.cli.app import main
+from framework.cli.entry import main
 
 main()

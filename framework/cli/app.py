@@ -167,11 +167,10 @@ def run(
     import asyncio
 
     if stdio:
-        if prompt is not None or session or skill or as_json:
-            raise typer.BadParameter("--stdio takes no prompt, --session, --skill or --json: requests come on stdin")
-        from framework.cli.serve import serve_stdio_command
-
-        raise typer.Exit(asyncio.run(serve_stdio_command(project, agent)))
+        # Valid `--stdio` command lines never get here (framework.cli.entry takes a fast path).
+        raise typer.BadParameter(
+            "--stdio takes only [AGENT], --protocol acp|a2a, -p PROJECT and --reload: requests come on stdin"
+        )
     if agent is None:
         raise typer.BadParameter("name the agent to run (see `ca validate` or agents/)", param_hint="AGENT")
     from framework.cli.run import RunOptions, run_command

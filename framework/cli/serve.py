@@ -64,19 +64,3 @@ async def serve(options: ServeOptions) -> int:
             sys.stderr.write(f"error: could not start the server on {host}:{port}\n")
             return 1
     return 0
-
-
-async def serve_stdio_command(project_dir: Path, agent: str | None) -> int:
-    """``ca run --stdio``: A2A JSON-RPC on stdin/stdout until end of input."""
-    from framework.runtime.runtime import Runtime
-    from framework.spec import load_project
-    from framework.transports.a2a_stdio import serve_stdio
-
-    project = load_project(project_dir)
-    name = agent or project.default_agent
-    if name is None:
-        raise UsageError("the project has no agents to serve")
-    async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(project, source="a2a-stdio", stack=stack)
-        await serve_stdio(runtime, name)
-    return 0

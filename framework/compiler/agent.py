@@ -39,6 +39,8 @@ class RunContext:
     conversation_id: str = ""
     source: str = "cli"
     """Where the request came in: cli, a2a-http, a2a-stdio, acp, agent-call."""
+    profile: str | None = None
+    """An automation profile chosen for this conversation (an ACP session mode), over the agent's own."""
     depth: int = 0
     """How many agent calls deep this run is (0 for the agent a person asked)."""
     caps: Mapping[str, float] | None = None
@@ -47,7 +49,7 @@ class RunContext:
     """The audit log to append to (``framework.runtime.audit.AuditLog``), or None."""
 
     def child(self) -> RunContext:
-        return replace(self, skill=None, source="agent-call", depth=self.depth + 1)
+        return replace(self, skill=None, profile=None, source="agent-call", depth=self.depth + 1)
 
 
 CALL_CONTEXT: ContextVar[RunContext | None] = ContextVar("ca_call_context", default=None)

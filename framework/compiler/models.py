@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from framework.errors import ModelError
-from framework.spec.model import PROVIDER_EXTRAS, PROVIDER_KEYS, ModelConfig
+from framework.spec.model import ModelConfig
+from framework.spec.providers import PROVIDER_EXTRAS, PROVIDER_KEYS
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel

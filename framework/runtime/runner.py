@@ -78,7 +78,7 @@ class _Translator:
     def model_turn(self, message: AIMessage, source: tuple[str, ...]) -> list[RunEvent]:
         events: list[RunEvent] = []
         for call in message.tool_calls:
-            name = _spec_name(call["name"])
+            name = spec_tool_name(call["name"])
             call_id = call.get("id") or ""
             self.tool_names[call_id] = name
             events.append(ToolCallStarted(call_id, name, dict(call.get("args", {})), source))
@@ -117,7 +117,7 @@ class _Translator:
         return []
 
 
-def _spec_name(model_name: str) -> str:
+def spec_tool_name(model_name: str) -> str:
     """``fs_read`` -> ``fs.read`` for builtins; other names are already spec names."""
     from framework.spec.tools import BUILTIN_TOOLS
 

@@ -37,6 +37,8 @@ class Runtime:
         self.tasks = tasks
         self.audit = audit
         self.source = source
+        self.profiles: dict[str, str] = {}
+        """Conversation -> automation profile chosen for it (ACP session modes)."""
         self.diagnostics: list[Diagnostic] = []
         """Errors of the last reload that could not be applied (the bundle kept serving)."""
 
@@ -75,9 +77,14 @@ class Runtime:
             data={"state": state, **data},
         )
 
-    def _context(self, task: Task, skill: str | None) -> RunContext:
+    def _context(self, task: Task, skill: str | None, profile: str | None = None) -> RunContext:
         return RunContext(
-            skill=skill, task_id=task.id, conversation_id=task.conversation, source=self.source, audit=self.audit
+            skill=skill,
+            task_id=task.id,
+            conversation_id=task.conversation,
+            source=self.source,
+            audit=self.audit,
+            profile=profile or self.profiles.get(task.conversation),
         )
 
     async def send(

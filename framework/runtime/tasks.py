@@ -40,6 +40,13 @@ CREATE TABLE IF NOT EXISTS tasks (
     updated_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    mode TEXT NOT NULL DEFAULT '',
+    cwd TEXT NOT NULL DEFAULT '',
+    updated_at TEXT NOT NULL
+);
 CREATE INDEX IF NOT EXISTS tasks_conversation ON tasks(conversation);
 """
 
@@ -159,6 +166,21 @@ class TaskStore:
         if len(rows) > 1:
             raise RunError(f"task id {task_id!r} is ambiguous; give more of it")
         return _row_to_task(dict(zip(names, rows[0], strict=True)))
+
+    def save_session(self, session_id: str, agent: str, mode: str, cwd: str) -> None:
+        """Remember an IDE session (ACP): its agent and chosen mode survive the process."""
+        with self._lock:
+            self._conn.execute(
+                "INSERT INTO sessions (id, agent, mode, cwd, updated_at) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT(id) DO UPDATE SET mode = excluded.mode, cwd = excluded.cwd,"
+                " updated_at = excluded.updated_at",
+                (session_id, agent, mode, cwd, now().isoformat()),
+            )
+
+    def get_session(self, session_id: str) -> dict[str, str] | None:
+        with self._lock:
+            row = self._conn.execute("SELECT agent, mode, cwd FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return None if row is None else {"agent": row[0], "mode": row[1], "cwd": row[2]}
 
     def list(self, *, pending_only: bool = False, limit: int = 50) -> list[Task]:
         query = "SELECT * FROM tasks"

@@ -7,24 +7,7 @@ from typing import Any, Self
 from pydantic import Field, model_validator
 
 from framework.spec.common import Spec, did_you_mean, fail, string_form
-
-PROVIDER_KEYS: dict[str, str | None] = {
-    "offline": None,
-    "scripted": None,
-    "openai": "OPENAI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
-    "ollama": None,
-    "azure_openai": "AZURE_OPENAI_API_KEY",
-    "google_genai": "GOOGLE_API_KEY",
-    "mistralai": "MISTRAL_API_KEY",
-    "groq": "GROQ_API_KEY",
-    "deepseek": "DEEPSEEK_API_KEY",
-    "xai": "XAI_API_KEY",
-}
-"""Known providers and the environment variable holding each one's API key."""
-
-PROVIDER_EXTRAS: dict[str, str] = {"openai": "openai", "anthropic": "anthropic", "ollama": "ollama"}
-"""Providers with an optional extra: ``pip install 'cleveragents[openai]'``."""
+from framework.spec.providers import PROVIDER_KEYS
 
 
 class ScriptedToolCall(Spec):

@@ -132,15 +132,24 @@ async def in_process_client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient
             yield client
 
 
-async def serve_stdio(runtime: Runtime, agent: str, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> None:
-    """Read requests until end of input; answer each; finish what is in flight."""
+async def serve_stdio(
+    runtime: Runtime, agent: str, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout, first_line: str = ""
+) -> None:
+    """Read requests until end of input; answer each; finish what is in flight.
+
+    ``first_line`` is a line already read (to choose the protocol) and still to answer.
+    """
     runtime.bundle.agent(agent)
     loop = asyncio.get_running_loop()
     async with in_process_client(runtime) as client:
         server = StdioServer(client, agent, stdout)
         in_flight: set[asyncio.Task[None]] = set()
+        pending_first = first_line
         while True:
-            line = await loop.run_in_executor(None, stdin.readline)
+            if pending_first:
+                line, pending_first = pending_first, ""
+            else:
+                line = await loop.run_in_executor(None, stdin.readline)
             if not line:
                 break
             if not line.strip():

@@ -1,0 +1,121 @@
+"""``ca run --stdio [AGENT] [--protocol acp|a2a] [-p PROJECT]``: one agent on stdin/stdout.
+
+The protocol is chosen from the first message: ``initialize`` means an IDE speaking the
+Agent Client Protocol, anything else A2A JSON-RPC. This module imports only the
+standard library, so ``initialize`` is answered within milliseconds of start-up; the
+runtime loads in the background meanwhile. Everything the process prints other than
+protocol goes to stderr: file descriptor 1 is re-pointed at stderr and the protocol
+writes to a private duplicate of the original stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TextIO
+
+Protocol = Literal["auto", "acp", "a2a"]
+
+
+@dataclass
+class StdioOptions:
+    project: Path
+    agent: str | None
+    protocol: Protocol = "auto"
+    reload: bool = False
+
+
+def parse_stdio_args(args: list[str]) -> StdioOptions | None:
+    """Our own tiny parser (typer costs ~100 ms); None lets the Typer app report any mistake."""
+    project, agent, protocol, reload = Path(), None, "auto", False
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--stdio":
+            continue
+        if arg == "--reload":
+            reload = True
+        elif arg in ("-p", "--project") and rest:
+            project = Path(rest.pop(0))
+        elif arg.startswith("--project="):
+            project = Path(arg.split("=", 1)[1])
+        elif arg == "--protocol" and rest and rest[0] in ("acp", "a2a", "auto"):
+            protocol = rest.pop(0)
+        elif arg.startswith("--protocol=") and arg.split("=", 1)[1] in ("acp", "a2a", "auto"):
+            protocol = arg.split("=", 1)[1]
+        elif not arg.startswith("-") and agent is None:
+            agent = arg
+        else:
+            return None
+    return StdioOptions(project, agent, protocol, reload)  # type: ignore[arg-type]
+
+
+def protocol_stream() -> TextIO:
+    """A private stdout for protocol messages; fd 1 (and ``sys.stdout``) now lead to stderr."""
+    out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return out
+
+
+def main(options: StdioOptions) -> int:
+    out = protocol_stream()
+    first = sys.stdin.readline()
+    if not first:
+        return 0
+    protocol = options.protocol
+    message = None
+    with contextlib.suppress(ValueError):  # not JSON: the A2A loop answers it with -32700
+        message = json.loads(first)
+    if protocol == "auto":
+        protocol = "acp" if isinstance(message, dict) and message.get("method") == "initialize" else "a2a"
+    if protocol == "acp":
+        from framework.transports.acp_hello import answer_first
+
+        first_answered = answer_first(message, out, options.project, options.agent)
+        from framework.transports.acp import run_acp
+
+        return run_acp(
+            options.project, options.agent, out, first_answered=first_answered, first=message, reload=options.reload
+        )
+    return _run_a2a(options, first, out)
+
+
+def _run_a2a(options: StdioOptions, first: str, out: TextIO) -> int:
+    import asyncio
+
+    from framework.errors import CAError, SpecError
+
+    try:
+        return asyncio.run(_a2a(options, first, out))
+    except SpecError as exc:
+        for diagnostic in exc.diagnostics:
+            sys.stderr.write(diagnostic.render() + "\n")
+        return exc.exit_code
+    except CAError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _a2a(options: StdioOptions, first: str, out: TextIO) -> int:
+    from contextlib import AsyncExitStack
+
+    from framework.errors import UsageError
+    from framework.runtime.runtime import Runtime
+    from framework.spec import load_project
+    from framework.transports.a2a_stdio import serve_stdio
+
+    project = load_project(options.project)
+    name = options.agent or project.default_agent
+    if name is None:
+        raise UsageError("the project has no agents to serve")
+    async with AsyncExitStack() as stack:
+        runtime = await Runtime.open(project, source="a2a-stdio", stack=stack)
+        await serve_stdio(runtime, name, stdout=out, first_line=first)
+    return 0

@@ -1,0 +1,343 @@
+"""The Agent Client Protocol (v1) agent side: an IDE talks to one agent over stdio.
+
+    initialize           answered by acp_hello before the heavy imports; the runtime loads meanwhile
+    session/new          a conversation (sessionId = conversation id everywhere); modes = profiles;
+                         then available_commands_update with the agent's skills as slash commands
+    session/load         replays the conversation as session/update, then answers
+    session/prompt       streams session/update; answers {stopReason}
+    session/cancel       stops the prompt; updates are flushed before it answers "cancelled"
+    session/set_mode     switches the profile; current_mode_update
+
+Approvals become session/request_permission; the client's fs/* methods are used for
+fs tools when it offers them (see acp_tools). Only protocol goes to ``out``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from framework.transports.acp_hello import initialize_result
+from framework.transports.jsonrpc import Code, JsonRpcError
+
+AUTH_REQUIRED = -32000
+Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+@dataclass
+class Reply:
+    """A result, and what to send right after it (e.g. available_commands_update after session/new)."""
+
+    result: Any
+    then: Callable[[], None] | None = None
+
+
+@dataclass
+class Session:
+    id: str
+    cwd: str
+    mode: str | None
+    prompt: asyncio.Task[Any] | None = None
+    permission: asyncio.Future[Any] | None = None
+    cancelled: bool = False
+    plan: list[dict[str, Any]] = field(default_factory=list)
+
+
+class AcpServer:
+    """One ACP connection: requests in, responses and notifications out."""
+
+    def __init__(self, root: Path, agent: str | None, out: TextIO, *, initialized: bool) -> None:
+        self.root = root
+        self.agent_name = agent
+        self.out = out
+        self.initialized = initialized
+        self.client_caps: dict[str, Any] = {}
+        self.sessions: dict[str, Session] = {}
+        self.waiting: dict[int, asyncio.Future[Any]] = {}
+        self.next_id = 0
+        self.stack = AsyncExitStack()
+        self.ready: asyncio.Task[Any] | None = None
+        self.runtime: Any = None
+        self.load_error: str | None = None
+        self.methods: dict[str, Handler] = {
+            "initialize": self.initialize,
+            "authenticate": self.authenticate,
+            "session/new": self.session_new,
+            "session/load": self.session_load,
+            "session/prompt": self.session_prompt,
+            "session/set_mode": self.session_set_mode,
+        }
+
+    # -- wire ------------------------------------------------------------------------
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.out.write(json.dumps({"jsonrpc": "2.0", **message}, ensure_ascii=False) + "\n")
+        self.out.flush()
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.send({"method": method, "params": params})
+
+    def update(self, session: str, update: dict[str, Any]) -> None:
+        self.notify("session/update", {"sessionId": session, "update": update})
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        """Call the client; its answer (raises JsonRpcError on an error answer)."""
+        self.next_id += 1
+        request_id = self.next_id
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.waiting[request_id] = future
+        self.send({"id": request_id, "method": method, "params": params})
+        try:
+            return await future
+        finally:
+            self.waiting.pop(request_id, None)
+
+    async def handle(self, line: str) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError as exc:
+            self.send({"id": None, "error": {"code": Code.PARSE_ERROR, "message": f"invalid JSON: {exc}"}})
+            return
+        if not isinstance(message, dict):
+            self.send({"id": None, "error": {"code": Code.INVALID_REQUEST, "message": "expected a JSON object"}})
+            return
+        if "method" not in message and "id" in message:
+            future = self.waiting.get(message["id"]) if isinstance(message["id"], int) else None
+            if future is not None and not future.done():
+                if "error" in message:
+                    error = message["error"] or {}
+                    future.set_exception(JsonRpcError(error.get("code", -32603), error.get("message", "error")))
+                else:
+                    future.set_result(message.get("result"))
+            return
+        await self.dispatch(message)
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        method, request_id = message.get("method"), message.get("id")
+        params = message.get("params") or {}
+        if method == "session/cancel":
+            self.cancel(params)
+            return
+        try:
+            if not isinstance(method, str) or method not in self.methods:
+                raise JsonRpcError(Code.METHOD_NOT_FOUND, f"unknown method {method!r}")
+            if not isinstance(params, dict):
+                raise JsonRpcError(Code.INVALID_PARAMS, "params must be an object")
+            if method != "initialize" and not self.initialized:
+                raise JsonRpcError(Code.INVALID_REQUEST, "call initialize first")
+            result = await self.methods[method](params)
+        except JsonRpcError as exc:
+            if request_id is not None:
+                self.send({"id": request_id, "error": exc.to_json()})
+            return
+        except Exception as exc:  # a bug of ours: answer it, keep the connection
+            print(f"internal error in {method}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            if request_id is not None:
+                self.send({"id": request_id, "error": {"code": Code.INTERNAL_ERROR, "message": f"{exc}"}})
+            return
+        then = None
+        if isinstance(result, Reply):
+            result, then = result.result, result.then
+        if request_id is not None:
+            self.send({"id": request_id, "result": result})
+        if then is not None:
+            then()
+
+    # -- start-up ----------------------------------------------------------------------
+
+    def start_loading(self) -> None:
+        self.ready = asyncio.create_task(self._load())
+
+    async def _load(self) -> None:
+        from framework.errors import SpecError
+        from framework.runtime.runtime import Runtime
+        from framework.spec import load_project
+
+        try:
+            project = load_project(self.root)
+        except SpecError as exc:
+            self.load_error = "the project is invalid:\n" + "\n".join(d.render() for d in exc.errors)
+            return
+        self.runtime = await Runtime.open(project, source="acp", stack=self.stack)
+        self.agent_name = self.agent_name or project.default_agent
+
+    async def loaded(self) -> Any:
+        assert self.ready is not None
+        await asyncio.shield(self.ready)
+        if self.load_error:
+            raise JsonRpcError(Code.INTERNAL_ERROR, self.load_error)
+        from framework.errors import CAError
+
+        try:
+            self.runtime.bundle.agent(self.agent_name)
+        except CAError as exc:
+            raise JsonRpcError(Code.INVALID_PARAMS, str(exc)) from exc
+        return self.runtime
+
+    # -- methods -------------------------------------------------------------------------
+
+    async def initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.initialized = True
+        self.client_caps = params.get("clientCapabilities") or {}
+        return initialize_result(params, self.root, self.agent_name)
+
+    async def authenticate(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def _modes(self, current: str | None) -> dict[str, Any]:
+        profiles = self.runtime.bundle.project.profiles
+        return {
+            "currentModeId": current,
+            "availableModes": [
+                {"id": name, "name": name, "description": p.description or None} for name, p in sorted(profiles.items())
+            ],
+        }
+
+    def _default_mode(self) -> str:
+        spec = self.runtime.bundle.agent(self.agent_name)
+        from framework.runtime.governance.middleware import DEFAULT_PROFILE
+
+        return str(spec.profile or self.runtime.bundle.project.config.defaults.profile or DEFAULT_PROFILE)
+
+    def _commands(self) -> list[dict[str, Any]]:
+        from framework.compiler.card import agent_skills
+
+        spec = self.runtime.bundle.agent(self.agent_name)
+        return [
+            {"name": s.id, "description": s.description or s.name or s.id, "input": {"hint": (s.examples or [""])[0]}}
+            for s in agent_skills(spec, self.runtime.bundle.project)
+        ]
+
+    def _check_model(self) -> None:
+        from framework.errors import ModelError
+
+        try:
+            self.runtime.bundle.graph(self.agent_name)
+        except ModelError as exc:
+            raise JsonRpcError(AUTH_REQUIRED, f"authentication required: {exc}") from exc
+
+    async def session_new(self, params: dict[str, Any]) -> Reply:
+        _require(params, "cwd", str)
+        _require(params, "mcpServers", list)
+        await self.loaded()
+        self._check_model()
+        session = Session(uuid.uuid4().hex, params["cwd"], self._default_mode())
+        self.sessions[session.id] = session
+        self.runtime.profiles[session.id] = session.mode
+        self.runtime.tasks.save_session(session.id, self.agent_name, session.mode or "", session.cwd)
+        return Reply({"sessionId": session.id, "modes": self._modes(session.mode)}, lambda: self._announce(session))
+
+    def _announce(self, session: Session) -> None:
+        self.update(session.id, {"sessionUpdate": "available_commands_update", "availableCommands": self._commands()})
+
+    async def session_load(self, params: dict[str, Any]) -> Reply:
+        session_id = _require(params, "sessionId", str)
+        _require(params, "cwd", str)
+        await self.loaded()
+        saved = self.runtime.tasks.get_session(session_id)
+        if saved is None:
+            raise JsonRpcError(-32002, f"session {session_id!r} not found")
+        if saved["agent"] != self.agent_name:
+            raise JsonRpcError(Code.INVALID_PARAMS, f"session {session_id!r} belongs to agent {saved['agent']!r}")
+        session = Session(session_id, params["cwd"], saved["mode"] or self._default_mode())
+        self.sessions[session_id] = session
+        self.runtime.profiles[session_id] = session.mode
+        from framework.transports.acp_updates import replay
+
+        for update in await replay(self.runtime, str(self.agent_name), session_id):
+            self.update(session_id, update)
+        return Reply({"modes": self._modes(session.mode)}, lambda: self._announce(session))
+
+    async def session_set_mode(self, params: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(params)
+        mode = _require(params, "modeId", str)
+        if mode not in self.runtime.bundle.project.profiles:
+            known = ", ".join(sorted(self.runtime.bundle.project.profiles))
+            raise JsonRpcError(Code.INVALID_PARAMS, f"unknown mode {mode!r}; modes: {known}")
+        session.mode = mode
+        self.runtime.profiles[session.id] = mode
+        self.runtime.tasks.save_session(session.id, self.agent_name, mode, session.cwd)
+        self.update(session.id, {"sessionUpdate": "current_mode_update", "currentModeId": mode})
+        return {}
+
+    def _session(self, params: dict[str, Any]) -> Session:
+        session_id = _require(params, "sessionId", str)
+        if session_id not in self.sessions:
+            raise JsonRpcError(-32002, f"session {session_id!r} not found: call session/new or session/load")
+        return self.sessions[session_id]
+
+    async def session_prompt(self, params: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(params)
+        blocks = _require(params, "prompt", list)
+        if session.prompt is not None and not session.prompt.done():
+            raise JsonRpcError(Code.INVALID_REQUEST, f"session {session.id} is busy with a prompt; cancel it first")
+        from framework.transports.acp_updates import PromptTurn
+
+        turn = PromptTurn(self, session, blocks)
+        session.cancelled = False
+        session.prompt = asyncio.create_task(turn.run())
+        try:
+            return await asyncio.shield(session.prompt)
+        except asyncio.CancelledError:
+            if session.cancelled:
+                return {"stopReason": "cancelled"}
+            raise
+
+    def cancel(self, params: Any) -> None:
+        session = self.sessions.get(str(params.get("sessionId"))) if isinstance(params, dict) else None
+        if session is None:
+            return
+        session.cancelled = True
+        if session.permission is not None and not session.permission.done():
+            session.permission.set_result({"outcome": {"outcome": "cancelled"}})
+        if session.prompt is not None and not session.prompt.done():
+            session.prompt.cancel()
+
+
+def _require(params: dict[str, Any], name: str, kind: type) -> Any:
+    value = params.get(name)
+    if not isinstance(value, kind):
+        raise JsonRpcError(Code.INVALID_PARAMS, f"missing or invalid param {name!r} (expected {kind.__name__})")
+    return value
+
+
+async def _serve(root: Path, agent: str | None, out: TextIO, first_answered: bool, first: Any) -> None:
+    server = AcpServer(root, agent, out, initialized=first_answered)
+    server.start_loading()
+    loop = asyncio.get_running_loop()
+    in_flight: set[asyncio.Task[None]] = set()
+    if first is not None and not first_answered:
+        await server.handle(json.dumps(first))
+    async with server.stack:
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line:
+                break
+            if line.strip():
+                task = asyncio.create_task(server.handle(line))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+        for session in server.sessions.values():
+            server.cancel({"sessionId": session.id})
+        if in_flight:
+            await asyncio.gather(*in_flight, return_exceptions=True)
+        if server.ready is not None:
+            await asyncio.gather(server.ready, return_exceptions=True)
+
+
+def run_acp(
+    root: Path, agent: str | None, out: TextIO, *, first_answered: bool, first: Any, reload: bool = False
+) -> int:
+    """Serve ACP until the client closes stdin."""
+    try:
+        asyncio.run(_serve(root, agent, out, first_answered, first))
+    except KeyboardInterrupt:
+        return 130
+    return 0

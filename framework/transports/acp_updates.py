@@ -1,0 +1,288 @@
+"""One ACP prompt turn: run events become session/update notifications; pauses become
+session/request_permission; the run's end becomes the stopReason."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from framework.runtime.events import (
+    Paused,
+    PlanUpdate,
+    RunEvent,
+    RunFinished,
+    StepUpdate,
+    TextChunk,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from framework.transports.jsonrpc import Code, JsonRpcError
+
+if TYPE_CHECKING:
+    from framework.transports.acp import AcpServer, Session
+
+KINDS = {
+    "fs.read": "read",
+    "fs.list": "read",
+    "fs.search": "search",
+    "fs.write": "edit",
+    "shell": "execute",
+    "http.get": "fetch",
+}
+FULL_OPTIONS = [
+    {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
+    {"optionId": "allow_always", "name": "Always allow in this session", "kind": "allow_always"},
+    {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
+    {"optionId": "reject_always", "name": "Reject (and tell the agent not to retry)", "kind": "reject_always"},
+]
+SHORT_OPTIONS = [FULL_OPTIONS[0], FULL_OPTIONS[2]]
+DECISIONS = {
+    "allow_once": {"decision": "approve"},
+    "allow_always": {"decision": "always"},
+    "reject_once": {"decision": "reject"},
+    "reject_always": {"decision": "reject", "reason": "the user rejected this; do not try it again"},
+}
+PLAN_STATUS = {"pending": "pending", "started": "in_progress", "completed": "completed", "failed": "completed"}
+
+
+def prompt_text(blocks: list[Any]) -> str:
+    """The user's message from ACP content blocks (text, and embedded resources as context)."""
+    parts: list[str] = []
+    for block in blocks:
+        if not isinstance(block, dict):
+            raise JsonRpcError(Code.INVALID_PARAMS, "prompt must be a list of content blocks")
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(str(block.get("text", "")))
+        elif kind == "resource":
+            resource = block.get("resource") or {}
+            if "text" in resource:
+                parts.append(f"[{resource.get('uri', 'resource')}]\n{resource['text']}")
+        elif kind == "resource_link":
+            parts.append(f"[{block.get('name', 'file')}]({block.get('uri', '')})")
+    return "\n".join(parts)
+
+
+def title(tool: str, args: dict[str, Any]) -> str:
+    detail = args.get("path") or args.get("command") or args.get("url") or args.get("input") or ""
+    return f"{tool} {detail}".strip()
+
+
+class PromptTurn:
+    """Runs one session/prompt to its stopReason."""
+
+    def __init__(self, server: AcpServer, session: Session, blocks: list[Any]) -> None:
+        self.server = server
+        self.session = session
+        self.blocks = blocks
+        self.calls: dict[str, dict[str, Any]] = {}
+        self.task_id = ""
+
+    def update(self, update: dict[str, Any]) -> None:
+        self.server.update(self.session.id, update)
+
+    async def run(self) -> dict[str, Any]:
+        runtime = self.server.runtime
+        text = prompt_text(self.blocks)
+        skill = None
+        if text.startswith("/"):
+            name, _, rest = text[1:].partition(" ")
+            if name in {c["name"] for c in self.server._commands()}:
+                skill, text = name, rest.strip() or name
+        events = runtime.send(self.server.agent_name, text, conversation=self.session.id, skill=skill)
+        try:
+            while True:
+                finished, pauses = await self.stream(events)
+                self.task_id = finished.task_id
+                if finished.state != "input-required":
+                    return self.stop(finished)
+                decision = await self.ask(pauses)
+                if decision is None:
+                    runtime.mark_canceled(finished.task_id)
+                    return {"stopReason": "cancelled"}
+                events = runtime.decide(finished.task_id, decision)
+        except asyncio.CancelledError:
+            if self.task_id:
+                runtime.mark_canceled(self.task_id)
+            raise
+
+    async def stream(self, events: Any) -> tuple[RunFinished, list[Paused]]:
+        pauses: list[Paused] = []
+        async for event in events:
+            if isinstance(event, RunFinished):
+                return event, pauses
+            if isinstance(event, Paused):
+                pauses.append(event)
+            else:
+                self.show(event)
+        raise JsonRpcError(Code.INTERNAL_ERROR, "the run ended without a result")
+
+    def show(self, event: RunEvent) -> None:
+        if isinstance(event, TextChunk):
+            if not event.source:
+                self.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": event.text}})
+        elif isinstance(event, ToolCallStarted):
+            self.started(event)
+        elif isinstance(event, ToolCallFinished):
+            self.finished(event)
+        elif isinstance(event, PlanUpdate) and not event.source:
+            self.session.plan = [
+                {
+                    "content": e.title or e.step,
+                    "priority": "medium",
+                    "status": PLAN_STATUS.get(e.status, "pending"),
+                    "_meta": {"step": e.step},
+                }
+                for e in event.entries
+            ]
+            self.update({"sessionUpdate": "plan", "entries": self.session.plan})
+        elif isinstance(event, StepUpdate) and not event.source:
+            for entry in self.session.plan:
+                if entry["_meta"]["step"] == event.step:
+                    entry["status"] = PLAN_STATUS.get(event.status, "pending")
+                    self.update({"sessionUpdate": "plan", "entries": self.session.plan})
+
+    def _location(self, path: Any) -> dict[str, Any] | None:
+        if not isinstance(path, str):
+            return None
+        root = self.server.runtime.root
+        return {"path": str((root / path).resolve())} if not Path(path).is_absolute() else {"path": path}
+
+    def started(self, event: ToolCallStarted) -> None:
+        args = dict(event.args)
+        call: dict[str, Any] = {"tool": event.tool, "args": args}
+        if event.tool == "fs.write" and isinstance(args.get("path"), str):
+            target = self.server.runtime.root / args["path"]
+            try:
+                call["old"] = target.read_text(encoding="utf-8") if target.is_file() else None
+            except (OSError, UnicodeDecodeError):
+                call["old"] = None
+        self.calls[event.call_id] = call
+        update: dict[str, Any] = {
+            "sessionUpdate": "tool_call",
+            "toolCallId": event.call_id,
+            "title": title(event.tool, args),
+            "kind": KINDS.get(event.tool, "other"),
+            "status": "in_progress",
+            "rawInput": args,
+        }
+        location = self._location(args.get("path"))
+        if location is not None:
+            update["locations"] = [location]
+        self.update(update)
+
+    def finished(self, event: ToolCallFinished) -> None:
+        call = self.calls.get(event.call_id, {})
+        content: list[dict[str, Any]] = [{"type": "content", "content": {"type": "text", "text": event.result}}]
+        args = call.get("args", {})
+        if event.tool == "fs.write" and not event.is_error and isinstance(args.get("path"), str):
+            location = self._location(args["path"]) or {"path": args["path"]}
+            content = [
+                {
+                    "type": "diff",
+                    "path": location["path"],
+                    "oldText": call.get("old"),
+                    "newText": str(args.get("content", "")),
+                }
+            ]
+        self.update(
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": event.call_id,
+                "status": "failed" if event.is_error else "completed",
+                "content": content,
+                "rawOutput": {"result": event.result},
+            }
+        )
+
+    async def ask(self, pauses: list[Paused]) -> dict[str, Any] | None:
+        """session/request_permission for the first pause; None when the user cancelled."""
+        payload = pauses[0].payload
+        full = payload.get("kind") == "approval"
+        call_id = str(payload.get("call_id") or pauses[0].interrupt_id)
+        tool_call: dict[str, Any] = {
+            "toolCallId": call_id,
+            "title": str(payload.get("message", "Continue?")),
+            "status": "pending",
+            "rawInput": payload.get("args", {}),
+        }
+        if full:
+            tool_call["kind"] = KINDS.get(str(payload.get("tool")), "other")
+        params = {
+            "sessionId": self.session.id,
+            "toolCall": tool_call,
+            "options": FULL_OPTIONS if full else SHORT_OPTIONS,
+        }
+        loop = asyncio.get_running_loop()
+        self.session.permission = loop.create_future()
+        asked = asyncio.ensure_future(self.server.request("session/request_permission", params))
+        try:
+            done, _ = await asyncio.wait({asked, self.session.permission}, return_when=asyncio.FIRST_COMPLETED)
+            answer = (asked if asked in done else self.session.permission).result()
+        finally:
+            self.session.permission = None
+        outcome = (answer or {}).get("outcome") if isinstance(answer, dict) else None
+        if not isinstance(outcome, dict) or outcome.get("outcome") != "selected":
+            return None
+        decision = DECISIONS.get(str(outcome.get("optionId")))
+        if decision is None:
+            raise JsonRpcError(Code.INVALID_PARAMS, f"unknown permission option {outcome.get('optionId')!r}")
+        return dict(decision)
+
+    def stop(self, finished: RunFinished) -> dict[str, Any]:
+        if finished.state == "completed":
+            return {"stopReason": finished.stop_reason if finished.stop_reason != "cancelled" else "cancelled"}
+        if finished.state == "canceled":
+            return {"stopReason": "cancelled"}
+        if "contract violated" in finished.error:
+            self.update(
+                {
+                    "sessionUpdate": "agent_message_chunk",
+                    "content": {"type": "text", "text": f"\n[refused] {finished.error}"},
+                }
+            )
+            return {"stopReason": "refusal"}
+        raise JsonRpcError(Code.INTERNAL_ERROR, finished.error or "the run failed")
+
+
+async def replay(runtime: Any, agent: str, session_id: str) -> list[dict[str, Any]]:
+    """The whole conversation as session/update payloads, oldest first."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from framework.runtime.runner import spec_tool_name
+
+    state = await runtime.bundle.graph(agent).aget_state({"configurable": {"thread_id": session_id}})
+    updates: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for message in (state.values or {}).get("messages", []):
+        if isinstance(message, HumanMessage):
+            updates.append({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": message.text}})
+        elif isinstance(message, AIMessage):
+            if message.text:
+                updates.append(
+                    {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": message.text}}
+                )
+            for call in message.tool_calls:
+                tool = spec_tool_name(call["name"])
+                names[call.get("id") or ""] = tool
+                updates.append(
+                    {
+                        "sessionUpdate": "tool_call",
+                        "toolCallId": call.get("id") or "",
+                        "title": title(tool, call["args"]),
+                        "kind": KINDS.get(tool, "other"),
+                        "status": "in_progress",
+                        "rawInput": call["args"],
+                    }
+                )
+        elif isinstance(message, ToolMessage):
+            updates.append(
+                {
+                    "sessionUpdate": "tool_call_update",
+                    "toolCallId": message.tool_call_id,
+                    "status": "failed" if message.status == "error" else "completed",
+                    "content": [{"type": "content", "content": {"type": "text", "text": message.text}}],
+                }
+            )
+    return updates
