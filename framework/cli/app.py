@@ -235,6 +235,26 @@ def serve_command(
     raise typer.Exit(code)
 
 
+@app.command("call")
+def call_command(
+    target: Annotated[str, typer.Argument(help="An A2A agent URL, or the name of an agent of this project.")],
+    message: Annotated[str | None, typer.Argument(help="The message; read from standard input when omitted.")] = None,
+    context: Annotated[str | None, typer.Option("--context", help="Continue this A2A contextId.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every A2A event as a JSON line.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for an answer.")] = 300.0,
+    project: ProjectOpt = Path(),
+) -> None:
+    """Talk to any A2A agent (v1.0 or v0.3): discover its card, stream the reply, answer input-required.
+
+    Exit codes: 0 completed, 1 failed, 2 usage, 3 waiting for input.
+    """
+    import asyncio
+
+    from framework.cli.call import CallOptions, call
+
+    raise typer.Exit(asyncio.run(call(CallOptions(target, message, context, as_json, timeout, project))))
+
+
 tasks_app = typer.Typer(help="Tasks of a project: what ran, what waits for a decision.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 
@@ -264,8 +284,10 @@ def tasks_list(
         typer.echo("no tasks waiting for a decision" if pending else "no tasks yet")
         return
     for task in tasks:
+        called = f"  (called by {task.parent[:12]})" if task.parent else ""
         typer.echo(
-            f"{task.id[:12]}  {task.state:<15} {task.agent:<16} {task.updated_at[:19]}  session {task.conversation}"
+            f"{task.id[:12]}  {task.state:<15} {task.agent:<16} {task.updated_at[:19]}  "
+            f"session {task.conversation}{called}"
         )
         for waiting in task.pending:
             expired = " (expired)" if waiting.expired() else ""

@@ -45,6 +45,8 @@ class RunContext:
     """How many agent calls deep this run is (0 for the agent a person asked)."""
     caps: Mapping[str, float] | None = None
     """What the caller has left (budget limit name -> amount); a callee never gets more."""
+    call_id: str = ""
+    """For a callee: the caller's tool call that started it (keys durable state of remote calls)."""
     audit: Any = field(default=None, compare=False, repr=False)
     """The audit log to append to (``framework.runtime.audit.AuditLog``), or None."""
 

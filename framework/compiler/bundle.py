@@ -7,17 +7,20 @@ pays for a2a's types. Rebuilding a Bundle is cheap: reload swaps in a new one.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
+import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langgraph.errors import GraphBubbleUp
 from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, Field
 
@@ -37,6 +40,29 @@ if TYPE_CHECKING:
     from a2a.types import AgentCard
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
+
+
+class CallHooks(Protocol):
+    """What the runtime does around an in-process agent call."""
+
+    def started(self, agent: str, text: str, context: RunContext) -> RunContext:
+        """Record the callee's task; the context to run it with (its own task id)."""
+        ...
+
+    def finished(
+        self,
+        context: RunContext,
+        *,
+        state: str,
+        output: str = "",
+        error: str = "",
+        usage: Mapping[str, float] | None = None,
+    ) -> None:
+        """Record how the callee's task ended (or that it waits for input)."""
+        ...
+
+
+RemoteCaller = Callable[[str, str], Awaitable[tuple[str, dict[str, Any]]]]
 MiddlewareFactory = Callable[[LlmAgent, Project], Sequence[AgentMiddleware[Any, Any]]]
 
 
@@ -72,6 +98,10 @@ class Bundle:
     digest: str
     base_url: str | None = None
     middleware: MiddlewareFactory | None = field(default=None, repr=False)
+    remote: RemoteCaller | None = field(default=None, repr=False)
+    call_hooks: CallHooks | None = field(default=None, repr=False)
+    """Records in-process agent calls as tasks of their own (the runtime provides it)."""
+    """Calls a remote A2A agent (URL, input) -> (answer, artifact); the runtime provides it."""
     """Policies for each llm agent (the runtime plugs governance in here)."""
     checkpointer: Any = field(default=None, repr=False)
     environ: Mapping[str, str] | None = field(default=None, repr=False)
@@ -127,7 +157,7 @@ class Bundle:
             skills = {s.id: s for s in (self.project.skills[s] if isinstance(s, str) else s for s in spec.skills)}
             return compile_llm_agent(
                 spec,
-                model=build_model(config, agent=spec.name, environ=self.environ, tools=[_spec(t) for t in tools]),
+                model=build_model(config, agent=spec.name, environ=self.environ, tools=[t.name for t in tools]),
                 tools=tools,
                 skills=skills,
                 middleware=self.middleware(spec, self.project) if self.middleware else (),
@@ -152,8 +182,24 @@ class Bundle:
     async def call_agent_with_usage(self, name: str, text: str) -> tuple[str, dict[str, float]]:
         """Like :meth:`call_agent`, also returning what the callee used (its caller pays for it)."""
         context = CALL_CONTEXT.get() or RunContext(source="agent-call", depth=1)
-        state = await self.graph(name, nested=True).ainvoke({"messages": [HumanMessage(text)]}, context=context)
-        return final_text(state), dict(state.get("ca_usage") or {})
+        hooks = self.call_hooks
+        if hooks is not None:
+            context = hooks.started(name, text, context)
+        try:
+            state = await self.graph(name, nested=True).ainvoke({"messages": [HumanMessage(text)]}, context=context)
+        except GraphBubbleUp:
+            if hooks is not None:
+                hooks.finished(context, state="input-required")
+            raise
+        except BaseException as exc:
+            if hooks is not None:
+                canceled = isinstance(exc, asyncio.CancelledError)
+                hooks.finished(context, state="canceled" if canceled else "failed", error=str(exc))
+            raise
+        answer, usage = final_text(state), dict(state.get("ca_usage") or {})
+        if hooks is not None:
+            hooks.finished(context, state="completed", output=answer, usage=usage)
+        return answer, usage
 
     def _agent_tools(self, spec: LlmAgent) -> list[BaseTool]:
         tools: list[BaseTool] = []
@@ -164,13 +210,16 @@ class Bundle:
         return tools
 
     def _agent_tool(self, ref: AgentTool) -> BaseTool:
-        name = ref.name or ref.agent
+        name = ref.name or (remote_tool_name(ref.agent) if ref.is_remote else ref.agent)
         if ref.is_remote:
+            url = ref.agent
 
             async def remote(input: str) -> tuple[str, dict[str, Any]]:
-                raise ToolException(f"remote agent calls ({ref.agent}) are not available in this version of ca")
+                if self.remote is None:
+                    raise ToolException(f"remote agent calls ({url}) need the runtime")
+                return await self.remote(url, input)
 
-            description = ref.description or f"The remote A2A agent at {ref.agent}"
+            description = ref.description or f"The remote A2A agent at {url}"
             coroutine = remote
         else:
             callee = self.project.agents[ref.agent]
@@ -187,19 +236,25 @@ class Bundle:
             description=description,
             args_schema=_AgentInput,
             response_format="content_and_artifact",
-            metadata={"ca_name": name, "capability": "agent"},
+            # Governance judges the callee: a local name, or a remote URL (its host must be allowed).
+            metadata={"ca_name": ref.agent, "capability": "agent"},
             handle_tool_error=True,
         )
 
 
-def _spec(tool: BaseTool) -> str:
-    return str((tool.metadata or {}).get("ca_name", tool.name))
+def remote_tool_name(url: str) -> str:
+    """A tool name for a remote agent: the last segment of its URL (``.../agents/writer/`` -> ``writer``)."""
+    segments = [s for s in url.split("://", 1)[-1].split("/")[1:] if s]
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", segments[-1] if segments else url.split("://", 1)[-1])
+    return name.strip("_") or "remote_agent"
 
 
 def build_bundle(
     project: Project,
     *,
     middleware: MiddlewareFactory | None = None,
+    remote: RemoteCaller | None = None,
+    call_hooks: CallHooks | None = None,
     checkpointer: Any = None,
     environ: Mapping[str, str] | None = None,
     base_url: str | None = None,
@@ -216,6 +271,8 @@ def build_bundle(
         digest=project_digest(project),
         base_url=base_url,
         middleware=middleware,
+        remote=remote,
+        call_hooks=call_hooks,
         checkpointer=checkpointer,
         environ=environ,
     )

@@ -116,8 +116,16 @@ class CleverAgentExecutor(AgentExecutor):
                 events = self.runtime.decide(task_id, parse_decision(message))
             else:
                 text = context.get_user_input() if message is not None else ""
-                skill = _skill(message)
-                events = self.runtime.send(self.agent, text, conversation=context_id, skill=skill, task_id=task_id)
+                caps, depth = _caller_limits(message)
+                events = self.runtime.send(
+                    self.agent,
+                    text,
+                    conversation=context_id,
+                    skill=_skill(message),
+                    task_id=task_id,
+                    caps=caps,
+                    depth=depth,
+                )
             await updater.start_work()
             await self._forward(events, updater, task_id, context_id)
         except RunError as exc:
@@ -202,6 +210,21 @@ class CleverAgentExecutor(AgentExecutor):
         self.runtime.mark_canceled(task_id)
         updater = TaskUpdater(event_queue, task_id, context.context_id or "")
         await updater.cancel()
+
+
+def _caller_limits(message: Message | None) -> tuple[dict[str, float] | None, int]:
+    """What a CleverAgents caller has left and how deep the call is (message metadata ``cleveragents``)."""
+    if message is None or not message.HasField("metadata"):
+        return None, 0
+    from google.protobuf import json_format
+
+    data = json_format.MessageToDict(message.metadata).get("cleveragents")
+    if not isinstance(data, dict):
+        return None, 0
+    raw = data.get("caps")
+    caps = {str(k): float(v) for k, v in raw.items() if isinstance(v, int | float)} if isinstance(raw, dict) else {}
+    depth = data.get("depth")
+    return (caps or None), int(depth) if isinstance(depth, int | float) else 0
 
 
 def _skill(message: Message | None) -> str | None:

@@ -12,10 +12,12 @@ answer them. The conversation itself is checkpointed by LangGraph.
 from __future__ import annotations
 
 import dataclasses
+import os
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
@@ -23,9 +25,11 @@ from framework.errors import Diagnostic, RunError
 from framework.runtime.audit import AuditLog
 from framework.runtime.events import Paused, RunEvent, RunFinished
 from framework.runtime.governance.middleware import governance_middleware
+from framework.runtime.peers import Peers
 from framework.runtime.runner import Runner
 from framework.runtime.stores import open_checkpointer
-from framework.runtime.tasks import Pending, Task, TaskStore, expiry, now
+from framework.runtime.tasks import Pending, Task, TaskState, TaskStore, expiry, now
+from framework.spec.interpolate import load_dotenv
 from framework.spec.loader import Project
 
 
@@ -58,8 +62,18 @@ class Runtime:
         stack.callback(tasks.close)
         audit = AuditLog.open(project.root, secrets=project.secrets)
         stack.callback(audit.close)
+        environ = {**load_dotenv(project.root), **os.environ}
+        peers = Peers(project, tasks, environ)
+        stack.push_async_callback(peers.close)
+        hooks = ChildTasks(tasks, audit)
         bundle = build_bundle(
-            project, checkpointer=saver, middleware=governance_middleware if governed else None, base_url=base_url
+            project,
+            checkpointer=saver,
+            middleware=governance_middleware if governed else None,
+            remote=peers.call_tool,
+            call_hooks=hooks,
+            base_url=base_url,
+            environ=environ,
         )
         return cls(bundle, tasks, audit, source=source)
 
@@ -88,7 +102,15 @@ class Runtime:
         )
 
     async def send(
-        self, agent: str, text: str, *, conversation: str, skill: str | None = None, task_id: str | None = None
+        self,
+        agent: str,
+        text: str,
+        *,
+        conversation: str,
+        skill: str | None = None,
+        task_id: str | None = None,
+        caps: Mapping[str, float] | None = None,
+        depth: int = 0,
     ) -> AsyncIterator[RunEvent]:
         """Start a task: one message to ``agent`` in ``conversation``; stream its events.
 
@@ -99,11 +121,9 @@ class Runtime:
             agent=agent, conversation=conversation, source=self.source, input=text, task_id=task_id
         )
         self._audit_task(task, "submitted", input_chars=len(text))
+        context = dataclasses.replace(self._context(task, skill), caps=caps or None, depth=depth)
         async for event in self._drive(
-            task,
-            Runner(self.bundle).run(
-                agent, text, thread_id=conversation, skill=skill, context=self._context(task, skill)
-            ),
+            task, Runner(self.bundle).run(agent, text, thread_id=conversation, skill=skill, context=context)
         ):
             yield event
 
@@ -196,6 +216,63 @@ class Runtime:
         if profile is None:
             return None, "reject"
         return profile.approval.timeout, profile.approval.on_timeout
+
+
+class ChildTasks:
+    """In-process agent calls as tasks of their own: a parent link, visible in `ca tasks list` and the audit."""
+
+    def __init__(self, tasks: TaskStore, audit: AuditLog) -> None:
+        self.tasks = tasks
+        self.audit = audit
+
+    def started(self, agent: str, text: str, context: RunContext) -> RunContext:
+        # One task per (parent task, tool call): a resumed caller re-enters the same child task.
+        key = f"{context.task_id}/{context.call_id}"
+        child_id = uuid.uuid5(uuid.NAMESPACE_URL, key).hex if context.task_id and context.call_id else ""
+        try:
+            task = self.tasks.get(child_id) if child_id else None
+        except RunError:
+            task = None
+        if task is None:
+            task = self.tasks.create(
+                agent=agent,
+                conversation=context.conversation_id,
+                source="agent-call",
+                input=text,
+                parent=context.task_id,
+                task_id=child_id or None,
+            )
+            self._record(task.id, context, agent, "submitted", parent=context.task_id)
+        self.tasks.update(task.id, state="working")
+        return dataclasses.replace(context, task_id=task.id)
+
+    def finished(
+        self,
+        context: RunContext,
+        *,
+        state: str,
+        output: str = "",
+        error: str = "",
+        usage: Mapping[str, float] | None = None,
+    ) -> None:
+        self.tasks.update(
+            context.task_id,
+            state=cast(TaskState, state),
+            output=output,
+            error=error,
+            usage=dict(usage) if usage else None,
+        )
+        self._record(context.task_id, context, "", state, error=error or None)
+
+    def _record(self, task_id: str, context: RunContext, agent: str, state: str, **data: Any) -> None:
+        self.audit.append(
+            "task.state",
+            source="agent-call",
+            task_id=task_id,
+            conversation_id=context.conversation_id,
+            agent=agent,
+            data={"state": state, **{k: v for k, v in data.items() if v is not None}},
+        )
 
 
 def _for_payload(payload: Mapping[str, Any], answer: Mapping[str, Any]) -> Any:

@@ -40,6 +40,13 @@ CREATE TABLE IF NOT EXISTS tasks (
     updated_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
+CREATE TABLE IF NOT EXISTS remote_calls (
+    key TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    context_id TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY,
     agent TEXT NOT NULL,
@@ -181,6 +188,22 @@ class TaskStore:
         with self._lock:
             row = self._conn.execute("SELECT agent, mode, cwd FROM sessions WHERE id = ?", (session_id,)).fetchone()
         return None if row is None else {"agent": row[0], "mode": row[1], "cwd": row[2]}
+
+    def save_remote(self, key: str, url: str, task_id: str, context_id: str) -> None:
+        """Remember the remote task a tool call started (so a resumed caller continues it)."""
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO remote_calls (key, url, task_id, context_id, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (key, url, task_id, context_id, now().isoformat()),
+            )
+
+    def get_remote(self, key: str) -> dict[str, str] | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT url, task_id, context_id FROM remote_calls WHERE key = ?", (key,)
+            ).fetchone()
+        return None if row is None else {"url": row[0], "task_id": row[1], "context_id": row[2]}
 
     def list(self, *, pending_only: bool = False, limit: int = 50) -> list[Task]:
         query = "SELECT * FROM tasks"

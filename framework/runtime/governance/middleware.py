@@ -385,7 +385,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             conversation.pop("max_duration", None)  # wall time is not measured over a conversation
             for name, amount in budgets.remaining(conversation, total, 0.0).items():
                 left[name] = min(left.get(name, amount), amount)
-        return replace(context.child(), caps=left or None)
+        return replace(context.child(), caps=left or None, call_id=str(request.tool_call.get("id") or ""))
 
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]

@@ -1,0 +1,263 @@
+"""Remote agents: calls over A2A with a2a-sdk's client, as tools of local agents.
+
+* Cards are cached and revalidated with their ETag.
+* Headers come from ``ca.yaml`` ``registries[].headers_env`` for URLs under a registry.
+* Every call has a deadline; connection failures and 502/503/504 are retried with
+  backoff, and only while nothing was delivered; anything else becomes a tool error
+  the model can react to — nothing hangs.
+* What the caller has left of its budget and the call depth travel in the message
+  metadata (``cleveragents``), so a CleverAgents callee never gets more.
+* A callee that pauses for approval pauses the caller: the caller's run is interrupted
+  with one pending approval naming the remote agent and its action; the decision is
+  sent down to the remote task and the chain resumes. The remote task id is kept in
+  ``.ca/tasks.db`` under the caller's task and tool call, so a resumed caller (even in
+  a new process) continues the same remote task instead of starting another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from a2a.client import ClientConfig, ClientFactory
+from a2a.helpers.proto_helpers import get_data_parts, get_text_parts, new_data_part, new_text_part
+from a2a.types import AgentCard, GetTaskRequest, Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
+from google.protobuf import json_format
+from langchain_core.tools import ToolException
+from langgraph.types import interrupt
+
+from framework.compiler.agent import CALL_CONTEXT, RunContext
+from framework.runtime.tasks import TaskStore
+from framework.spec.loader import Project
+
+CARD_PATH = ".well-known/agent-card.json"
+TRANSIENT_STATUS = {502, 503, 504}
+ATTEMPTS = 3
+STATES = {
+    TaskState.TASK_STATE_COMPLETED: "completed",
+    TaskState.TASK_STATE_FAILED: "failed",
+    TaskState.TASK_STATE_CANCELED: "canceled",
+    TaskState.TASK_STATE_REJECTED: "rejected",
+    TaskState.TASK_STATE_INPUT_REQUIRED: "input-required",
+    TaskState.TASK_STATE_AUTH_REQUIRED: "auth-required",
+}
+
+
+@dataclass
+class RemoteOutcome:
+    """Where a remote task stands after a call."""
+
+    state: str = "working"
+    text: str = ""
+    task_id: str = ""
+    context_id: str = ""
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    message: str = ""
+    usage: dict[str, float] = field(default_factory=dict)
+
+
+class Peers:
+    """A2A client side of one Runtime."""
+
+    def __init__(
+        self, project: Project, tasks: TaskStore, environ: Mapping[str, str], *, timeout: float = 60.0
+    ) -> None:
+        self.project = project
+        self.tasks = tasks
+        self.environ = environ
+        self.timeout = timeout
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0), follow_redirects=True)
+        self.cards: dict[str, tuple[str, AgentCard]] = {}
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    def headers_for(self, url: str) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        for registry in self.project.config.registries:
+            if url.startswith(registry.url):
+                for header, variable in registry.headers_env.items():
+                    value = self.environ.get(variable)
+                    if value:
+                        headers[header] = value
+        return headers
+
+    async def _get(self, url: str, headers: dict[str, str]) -> httpx.Response:
+        delay = 0.2
+        for attempt in range(ATTEMPTS):
+            try:
+                response = await self.http.get(url, headers=headers)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                if attempt == ATTEMPTS - 1:
+                    raise ToolException(f"cannot reach {url}: {type(exc).__name__}") from exc
+            else:
+                if response.status_code not in TRANSIENT_STATUS or attempt == ATTEMPTS - 1:
+                    return response
+            await asyncio.sleep(delay)
+            delay *= 3
+        raise ToolException(f"cannot reach {url}")  # pragma: no cover - the loop returns or raises
+
+    async def card(self, url: str) -> AgentCard:
+        """The agent card at ``url`` (cached; revalidated with If-None-Match)."""
+        base = url if url.endswith("/") else url + "/"
+        headers = self.headers_for(base)
+        cached = self.cards.get(base)
+        if cached is not None and cached[0]:
+            headers["If-None-Match"] = cached[0]
+        response = await self._get(base + CARD_PATH, headers)
+        if response.status_code == 304 and cached is not None:
+            known: AgentCard = cached[1]
+            return known
+        if response.status_code != 200:
+            raise ToolException(f"{base} has no agent card (HTTP {response.status_code})")
+        try:
+            card: AgentCard = json_format.ParseDict(response.json(), AgentCard(), ignore_unknown_fields=True)
+        except (ValueError, json_format.ParseError) as exc:
+            raise ToolException(f"{base} answered something that is not an agent card: {exc}") from exc
+        self.cards[base] = (response.headers.get("etag", ""), card)
+        return card
+
+    async def _client(self, url: str) -> Any:
+        card = await self.card(url)
+        http = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.timeout, connect=5.0), headers=self.headers_for(url), follow_redirects=True
+        )
+        return ClientFactory(ClientConfig(streaming=card.capabilities.streaming, httpx_client=http)).create(card), http
+
+    async def send(
+        self,
+        url: str,
+        parts: list[Part],
+        *,
+        task_id: str = "",
+        context_id: str = "",
+        metadata: dict[str, Any] | None = None,
+    ) -> RemoteOutcome:
+        """Send one message and follow the task until it ends or waits for input."""
+        client, http = await self._client(url)
+        message = Message(
+            message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=parts, task_id=task_id, context_id=context_id
+        )
+        if metadata:
+            message.metadata.update(metadata)
+        outcome = RemoteOutcome(task_id=task_id, context_id=context_id)
+        try:
+            async with asyncio.timeout(self.timeout):
+                async for event in client.send_message(SendMessageRequest(message=message)):
+                    _follow(outcome, event)
+        except TimeoutError as exc:
+            raise ToolException(f"remote agent {url} did not answer within {self.timeout:g} s") from exc
+        except httpx.HTTPError as exc:
+            raise ToolException(f"remote agent {url} failed: {type(exc).__name__}: {exc}") from exc
+        except ToolException:
+            raise
+        except Exception as exc:  # a2a-sdk's client errors (garbage answers, protocol errors)
+            raise ToolException(f"remote agent {url} answered with an error: {type(exc).__name__}: {exc}") from exc
+        finally:
+            await http.aclose()
+        return outcome
+
+    async def status(self, url: str, task_id: str) -> RemoteOutcome:
+        client, http = await self._client(url)
+        try:
+            async with asyncio.timeout(self.timeout):
+                task = await client.get_task(GetTaskRequest(id=task_id))
+        except Exception as exc:
+            raise ToolException(f"remote agent {url}: cannot read task {task_id}: {exc}") from exc
+        finally:
+            await http.aclose()
+        outcome = RemoteOutcome(task_id=task_id)
+        event = StreamResponse()
+        event.task.CopyFrom(task)
+        _follow(outcome, event)
+        return outcome
+
+    async def call_tool(self, url: str, text: str) -> tuple[str, dict[str, Any]]:
+        """A remote agent as a tool: its answer (and usage) or a ToolException; pauses bubble up."""
+        context = CALL_CONTEXT.get() or RunContext()
+        key = f"{context.task_id}:{context.call_id}" if context.task_id and context.call_id else ""
+        known = self.tasks.get_remote(key) if key else None
+        metadata = {
+            "cleveragents": {"depth": context.depth, "caps": dict(context.caps or {}), "parentTask": context.task_id}
+        }
+        if known is None:
+            outcome = await self.send(url, [new_text_part(text)], metadata=metadata)
+            if key and outcome.task_id:
+                self.tasks.save_remote(key, url, outcome.task_id, outcome.context_id)
+        else:
+            outcome = await self.status(url, known["task_id"])
+            outcome.context_id = known["context_id"]
+        while outcome.state == "input-required":
+            card = await self.card(url)
+            first = outcome.pending[0] if outcome.pending else {}
+            decision = interrupt(
+                {
+                    "kind": "approval",
+                    "agent": first.get("agent", card.name),
+                    "tool": first.get("tool", "agent"),
+                    "args": first.get("args", {}),
+                    "message": f"{card.name} (remote, {url}): {first.get('message') or outcome.message}",
+                    "remote": url,
+                    "remoteTask": outcome.task_id,
+                    "options": ["approve", "reject"],
+                }
+            )
+            data = decision if isinstance(decision, dict) else {"decision": "approve" if decision else "reject"}
+            data = {k: v for k, v in data.items() if k in ("decision", "reason", "args") and v is not None}
+            outcome = await self.send(
+                url, [new_data_part(data)], task_id=outcome.task_id, context_id=outcome.context_id, metadata=metadata
+            )
+        if outcome.state == "completed":
+            return outcome.text, {"usage": outcome.usage}
+        reason = outcome.message or outcome.text or "no reason given"
+        raise ToolException(f"remote agent {url} ended {outcome.state}: {reason}")
+
+
+def _text(parts: Any) -> str:
+    return "".join(get_text_parts(list(parts)))
+
+
+def _follow(outcome: RemoteOutcome, event: StreamResponse) -> None:
+    """Fold one streamed event (or a whole task) into the outcome."""
+    if event.HasField("task"):
+        task = event.task
+        outcome.task_id, outcome.context_id = task.id or outcome.task_id, task.context_id or outcome.context_id
+        outcome.text = "\n".join(_text(a.parts) for a in task.artifacts) or outcome.text
+        _status(outcome, task.status)
+        if task.HasField("metadata"):
+            _usage(outcome, json_format.MessageToDict(task.metadata))
+    elif event.HasField("status_update"):
+        update = event.status_update
+        outcome.task_id, outcome.context_id = update.task_id or outcome.task_id, update.context_id or outcome.context_id
+        _status(outcome, update.status)
+        if update.HasField("metadata"):
+            _usage(outcome, json_format.MessageToDict(update.metadata))
+    elif event.HasField("artifact_update"):
+        update = event.artifact_update
+        chunk = _text(update.artifact.parts)
+        outcome.text = outcome.text + chunk if update.append else chunk
+    elif event.HasField("message"):
+        outcome.text = _text(event.message.parts)
+        outcome.state = "completed"
+
+
+def _status(outcome: RemoteOutcome, status: Any) -> None:
+    state = STATES.get(status.state)
+    if state is None:
+        return
+    outcome.state = state
+    if status.HasField("message"):
+        outcome.message = _text(status.message.parts)
+        for data in get_data_parts(list(status.message.parts)):
+            if isinstance(data, dict) and isinstance(data.get("pending"), list):
+                outcome.pending = [p for p in data["pending"] if isinstance(p, dict)]
+
+
+def _usage(outcome: RemoteOutcome, metadata: dict[str, Any]) -> None:
+    usage = metadata.get("usage")
+    if isinstance(usage, dict):
+        outcome.usage = {k: float(v) for k, v in usage.items() if isinstance(v, int | float) and k != "total_tokens"}
