@@ -18,12 +18,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from a2a.helpers.proto_helpers import new_data_part
+from a2a.helpers.proto_helpers import new_data_part, new_text_part
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks import DatabaseTaskStore
-from a2a.types import AgentCard, Message, Role, SendMessageRequest
+from a2a.types import AgentCard, Message, Role, SendMessageRequest, TaskState, TaskStatus
 from google.protobuf import json_format
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -40,6 +40,10 @@ from framework.transports.platform import Platform, PlatformMiddleware
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
 CARD_CACHE = "public, max-age=60"
+INTERRUPTED = (
+    "the server stopped while this task was running; it was not resumed because a tool may have run "
+    "halfway: send the message again"
+)
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -113,6 +117,7 @@ def build_app(runtime: Runtime) -> PlatformMiddleware:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await store.initialize()
+        await fail_interrupted(runtime, store)
         yield
 
     async def decide(agent: str, task_id: str, decision: dict[str, Any]) -> dict[str, Any]:
@@ -134,6 +139,43 @@ def build_app(runtime: Runtime) -> PlatformMiddleware:
         app.add_middleware(AuthMiddleware, credentials=Credentials(auth, runtime.bundle.environ))
     max_bytes = runtime.bundle.project.config.server.max_request_bytes
     return PlatformMiddleware(app, Platform(runtime, decide), max_bytes=max_bytes)
+
+
+async def fail_interrupted(runtime: Runtime, store: DatabaseTaskStore) -> None:
+    """End ``failed``, with a reason, the tasks a previous ``ca serve`` was running when it died.
+
+    Nothing runs them any more, and running them again could repeat a tool's side effect. Tasks
+    waiting for a decision are untouched: they resume when answered. Only tasks of ``ca serve``
+    (one server per project) are touched, never those of ``ca run --stdio`` or the CLI.
+    """
+    if runtime.source != "a2a-http":
+        return
+    context = ServerCallContext()
+    for task in runtime.tasks.list(limit=1_000_000):
+        if task.source != runtime.source or task.state not in ("submitted", "working"):
+            continue
+        runtime.tasks.update(task.id, state="failed", error=INTERRUPTED, pending=())
+        runtime.audit.append(
+            "task.state",
+            source="a2a-http",
+            task_id=task.id,
+            conversation_id=task.conversation,
+            agent=task.agent,
+            data={"state": "failed", "error": INTERRUPTED},
+        )
+        stored = await store.get(task.id, context)
+        if stored is None or stored.status.state not in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
+            continue
+        message = Message(
+            message_id=uuid.uuid4().hex,
+            role=Role.ROLE_AGENT,
+            task_id=stored.id,
+            context_id=stored.context_id,
+            parts=[new_text_part(INTERRUPTED), new_data_part({"error": {"code": "run_failed", "reason": INTERRUPTED}})],
+        )
+        stored.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_FAILED, message=message))
+        stored.status.timestamp.GetCurrentTime()
+        await store.save(stored, context)
 
 
 def _health(runtime: Runtime) -> Endpoint:
