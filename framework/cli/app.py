@@ -255,6 +255,30 @@ def call_command(
     raise typer.Exit(asyncio.run(call(CallOptions(target, message, context, as_json, timeout, project))))
 
 
+agents_app = typer.Typer(help="The agents a project can use: its own and its registries'.", no_args_is_help=True)
+app.add_typer(agents_app, name="agents")
+
+
+@agents_app.command("list")
+def agents_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the agents as JSON.")] = False,
+    project: ProjectOpt = Path(),
+) -> None:
+    """Every agent from every source (the project, the registries in ca.yaml) with its skills and tags."""
+    import asyncio
+
+    from framework.cli.agents import list_agents
+
+    agents = asyncio.run(list_agents(project))
+    if as_json:
+        typer.echo(json.dumps(agents, indent=2))
+        return
+    for agent in agents:
+        tags = ", ".join(agent["tags"]) or "-"
+        typer.echo(f"{agent['name']:<18} {agent['kind']:<9} {agent['source']:<18} tags: {tags}")
+        typer.echo(f"{'':<18} {agent['url']}")
+
+
 tasks_app = typer.Typer(help="Tasks of a project: what ran, what waits for a decision.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 

@@ -34,12 +34,23 @@ from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.common import did_you_mean
 from framework.spec.interpolate import load_dotenv
 from framework.spec.loader import Project
-from framework.spec.tools import AgentTool
+from framework.spec.tools import AgentSelector, AgentTool
 
 if TYPE_CHECKING:
     from a2a.types import AgentCard
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
+
+
+@dataclass(frozen=True)
+class RemoteAgent:
+    """An agent found in a registry."""
+
+    name: str
+    url: str
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    registry: str = ""
 
 
 class CallHooks(Protocol):
@@ -100,6 +111,8 @@ class Bundle:
     middleware: MiddlewareFactory | None = field(default=None, repr=False)
     remote: RemoteCaller | None = field(default=None, repr=False)
     call_hooks: CallHooks | None = field(default=None, repr=False)
+    directory: tuple[RemoteAgent, ...] = ()
+    """Agents of the registries in ca.yaml, as discovered when the bundle was built."""
     """Records in-process agent calls as tasks of their own (the runtime provides it)."""
     """Calls a remote A2A agent (URL, input) -> (answer, artifact); the runtime provides it."""
     """Policies for each llm agent (the runtime plugs governance in here)."""
@@ -202,12 +215,34 @@ class Bundle:
         return answer, usage
 
     def _agent_tools(self, spec: LlmAgent) -> list[BaseTool]:
-        tools: list[BaseTool] = []
+        refs: list[AgentTool] = []
         for ref in spec.tools:
-            if not isinstance(ref, AgentTool):
-                continue
-            tools.append(self._agent_tool(ref))
+            if isinstance(ref, AgentTool):
+                refs.append(ref)
+            elif isinstance(ref, AgentSelector):
+                refs.extend(self.select(ref.agents.tags, exclude=spec.name))
+        seen: set[str] = set()
+        tools: list[BaseTool] = []
+        for ref in refs:
+            if ref.agent not in seen:
+                seen.add(ref.agent)
+                tools.append(self._agent_tool(ref))
         return tools
+
+    def select(self, tags: Sequence[str], *, exclude: str = "") -> list[AgentTool]:
+        """Every agent — of the project or of a registry — whose skills carry all ``tags``."""
+        wanted = set(tags)
+        found: list[AgentTool] = []
+        for name, agent in sorted(self.project.agents.items()):
+            skills = [self.project.skills[s] if isinstance(s, str) else s for s in agent.skills]
+            if name != exclude and wanted <= {t for s in skills for t in s.tags}:
+                found.append(AgentTool(agent=name))
+        for entry in self.directory:
+            if wanted <= set(entry.tags):
+                found.append(
+                    AgentTool(agent=entry.url, name=remote_tool_name(entry.name), description=entry.description)
+                )
+        return found
 
     def _agent_tool(self, ref: AgentTool) -> BaseTool:
         name = ref.name or (remote_tool_name(ref.agent) if ref.is_remote else ref.agent)
@@ -255,6 +290,7 @@ def build_bundle(
     middleware: MiddlewareFactory | None = None,
     remote: RemoteCaller | None = None,
     call_hooks: CallHooks | None = None,
+    directory: Sequence[RemoteAgent] = (),
     checkpointer: Any = None,
     environ: Mapping[str, str] | None = None,
     base_url: str | None = None,
@@ -273,6 +309,7 @@ def build_bundle(
         middleware=middleware,
         remote=remote,
         call_hooks=call_hooks,
+        directory=tuple(directory),
         checkpointer=checkpointer,
         environ=environ,
     )

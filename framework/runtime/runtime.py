@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
@@ -26,6 +27,7 @@ from framework.runtime.audit import AuditLog
 from framework.runtime.events import Paused, RunEvent, RunFinished
 from framework.runtime.governance.middleware import governance_middleware
 from framework.runtime.peers import Peers
+from framework.runtime.registry import Discovery, discover
 from framework.runtime.runner import Runner
 from framework.runtime.stores import open_checkpointer
 from framework.runtime.tasks import Pending, Task, TaskState, TaskStore, expiry, now
@@ -66,12 +68,16 @@ class Runtime:
         peers = Peers(project, tasks, environ)
         stack.push_async_callback(peers.close)
         hooks = ChildTasks(tasks, audit)
+        found = await discover(peers) if project.config.registries else Discovery()
+        for problem in found.problems:
+            print(f"warning: {problem}", file=sys.stderr)
         bundle = build_bundle(
             project,
             checkpointer=saver,
             middleware=governance_middleware if governed else None,
             remote=peers.call_tool,
             call_hooks=hooks,
+            directory=found.agents,
             base_url=base_url,
             environ=environ,
         )

@@ -105,10 +105,23 @@ class Platform:
                     "description": spec.description,
                     "url": card["supportedInterfaces"][0]["url"],
                     "source": "project",
+                    "tags": sorted({t for s in agent_skills(spec, bundle.project) for t in s.tags}),
                     "skills": [
                         {"id": s.id, "name": s.name or s.id, "tags": list(s.tags)}
                         for s in agent_skills(spec, bundle.project)
                     ],
+                }
+            )
+        for remote in bundle.directory:
+            agents.append(
+                {
+                    "name": remote.name,
+                    "kind": "remote",
+                    "description": remote.description,
+                    "url": remote.url,
+                    "source": f"registry:{remote.registry}",
+                    "skills": [],
+                    "tags": list(remote.tags),
                 }
             )
         return {"agents": agents}
