@@ -222,6 +222,9 @@ def serve_command(
     insecure: Annotated[
         bool, typer.Option("--insecure", help="Allow a non-loopback address without authentication.")
     ] = False,
+    reload: Annotated[
+        bool, typer.Option("--reload", help="Reload when the project's YAML, tools or .env change.")
+    ] = False,
 ) -> None:
     """Serve every agent of the project over A2A (JSON-RPC and HTTP+JSON) until Ctrl-C."""
     import asyncio
@@ -229,7 +232,7 @@ def serve_command(
     from framework.cli.serve import ServeOptions, serve
 
     try:
-        code = asyncio.run(serve(ServeOptions(project, host, port, public_url, insecure)))
+        code = asyncio.run(serve(ServeOptions(project, host, port, public_url, insecure, reload)))
     except KeyboardInterrupt:
         code = 0
     raise typer.Exit(code)

@@ -19,6 +19,7 @@ class ServeOptions:
     port: int | None
     public_url: str | None
     insecure: bool
+    reload: bool = False
 
 
 def is_loopback(host: str) -> bool:
@@ -55,11 +56,20 @@ async def serve(options: ServeOptions) -> int:
         )
         uv = uvicorn.Server(config)
         task = asyncio.create_task(uv.serve())
+        watcher = None
+        if options.reload:
+            from framework.runtime.reload import watch
+
+            watcher = asyncio.create_task(watch(runtime))
         while not uv.started and not task.done():
             await asyncio.sleep(0.02)
         if uv.started:
             print(describe(runtime, base_url), flush=True)
-        await task
+        try:
+            await task
+        finally:
+            if watcher is not None:
+                watcher.cancel()
         if not uv.started:
             sys.stderr.write(f"error: could not start the server on {host}:{port}\n")
             return 1

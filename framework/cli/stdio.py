@@ -104,6 +104,7 @@ def _run_a2a(options: StdioOptions, first: str, out: TextIO) -> int:
 
 
 async def _a2a(options: StdioOptions, first: str, out: TextIO) -> int:
+    import asyncio
     from contextlib import AsyncExitStack
 
     from framework.errors import UsageError
@@ -117,5 +118,14 @@ async def _a2a(options: StdioOptions, first: str, out: TextIO) -> int:
         raise UsageError("the project has no agents to serve")
     async with AsyncExitStack() as stack:
         runtime = await Runtime.open(project, source="a2a-stdio", stack=stack)
-        await serve_stdio(runtime, name, stdout=out, first_line=first)
+        watcher = None
+        if options.reload:
+            from framework.runtime.reload import watch
+
+            watcher = asyncio.create_task(watch(runtime))
+        try:
+            await serve_stdio(runtime, name, stdout=out, first_line=first)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
     return 0

@@ -130,7 +130,13 @@ class AuditLog:
 
     def __init__(self, store: AuditStore, secrets: Iterable[str] = ()) -> None:
         self._store = store
-        self._masker = SecretMasker(secrets)
+        self._secrets = set(secrets)
+        self._masker = SecretMasker(self._secrets)
+
+    def add_secrets(self, secrets: Iterable[str]) -> None:
+        """Mask these values too from now on (a reload may bring new ``${VAR}`` secrets)."""
+        self._secrets = {*getattr(self, "_secrets", set()), *secrets}
+        self._masker = SecretMasker(self._secrets)
 
     @classmethod
     def open(cls, target: str | Path, *, secrets: Iterable[str] = ()) -> AuditLog:

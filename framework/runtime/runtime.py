@@ -11,11 +11,12 @@ answer them. The conversation itself is checkpointed by LangGraph.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, cast
@@ -43,6 +44,9 @@ class Runtime:
         self.tasks = tasks
         self.audit = audit
         self.source = source
+        self.listeners: list[Callable[[], None]] = []
+        """Called after each successful reload (transports rebuild what depends on the bundle)."""
+        self.compile_project: Callable[[Project], Awaitable[Bundle]] | None = None
         self.profiles: dict[str, str] = {}
         """Conversation -> automation profile chosen for it (ACP session modes)."""
         self.diagnostics: list[Diagnostic] = []
@@ -68,20 +72,53 @@ class Runtime:
         peers = Peers(project, tasks, environ)
         stack.push_async_callback(peers.close)
         hooks = ChildTasks(tasks, audit)
-        found = await discover(peers) if project.config.registries else Discovery()
-        for problem in found.problems:
-            print(f"warning: {problem}", file=sys.stderr)
-        bundle = build_bundle(
-            project,
-            checkpointer=saver,
-            middleware=governance_middleware if governed else None,
-            remote=peers.call_tool,
-            call_hooks=hooks,
-            directory=found.agents,
-            base_url=base_url,
-            environ=environ,
-        )
-        return cls(bundle, tasks, audit, source=source)
+
+        async def compile_project(project: Project) -> Bundle:
+            environ = {**load_dotenv(project.root), **os.environ}
+            peers.project, peers.environ = project, environ
+            found = await discover(peers) if project.config.registries else Discovery()
+            for problem in found.problems:
+                print(f"warning: {problem}", file=sys.stderr)
+            return build_bundle(
+                project,
+                checkpointer=saver,
+                middleware=governance_middleware if governed else None,
+                remote=peers.call_tool,
+                call_hooks=hooks,
+                directory=found.agents,
+                base_url=base_url,
+                environ=environ,
+            )
+
+        runtime = cls(await compile_project(project), tasks, audit, source=source)
+        runtime.compile_project = compile_project
+        return runtime
+
+    async def reload(self) -> bool:
+        """Load, validate and compile the project again, then swap the bundle in one assignment.
+
+        A bad edit changes nothing: the last good bundle keeps serving and the errors are kept
+        in ``diagnostics`` (and returned by ``_cleveragents/diagnostics``) until a fix loads.
+        Tasks already running finish on the bundle they started with; a task paused for a
+        decision resumes on the bundle current when the decision arrives.
+        """
+        from framework.errors import SpecError
+        from framework.spec import load_project
+
+        try:
+            project = await asyncio.to_thread(load_project, self.root)
+        except SpecError as exc:
+            self.diagnostics = list(exc.errors)
+            return False
+        if self.compile_project is None:
+            raise RunError("this runtime was not opened with Runtime.open and cannot reload")
+        bundle = await self.compile_project(project)
+        self.audit.add_secrets(project.secrets)
+        self.bundle = bundle
+        self.diagnostics = []
+        for listener in list(self.listeners):
+            listener()
+        return True
 
     @property
     def root(self) -> Path:

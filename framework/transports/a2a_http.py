@@ -29,12 +29,14 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import Receive, Scope, Send
 
 from framework.compiler.card import public_card
 from framework.runtime.executor import CleverAgentExecutor
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
 from framework.transports.auth import AuthMiddleware, Credentials
+from framework.transports.jsonrpc import Code, JsonRpcError
 from framework.transports.platform import Platform, PlatformMiddleware
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -100,19 +102,51 @@ def agent_routes(runtime: Runtime, name: str, handler: DefaultRequestHandler, pr
     return routes
 
 
+class AgentsApp:
+    """The routes of one bundle: every agent's endpoints and cards. Replaced whole on reload."""
+
+    def __init__(self, runtime: Runtime, store: DatabaseTaskStore) -> None:
+        bundle = runtime.bundle
+        self.handlers = {name: request_handler(runtime, name, store) for name in bundle.agents}
+        routes: list[BaseRoute] = []
+        default = bundle.project.default_agent
+        if default:
+            card = served_card(runtime, default)
+            routes.extend(create_agent_card_routes(card, card_url=LEGACY_CARD_PATH, cache_control=CARD_CACHE))
+        for name in sorted(bundle.agents):
+            routes.extend(agent_routes(runtime, name, self.handlers[name], f"/agents/{name}"))
+        routes.append(Route("/agents/{name}/", _no_agent(runtime), methods=["POST"]))
+        routes.append(Route("/agents/{name}" + CARD_PATH, _no_agent(runtime), methods=["GET"]))
+        if default:
+            routes.extend(agent_routes(runtime, default, self.handlers[default], ""))
+        app = Starlette(routes=routes)
+        auth = bundle.project.config.server.auth
+        if auth is not None:
+            app.add_middleware(AuthMiddleware, credentials=Credentials(auth, bundle.environ))
+        self.app = app
+
+
+class Agents:
+    """ASGI app that serves the runtime's current bundle; a reload swaps it atomically."""
+
+    def __init__(self, runtime: Runtime, store: DatabaseTaskStore) -> None:
+        self.runtime = runtime
+        self.store = store
+        self.current = AgentsApp(runtime, store)
+        runtime.listeners.append(self.rebuild)
+
+    def rebuild(self) -> None:
+        # A request already routed keeps the handlers it started with; new ones see the new bundle.
+        self.current = AgentsApp(self.runtime, self.store)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.current.app(scope, receive, send)
+
+
 def build_app(runtime: Runtime) -> PlatformMiddleware:
-    """The whole server for the runtime's current bundle."""
+    """The whole server: health, the agents of the current bundle, platform methods, limits."""
     store = task_store(runtime)
-    handlers = {name: request_handler(runtime, name, store) for name in runtime.bundle.agents}
-    routes: list[BaseRoute] = [Route("/healthz", _health(runtime), methods=["GET"])]
-    default = runtime.bundle.project.default_agent
-    if default:
-        card = served_card(runtime, default)
-        routes.extend(create_agent_card_routes(card, card_url=LEGACY_CARD_PATH, cache_control=CARD_CACHE))
-    for name in sorted(runtime.bundle.agents):
-        routes.extend(agent_routes(runtime, name, handlers[name], f"/agents/{name}"))
-    if default:
-        routes.extend(agent_routes(runtime, default, handlers[default], ""))
+    agents = Agents(runtime, store)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -130,15 +164,30 @@ def build_app(runtime: Runtime) -> PlatformMiddleware:
             context_id=task.conversation,
             parts=[new_data_part({k: v for k, v in decision.items() if v is not None})],
         )
-        answer = await handlers[agent].on_message_send(SendMessageRequest(message=message), ServerCallContext())
+        handler = agents.current.handlers.get(agent)
+        if handler is None:
+            raise JsonRpcError(Code.AGENT_NOT_FOUND, f"agent {agent!r} is no longer served")
+        answer = await handler.on_message_send(SendMessageRequest(message=message), ServerCallContext())
         return dict(json_format.MessageToDict(answer))
 
-    app = Starlette(routes=routes, lifespan=lifespan)
-    auth = runtime.bundle.project.config.server.auth
-    if auth is not None:
-        app.add_middleware(AuthMiddleware, credentials=Credentials(auth, runtime.bundle.environ))
+    app = Starlette(
+        routes=[Route("/healthz", _health(runtime), methods=["GET"]), Mount("", app=agents)], lifespan=lifespan
+    )
     max_bytes = runtime.bundle.project.config.server.max_request_bytes
     return PlatformMiddleware(app, Platform(runtime, decide), max_bytes=max_bytes)
+
+
+def _no_agent(runtime: Runtime) -> Endpoint:
+    async def no_agent(request: Request) -> Response:
+        name = request.path_params.get("name", "")
+        known = ", ".join(sorted(runtime.bundle.agents)) or "none"
+        message = f"agent {name!r} not found; agents: {known}"
+        if request.method == "GET":
+            return JSONResponse({"error": message}, status_code=404)
+        error = JsonRpcError(Code.AGENT_NOT_FOUND, message)
+        return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error.to_json()}, status_code=404)
+
+    return no_agent
 
 
 async def fail_interrupted(runtime: Runtime, store: DatabaseTaskStore) -> None:

@@ -53,8 +53,10 @@ class Session:
 class AcpServer:
     """One ACP connection: requests in, responses and notifications out."""
 
-    def __init__(self, root: Path, agent: str | None, out: TextIO, *, initialized: bool) -> None:
+    def __init__(self, root: Path, agent: str | None, out: TextIO, *, initialized: bool, reload: bool = False) -> None:
         self.root = root
+        self.reload = reload
+        self.watcher: asyncio.Task[None] | None = None
         self.agent_name = agent
         self.out = out
         self.initialized = initialized
@@ -167,6 +169,32 @@ class AcpServer:
             return
         self.runtime = await Runtime.open(project, source="acp", stack=self.stack)
         self.agent_name = self.agent_name or project.default_agent
+        if self.reload:
+            from framework.runtime.reload import watch
+
+            self.runtime.listeners.append(self._reloaded)
+            self.watcher = asyncio.create_task(watch(self.runtime, report=lambda ok, errors: None))
+
+    def _reloaded(self) -> None:
+        """After a reload: sessions go on; commands (skills) and a vanished mode are re-announced."""
+        if self.agent_name not in self.runtime.bundle.agents:
+            return
+        profiles = self.runtime.bundle.project.profiles
+        for session in self.sessions.values():
+            if session.mode not in profiles:
+                session.mode = self._default_mode()
+                self.runtime.profiles[session.id] = session.mode
+                self.update(session.id, {"sessionUpdate": "current_mode_update", "currentModeId": session.mode})
+            self._announce(session)
+
+    def _warn_if_broken(self, session: Session) -> None:
+        """Tell the IDE user that their last edit did not load (the last good version still runs)."""
+        errors = self.runtime.diagnostics
+        if not errors:
+            return
+        lines = "\n".join(d.render() for d in errors[:5])
+        text = f"[ca] the project has errors; still using the last good version:\n{lines}\n\n"
+        self.update(session.id, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
 
     async def loaded(self) -> Any:
         assert self.ready is not None
@@ -280,6 +308,7 @@ class AcpServer:
             raise JsonRpcError(Code.INVALID_REQUEST, f"session {session.id} is busy with a prompt; cancel it first")
         from framework.transports.acp_updates import PromptTurn
 
+        self._warn_if_broken(session)
         turn = PromptTurn(self, session, blocks)
         session.cancelled = False
         session.prompt = asyncio.create_task(turn.run())
@@ -308,8 +337,10 @@ def _require(params: dict[str, Any], name: str, kind: type) -> Any:
     return value
 
 
-async def _serve(root: Path, agent: str | None, out: TextIO, first_answered: bool, first: Any) -> None:
-    server = AcpServer(root, agent, out, initialized=first_answered)
+async def _serve(
+    root: Path, agent: str | None, out: TextIO, first_answered: bool, first: Any, reload: bool = False
+) -> None:
+    server = AcpServer(root, agent, out, initialized=first_answered, reload=reload)
     server.start_loading()
     loop = asyncio.get_running_loop()
     in_flight: set[asyncio.Task[None]] = set()
@@ -330,6 +361,8 @@ async def _serve(root: Path, agent: str | None, out: TextIO, first_answered: boo
             await asyncio.gather(*in_flight, return_exceptions=True)
         if server.ready is not None:
             await asyncio.gather(server.ready, return_exceptions=True)
+        if server.watcher is not None:
+            server.watcher.cancel()
 
 
 def run_acp(
@@ -337,7 +370,7 @@ def run_acp(
 ) -> int:
     """Serve ACP until the client closes stdin."""
     try:
-        asyncio.run(_serve(root, agent, out, first_answered, first))
+        asyncio.run(_serve(root, agent, out, first_answered, first, reload))
     except KeyboardInterrupt:
         return 130
     return 0

@@ -1,0 +1,61 @@
+"""Hot reload: watch the project's files and swap in a new bundle when they change.
+
+Watched: ``agents/``, ``profiles/``, ``skills/``, ``tools/``, ``ca.yaml`` and ``.env``
+(never ``.ca/``). A burst of saves is coalesced: changes that arrive while a reload runs
+trigger one more reload afterwards, so the end state is always the files' last state.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from framework.errors import Diagnostic
+from framework.runtime.runtime import Runtime
+
+WATCHED_DIRS = ("agents", "profiles", "skills", "tools")
+WATCHED_FILES = ("ca.yaml", "ca.yml", ".env")
+DEBOUNCE_MS = 60
+STEP_MS = 15
+
+Report = Callable[[bool, list[Diagnostic]], None]
+
+
+def watched(root: Path) -> Callable[[object, str], bool]:
+    """The watchfiles filter: project files that change what the bundle is."""
+    dirs = tuple(str(root / d) + "/" for d in WATCHED_DIRS)
+    files = {str(root / f) for f in WATCHED_FILES}
+
+    def accept(change: object, path: str) -> bool:
+        if path in files:
+            return True
+        return (
+            path.startswith(dirs)
+            and not path.endswith(("~", ".swp", ".swx", ".tmp", ".pyc"))
+            and "/__pycache__/" not in path
+        )
+
+    return accept
+
+
+def print_report(ok: bool, errors: list[Diagnostic]) -> None:
+    """The default report on stderr: what was reloaded, or every error as file:line:col."""
+    if ok:
+        return
+    for diagnostic in errors:
+        sys.stderr.write(diagnostic.render() + "\n")
+    sys.stderr.write(f"reload failed: {len(errors)} error(s); still serving the last good version\n")
+
+
+async def watch(runtime: Runtime, report: Report = print_report) -> None:
+    """Reload on every change until cancelled."""
+    from watchfiles import awatch
+
+    root = runtime.root
+    async for _changes in awatch(root, watch_filter=watched(root), debounce=DEBOUNCE_MS, step=STEP_MS, recursive=True):
+        ok = await runtime.reload()
+        if ok:
+            bundle = runtime.bundle
+            sys.stderr.write(f"reloaded: {bundle.project.summary()} (bundle {bundle.digest[:12]})\n")
+        report(ok, list(runtime.diagnostics))
