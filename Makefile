@@ -10,13 +10,17 @@ export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: demo test lint typecheck check bench clean
 
-## demo: install, validate the example project, run its agents on the offline model, scaffold a demo project
+## demo: install, validate the example project, run its agents on the offline model, then serve them over A2A
 demo: $(VENV)/.installed
 	$(BIN)/ca validate .
 	printf 'What is in this project?\n@tool fs.list {"path": "agents"}\n' | $(BIN)/ca run assistant
 	$(BIN)/ca run summarizer "CleverAgents declares agents in YAML and serves them over open protocols."
-	rm -rf .ca/demo && $(BIN)/ca init .ca/demo
-	cd .ca/demo && ../../$(BIN)/ca run assistant "hello from a fresh project"
+	@echo ""
+	@echo "Serving the example agents. In another terminal, try:"
+	@echo "  $(BIN)/ca call http://127.0.0.1:8765/agents/summarizer/ 'Summarise: A2A lets agents talk.'"
+	@echo "  curl -s http://127.0.0.1:8765/agents/reviewer/.well-known/agent-card.json"
+	@echo "Ctrl-C stops the server."
+	$(BIN)/ca serve .
 
 ## test: install (with dev tools) and run the whole test suite
 test: $(VENV)/.installed
@@ -34,6 +38,10 @@ check: lint typecheck test
 bench: $(VENV)/.installed
 	$(BIN)/python bench/validate.py
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/governance.py
+	$(BIN)/python bench/serve.py
+	$(BIN)/python bench/acp.py
+	$(BIN)/python bench/reload.py
 
 $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
 	$(UV) sync --frozen --extra dev

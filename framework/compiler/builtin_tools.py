@@ -22,9 +22,10 @@ import stat
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar
 
 import httpx
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
@@ -454,6 +455,38 @@ async def ahttp_get(ctx: ToolContext, url: str) -> str:
     return _http_result(target, response, bytes(body[:HTTP_BODY_LIMIT]), len(body) > HTTP_BODY_LIMIT)
 
 
+# --- the client's file system (ACP) -------------------------------------------------------------
+
+
+class FileSystem(Protocol):
+    """A client's view of the files (an IDE's unsaved buffers): ACP fs/read_text_file, fs/write_text_file."""
+
+    async def read(self, path: Path) -> str: ...
+
+    async def write(self, path: Path, content: str) -> None: ...
+
+
+CLIENT_FS: ContextVar[FileSystem | None] = ContextVar("ca_client_fs", default=None)
+"""Set by a transport whose client offers its file system; fs.read / fs.write then go through it."""
+
+
+async def client_read(ctx: ToolContext, fs: FileSystem, path: str) -> str:
+    target = resolve_path(ctx.root, path)  # still confined to the project root
+    try:
+        return await fs.read(target)
+    except Exception as exc:  # the client's error becomes the tool's
+        raise ToolException(f"cannot read {_shown(ctx, target)!r} through the editor: {exc}") from exc
+
+
+async def client_write(ctx: ToolContext, fs: FileSystem, path: str, content: str) -> str:
+    target = resolve_path(ctx.root, path)
+    try:
+        await fs.write(target, content)
+    except Exception as exc:
+        raise ToolException(f"cannot write {_shown(ctx, target)!r} through the editor: {exc}") from exc
+    return f"wrote {len(content.encode())} bytes to {_shown(ctx, target)}"
+
+
 # --- the tools --------------------------------------------------------------------------------
 
 
@@ -474,24 +507,38 @@ def _threaded(ctx: ToolContext, fn: Callable[..., str]) -> tuple[Callable[..., s
 
 
 def _fs_read(ctx: ToolContext) -> BaseTool:
+    run, arun = _threaded(ctx, read_file)
+
+    async def aread(path: str) -> str:
+        fs = CLIENT_FS.get()
+        return await client_read(ctx, fs, path) if fs is not None else await arun(path=path)
+
     return make_tool(
         "fs.read",
         "fs.read",
         f"Read a text file of the project (UTF-8). Paths are relative to the project root. "
         f"Files longer than {READ_LIMIT // 1024} KiB are truncated.",
         _PathArgs,
-        *_threaded(ctx, read_file),
+        run,
+        aread,
     )
 
 
 def _fs_write(ctx: ToolContext) -> BaseTool:
+    run, arun = _threaded(ctx, write_file)
+
+    async def awrite(path: str, content: str) -> str:
+        fs = CLIENT_FS.get()
+        return await client_write(ctx, fs, path, content) if fs is not None else await arun(path=path, content=content)
+
     return make_tool(
         "fs.write",
         "fs.write",
         "Write text to a file of the project, replacing it if it exists and creating missing folders. "
         "Paths are relative to the project root.",
         _WriteArgs,
-        *_threaded(ctx, write_file),
+        run,
+        awrite,
     )
 
 

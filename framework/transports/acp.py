@@ -311,13 +311,27 @@ class AcpServer:
         self._warn_if_broken(session)
         turn = PromptTurn(self, session, blocks)
         session.cancelled = False
-        session.prompt = asyncio.create_task(turn.run())
+        from framework.compiler.builtin_tools import CLIENT_FS
+
+        # fs tools use the editor's files (unsaved buffers included) when it offers them; the
+        # prompt's task inherits this context.
+        token = CLIENT_FS.set(self._client_files(session))
+        try:
+            session.prompt = asyncio.create_task(turn.run())
+        finally:
+            CLIENT_FS.reset(token)
         try:
             return await asyncio.shield(session.prompt)
         except asyncio.CancelledError:
             if session.cancelled:
                 return {"stopReason": "cancelled"}
             raise
+
+    def _client_files(self, session: Session) -> ClientFiles | None:
+        fs = self.client_caps.get("fs") if isinstance(self.client_caps, dict) else None
+        if not isinstance(fs, dict) or not (fs.get("readTextFile") and fs.get("writeTextFile")):
+            return None
+        return ClientFiles(self, session.id)
 
     def cancel(self, params: Any) -> None:
         session = self.sessions.get(str(params.get("sessionId"))) if isinstance(params, dict) else None
@@ -328,6 +342,25 @@ class AcpServer:
             session.permission.set_result({"outcome": {"outcome": "cancelled"}})
         if session.prompt is not None and not session.prompt.done():
             session.prompt.cancel()
+
+
+class ClientFiles:
+    """The editor's file system, through ACP fs/read_text_file and fs/write_text_file."""
+
+    def __init__(self, server: AcpServer, session_id: str) -> None:
+        self.server = server
+        self.session_id = session_id
+
+    async def read(self, path: Path) -> str:
+        result = await self.server.request("fs/read_text_file", {"sessionId": self.session_id, "path": str(path)})
+        if not isinstance(result, dict) or not isinstance(result.get("content"), str):
+            raise JsonRpcError(Code.INTERNAL_ERROR, "the editor answered fs/read_text_file without content")
+        return str(result["content"])
+
+    async def write(self, path: Path, content: str) -> None:
+        await self.server.request(
+            "fs/write_text_file", {"sessionId": self.session_id, "path": str(path), "content": content}
+        )
 
 
 def _require(params: dict[str, Any], name: str, kind: type) -> Any:
