@@ -116,6 +116,10 @@ def _create_engine(url: str) -> Engine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
+        # WAL with synchronous=NORMAL: a commit survives a crash of the process (SIGKILL included)
+        # and the database is never corrupted; only a power cut may lose the last commits. It
+        # saves an fsync per record, which was most of governance's cost per tool call.
+        cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         cursor.close()
 

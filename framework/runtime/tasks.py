@@ -101,6 +101,7 @@ class TaskStore:
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")  # crash-safe in WAL; see audit_store
         self._conn.executescript(_SCHEMA)
 
     @classmethod
