@@ -112,6 +112,7 @@ async def call(options: CallOptions) -> int:
                             reply = "".join(get_text_parts(list(event.message.parts)))
                             if not options.as_json:
                                 sys.stdout.write(reply)
+                                shown = reply
                             state = "MESSAGE"
                             status_message = None
                         if status_message is not None:

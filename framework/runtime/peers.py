@@ -94,6 +94,8 @@ class Peers:
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if attempt == ATTEMPTS - 1:
                     raise ToolException(f"cannot reach {url}: {type(exc).__name__}") from exc
+            except httpx.HTTPError as exc:  # a read timeout, a dropped connection: not transient enough to retry
+                raise ToolException(f"cannot read {url}: {type(exc).__name__}: {exc}") from exc
             else:
                 if response.status_code not in TRANSIENT_STATUS or attempt == ATTEMPTS - 1:
                     return response
@@ -115,7 +117,10 @@ class Peers:
         if response.status_code != 200:
             raise ToolException(f"{base} has no agent card (HTTP {response.status_code})")
         try:
-            card: AgentCard = json_format.ParseDict(response.json(), AgentCard(), ignore_unknown_fields=True)
+            data = response.json()
+            if not isinstance(data, dict):
+                raise ValueError(f"a JSON {type(data).__name__} instead of an object")
+            card: AgentCard = json_format.ParseDict(data, AgentCard(), ignore_unknown_fields=True)
         except (ValueError, json_format.ParseError) as exc:
             raise ToolException(f"{base} answered something that is not an agent card: {exc}") from exc
         self.cards[base] = (response.headers.get("etag", ""), card)
@@ -126,7 +131,12 @@ class Peers:
         http = httpx.AsyncClient(
             timeout=httpx.Timeout(self.timeout, connect=5.0), headers=self.headers_for(url), follow_redirects=True
         )
-        return ClientFactory(ClientConfig(streaming=card.capabilities.streaming, httpx_client=http)).create(card), http
+        try:
+            client = ClientFactory(ClientConfig(streaming=card.capabilities.streaming, httpx_client=http)).create(card)
+        except Exception as exc:  # a card without an interface a2a-sdk's client can use
+            await http.aclose()
+            raise ToolException(f"{url}: its agent card offers no usable interface: {exc}") from exc
+        return client, http
 
     async def send(
         self,

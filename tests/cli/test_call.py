@@ -1,0 +1,171 @@
+"""`ca call URL_OR_NAME [MESSAGE]` against a real `ca serve` and against an agent served by the plain a2a-sdk."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from a2a.types import StreamResponse, TaskState
+from google.protobuf.json_format import ParseDict
+
+from tests.conftest import CA, REPO, ProjectFactory, run_ca
+from tests.runtime.test_agent_calls import (
+    ENV,
+    PLAIN_ECHO,
+    SIDE_EFFECT,
+    Proc,
+    ca_serve,
+    free_ports,
+    script_server,
+    write_project,
+    writer,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class Servers:
+    ca: Proc
+    """`ca serve` of a project with `echo` and `writer` (manual profile: it asks before its tool)."""
+    plain: Proc
+    """The plain a2a-sdk echo agent."""
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    logs = tmp_path_factory.mktemp("logs")
+    port, plain_port = free_ports(2)
+    root = write_project(
+        tmp_path_factory.mktemp("served"),
+        {
+            "agents/echo.yaml": "name: echo\ndescription: Says it back\n",
+            "agents/writer.yaml": writer("writer", "writer.log"),
+            "tools/side.py": SIDE_EFFECT,
+        },
+    )
+    procs = [
+        ca_serve("serve", root, logs, port),
+        script_server("plain_echo", PLAIN_ECHO, tmp_path_factory.mktemp("plain"), logs, plain_port),
+    ]
+    try:
+        for proc in procs:
+            proc.wait_ready()
+        yield Servers(ca=procs[0], plain=procs[1])
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+def agent(servers: Servers, name: str) -> str:
+    return f"{servers.ca.url}/agents/{name}/"
+
+
+def stream(stdout: str) -> list[StreamResponse]:
+    """Every stdout line as an A2A StreamResponse (strict: an unknown field fails)."""
+    return [ParseDict(json.loads(line), StreamResponse()) for line in stdout.splitlines()]
+
+
+def test_call_prints_the_reply_of_a_cleveragents_agent(servers: Servers, tmp_path: Path) -> None:
+    result = run_ca("call", agent(servers, "echo"), "hello there", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[echo] You said: hello there\n"
+    assert result.stderr.splitlines() == ["→ echo: Says it back", "[completed]"]
+
+
+def test_call_json_prints_a2a_stream_responses(servers: Servers, tmp_path: Path) -> None:
+    result = run_ca("call", agent(servers, "echo"), "hello there", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    responses = stream(result.stdout)
+    assert responses[0].HasField("task") and responses[0].task.history[0].parts[0].text == "hello there"
+    [whole] = [r.artifact_update for r in responses if r.HasField("artifact_update") and r.artifact_update.last_chunk]
+    assert whole.artifact.parts[0].text == "[echo] You said: hello there"
+    assert responses[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    assert {r.status_update.task_id for r in responses if r.HasField("status_update")} == {responses[0].task.id}
+
+
+def test_call_works_against_the_plain_a2a_sdk_server(servers: Servers, tmp_path: Path) -> None:
+    result = run_ca("call", f"{servers.plain.url}/", "ping", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "plain echo: ping\n"
+    assert result.stderr.startswith("→ plain-echo: An echo agent written with the bare a2a-sdk")
+    as_json = run_ca("call", servers.plain.url, "ping", "--json", cwd=tmp_path)
+    assert as_json.returncode == 0, as_json.stderr
+    [reply] = stream(as_json.stdout)
+    assert reply.HasField("message") and reply.message.parts[0].text == "plain echo: ping"
+
+
+def test_call_of_something_that_is_neither_a_url_nor_an_agent_is_a_usage_error(make_project: ProjectFactory) -> None:
+    root = make_project({"agents/echo.yaml": "name: echo\n", "agents/scout.yaml": "name: scout\n"})
+    result = run_ca("call", "nowhere", "hello", cwd=root)
+    assert result.returncode == 2
+    assert result.stderr == ("error: 'nowhere' is neither a URL nor an agent of this project (agents: echo, scout)\n")
+    assert result.stdout == ""
+
+
+def test_call_of_an_unreachable_url_fails_with_one_clear_line(tmp_path: Path) -> None:
+    [port] = free_ports(1)  # nothing listens there
+    url = f"http://127.0.0.1:{port}/agents/echo/"
+    result = run_ca("call", url, "hello", cwd=tmp_path)
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: cannot read the agent card at {url}: ")
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_call_stops_at_input_required_without_a_terminal_and_names_the_task(servers: Servers, tmp_path: Path) -> None:
+    result = run_ca("call", agent(servers, "writer"), "write it", cwd=tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert 'writer wants to run append {"file": "writer.log", "text": "hello"}' in result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("task ") and " is waiting for input (context " in last
+    task_id = last.split()[1]
+    listed = run_ca("tasks", "list", "--pending", "--json", cwd=servers.ca.root)
+    assert task_id in [t["id"] for t in json.loads(listed.stdout)]  # the server's task that waits
+    assert not (servers.ca.root / "writer.log").exists()
+
+    as_json = run_ca("call", agent(servers, "writer"), "write it", "--json", cwd=tmp_path)
+    assert as_json.returncode == 3
+    assert stream(as_json.stdout)[-1].status_update.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert "is waiting for input" in as_json.stderr.splitlines()[-1]
+
+
+def test_call_answers_input_required_at_a_terminal(servers: Servers, tmp_path: Path) -> None:
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*CA, "call", agent(servers, "writer"), "write it"],
+        cwd=tmp_path,
+        env={**os.environ, **ENV, "PYTHONPATH": str(REPO)},
+        stdin=slave,
+        stderr=slave,
+        stdout=subprocess.PIPE,
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"[a]pprove or [r]eject?" not in seen:
+            assert time.monotonic() < deadline, f"no prompt; saw {seen!r}"
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                seen += os.read(master, 4096)
+        os.write(master, b"a\n")
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, seen
+    assert b"writer wants to run append" in seen
+    assert out.decode() == "written\n"
+    assert (servers.ca.root / "writer.log").read_text() == "hello\n"
