@@ -12,8 +12,10 @@ Streaming methods (``SendStreamingMessage``, ``message/stream``, ``SubscribeToTa
 ``{"method": "_cleveragents/stream", "params": {"id": REQUEST_ID, "event": EVENT}}`` and end
 with the response to the request, whose result is the last event. Requests run
 concurrently (a cancel can overtake a send). A malformed line gets -32700 and the loop
-goes on. At end of input, requests in flight finish, then the process exits; every task
-is in the stores. Nothing but protocol is written to stdout.
+goes on. At end of input, requests in flight finish (and tasks a non-blocking send left
+running), then the process exits; every task is in the stores. Nothing but protocol is
+written to stdout. The caller is the local user who started the process, so ``server.auth``
+asks it for no credentials.
 """
 
 from __future__ import annotations
@@ -26,11 +28,16 @@ from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
 import httpx
+from starlette.types import Receive, Scope, Send
 
 from framework.runtime.runtime import Runtime
 from framework.transports.a2a_http import build_app
+from framework.transports.auth import LOCAL_CALLER
 from framework.transports.jsonrpc import Code, JsonRpcError, error, result
 
+JSON = {"content-type": "application/json"}
+SENDS = {"SendMessage", "message/send"}
+RUNNING = {"TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "submitted", "working"}
 STREAMING = {"SendStreamingMessage", "message/stream", "SubscribeToTask", "tasks/resubscribe"}
 ALIASES = {"tasks/send": "message/send", "tasks/sendSubscribe": "message/stream"}
 V1_METHODS = {
@@ -57,6 +64,7 @@ class StdioServer:
         self.agent = agent
         self.out = out
         self._write_lock = asyncio.Lock()
+        self.running: set[str] = set()
 
     async def write(self, message: dict[str, Any]) -> None:
         async with self._write_lock:
@@ -69,28 +77,63 @@ class StdioServer:
         except ValueError as exc:
             await self.write(error(None, JsonRpcError(Code.PARSE_ERROR, f"invalid JSON: {exc}")))
             return
-        if not isinstance(obj, dict):
-            await self.write(error(None, JsonRpcError(Code.INVALID_REQUEST, "a request must be a JSON object")))
+        request_id = obj.get("id") if isinstance(obj, dict) else None
+        try:
+            await self._dispatch(obj, line)
+        except Exception as exc:  # a bug here must not leave the caller waiting for an answer forever
+            if request_id is None:
+                sys.stderr.write(f"error: request failed: {type(exc).__name__}: {exc}\n")
+                return
+            failure = JsonRpcError(Code.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+            await self.write(error(request_id if isinstance(request_id, str | int) else None, failure))
+
+    async def _dispatch(self, obj: Any, line: str) -> None:
+        if not isinstance(obj, dict):  # batches and other non-objects: the app answers as over HTTP
+            response = await self.client.post(self.path, content=line.encode(), headers=JSON)
+            await self.write(_decode(response.content, None))
             return
         method = obj.get("method")
+        name = method if isinstance(method, str) else ""
         request_id = obj.get("id")
-        if method == "agent/discover":
+        if name == "agent/discover":
             card = await self.client.get(f"{self.path}.well-known/agent-card.json")
             await self.write(result(request_id, card.json()))
             return
-        if isinstance(method, str) and method in ALIASES:
-            obj = {**obj, "method": ALIASES[method]}
-            method = obj["method"]
-        headers = {"content-type": "application/json"}
-        if method in V1_METHODS:
-            headers["A2A-Version"] = "1.0"
+        if name in ALIASES:
+            name = ALIASES[name]
+            obj = {**obj, "method": name}
+        headers = {**JSON, "A2A-Version": "1.0"} if name in V1_METHODS else JSON
         body = json.dumps(obj).encode()
-        if method in STREAMING:
+        if name in STREAMING:
             await self._stream(body, headers, request_id)
             return
         response = await self.client.post(self.path, content=body, headers=headers)
         if request_id is not None or response.status_code >= 400:
-            await self.write(_decode(response.content, request_id))
+            answer = _decode(response.content, request_id)
+            if name in SENDS:
+                self._track(answer)
+            await self.write(answer)
+
+    def _track(self, answer: dict[str, Any]) -> None:
+        """Remember a task a send left running (``returnImmediately``): end of input waits for it."""
+        value = answer.get("result")
+        task = value.get("task", value) if isinstance(value, dict) else None  # v1.0 wraps the task, v0.3 not
+        if isinstance(task, dict) and isinstance(task.get("id"), str) and _state(task) in RUNNING:
+            self.running.add(task["id"])
+
+    async def drain(self) -> None:
+        """Wait until the tasks sends left running are done (finished, failed, or waiting for input)."""
+        while self.running:
+            for task_id in sorted(self.running):
+                request = {"jsonrpc": "2.0", "id": 0, "method": "GetTask", "params": {"id": task_id}}
+                response = await self.client.post(
+                    self.path, content=json.dumps(request).encode(), headers={**JSON, "A2A-Version": "1.0"}
+                )
+                task = _decode(response.content, 0).get("result")
+                if not isinstance(task, dict) or _state(task) not in RUNNING:
+                    self.running.discard(task_id)
+            if self.running:
+                await asyncio.sleep(0.05)
 
     async def _stream(self, body: bytes, headers: dict[str, str], request_id: Any) -> None:
         last: dict[str, Any] | None = None
@@ -114,6 +157,11 @@ class StdioServer:
         await self.write(last if last is not None else result(request_id, None))
 
 
+def _state(task: dict[str, Any]) -> Any:
+    status = task.get("status")
+    return status.get("state") if isinstance(status, dict) else None
+
+
 def _decode(content: bytes, request_id: Any) -> dict[str, Any]:
     try:
         decoded = json.loads(content)
@@ -126,8 +174,12 @@ def _decode(content: bytes, request_id: Any) -> dict[str, Any]:
 async def in_process_client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client wired straight into the app (its lifespan run by hand: ASGITransport does not)."""
     app = build_app(runtime)
+
+    async def local(scope: Scope, receive: Receive, send: Send) -> None:
+        await app({**scope, LOCAL_CALLER: True}, receive, send)
+
     async with app.app.router.lifespan_context(app.app):
-        transport = httpx.ASGITransport(app=app)
+        transport = httpx.ASGITransport(app=local)
         async with httpx.AsyncClient(transport=transport, base_url="http://stdio", timeout=None) as client:  # noqa: S113 - streams last as long as their task
             yield client
 
@@ -159,3 +211,4 @@ async def serve_stdio(
             task.add_done_callback(in_flight.discard)
         if in_flight:
             await asyncio.gather(*in_flight, return_exceptions=True)
+        await server.drain()

@@ -2,7 +2,8 @@
 
 Cards and ``/healthz`` stay public (the public card is minimal; ``GetExtendedAgentCard``
 gives authenticated callers the full one). Credentials are compared in constant time
-and never logged.
+and never logged. In-process callers (``ca run --stdio``) mark the scope with
+``LOCAL_CALLER`` and need none.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from framework.spec.project import AuthConfig
 from framework.transports.jsonrpc import Code
 
 PUBLIC_SUFFIXES = ("/.well-known/agent-card.json", "/.well-known/agent.json", "/healthz")
+LOCAL_CALLER = "cleveragents.local_caller"
+"""ASGI scope key set by in-process transports (``ca run --stdio``): the caller is the process
+that started us, already the local user. Network servers never set it."""
 
 
 def _values(environ: Mapping[str, str], name: str | None, what: str) -> list[str]:
@@ -68,25 +72,39 @@ class AuthMiddleware:
         if scope["type"] != "http" or scope["path"].endswith(PUBLIC_SUFFIXES):
             await self.app(scope, receive, send)
             return
-        verdict = self.credentials.check(scope.get("headers", []))
-        if verdict:
+        refusal = refuse(self.credentials, scope)
+        if refusal is None:
             await self.app(scope, receive, send)
             return
-        message = "authentication required: send Authorization: Bearer TOKEN or an API key header"
-        if verdict is False:
-            message = "invalid credentials"
-        body = json.dumps(
-            {"jsonrpc": "2.0", "id": None, "error": {"code": int(Code.AUTHENTICATION_REQUIRED), "message": message}}
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"www-authenticate", b'Bearer realm="cleveragents"'),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_refusal(send, refusal)
+
+
+def refuse(credentials: Credentials, scope: Scope) -> str | None:
+    """Why the request may not pass (a message for the caller), or None when it may."""
+    if scope.get(LOCAL_CALLER):
+        return None
+    verdict = credentials.check(scope.get("headers", []))
+    if verdict:
+        return None
+    if verdict is False:
+        return "invalid credentials"
+    return "authentication required: send Authorization: Bearer TOKEN or an API key header"
+
+
+async def send_refusal(send: Send, message: str) -> None:
+    """HTTP 401 with a JSON-RPC -32086 error."""
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": int(Code.AUTHENTICATION_REQUIRED), "message": message}}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"www-authenticate", b'Bearer realm="cleveragents"'),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -20,6 +20,7 @@ from starlette.types import Message, Receive, Scope, Send
 from framework.compiler.card import agent_skills, card_to_json
 from framework.errors import RunError
 from framework.runtime.runtime import Runtime
+from framework.transports.auth import Credentials, refuse, send_refusal
 from framework.transports.jsonrpc import Code, JsonRpcError, Request, error, parse_request, result
 
 PREFIX = "_cleveragents/"
@@ -205,12 +206,13 @@ class Platform:
 
 
 class PlatformMiddleware:
-    """ASGI middleware: answers ``_cleveragents/*`` JSON-RPC calls and limits request size."""
+    """ASGI middleware: answers ``_cleveragents/*`` JSON-RPC calls (behind ``server.auth``) and limits request size."""
 
     def __init__(self, app: Starlette, platform: Platform, *, max_bytes: int) -> None:
         self.app = app
         self.platform = platform
         self.max_bytes = max_bytes
+        self._credentials: tuple[object, Credentials] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -237,9 +239,13 @@ class PlatformMiddleware:
             if not message.get("more_body", False):
                 break
         raw = b"".join(chunks)
-        answer = await self._platform_answer(raw) if scope["path"].endswith("/") else None
-        if answer is not None:
-            await _json(send, 200, answer)
+        call = _platform_call(raw) if scope["path"].endswith("/") else None
+        if call is not None:
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await send_refusal(send, refusal)
+                return
+            await _json(send, 200, await self._answer(call))
             return
         replayed = False
 
@@ -252,20 +258,35 @@ class PlatformMiddleware:
 
         await self.app(scope, replay, send)
 
-    async def _platform_answer(self, raw: bytes) -> dict[str, Any] | None:
-        if PREFIX.encode() not in raw[:4096]:
+    def _refusal(self, scope: Scope) -> str | None:
+        """Platform calls need the same credentials as A2A calls (they are answered before the agents' auth)."""
+        bundle = self.platform.runtime.bundle
+        auth = bundle.project.config.server.auth
+        if auth is None:
             return None
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            return None  # a2a-sdk answers -32700
-        if not isinstance(obj, dict) or not str(obj.get("method", "")).startswith(PREFIX):
-            return None
+        if self._credentials is None or self._credentials[0] is not bundle:
+            self._credentials = (bundle, Credentials(auth, bundle.environ))
+        return refuse(self._credentials[1], scope)
+
+    async def _answer(self, obj: dict[str, Any]) -> dict[str, Any]:
         try:
             request: Request = parse_request(obj)
             return result(request.id, await self.platform.call(request.method, request.params))
         except JsonRpcError as exc:
             return error(obj.get("id") if isinstance(obj.get("id"), str | int) else None, exc)
+
+
+def _platform_call(raw: bytes) -> dict[str, Any] | None:
+    """The decoded request when ``raw`` is a ``_cleveragents/*`` call (its keys may come in any order)."""
+    if PREFIX.encode() not in raw:
+        return None
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None  # a2a-sdk answers -32700
+    if not isinstance(obj, dict) or not str(obj.get("method", "")).startswith(PREFIX):
+        return None
+    return obj
 
 
 async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
