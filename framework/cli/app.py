@@ -243,6 +243,10 @@ def call_command(
     target: Annotated[str, typer.Argument(help="An A2A agent URL, or the name of an agent of this project.")],
     message: Annotated[str | None, typer.Argument(help="The message; read from standard input when omitted.")] = None,
     context: Annotated[str | None, typer.Option("--context", help="Continue this A2A contextId.")] = None,
+    task: Annotated[
+        str | None,
+        typer.Option("--task", help="Send to this task (with its --context), e.g. 'approve' to a waiting task."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print every A2A event as a JSON line.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for an answer.")] = 300.0,
     project: ProjectOpt = Path(),
@@ -255,7 +259,9 @@ def call_command(
 
     from framework.cli.call import CallOptions, call
 
-    raise typer.Exit(asyncio.run(call(CallOptions(target, message, context, as_json, timeout, project))))
+    if task and not context:
+        raise typer.BadParameter("--task needs the task's --context (A2A requires both)", param_hint="--task")
+    raise typer.Exit(asyncio.run(call(CallOptions(target, message, context, as_json, timeout, project, task))))
 
 
 agents_app = typer.Typer(help="The agents a project can use: its own and its registries'.", no_args_is_help=True)

@@ -28,6 +28,7 @@ class CallOptions:
     as_json: bool
     timeout: float
     project: Path
+    task: str | None = None
 
 
 def resolve_target(target: str, project_dir: Path) -> str:
@@ -71,7 +72,8 @@ async def call(options: CallOptions) -> int:
         if not options.as_json:
             sys.stderr.write(f"→ {card.name}: {card.description}\n")
         parts = [new_text_part(text)]
-        task_id, context_id = "", options.context or ""
+        # --task answers a task that waits for input (e.g. "approve"); it needs its --context too.
+        task_id, context_id = options.task or "", options.context or ""
         while True:
             message = Message(
                 message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=parts, task_id=task_id, context_id=context_id
@@ -132,7 +134,10 @@ async def call(options: CallOptions) -> int:
             if state == "TASK_STATE_INPUT_REQUIRED":
                 decision = _ask(pending) if not options.as_json else None
                 if decision is None:
-                    sys.stderr.write(f"{pending}\ntask {task_id} is waiting for input (context {context_id})\n")
+                    sys.stderr.write(
+                        f"{pending}\ntask {task_id} is waiting for input; answer it with:\n"
+                        f"  ca call {url} approve --task {task_id} --context {context_id}\n"
+                    )
                     return EXIT_PAUSED
                 parts = [new_data_part(decision)]
                 continue

@@ -99,8 +99,14 @@ class CleverAgentExecutor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id, context_id = context.task_id or "", context.context_id or ""
         message = context.message
-        updater = TaskUpdater(event_queue, task_id, context_id)
         current = context.current_task
+        if current is not None and current.context_id != context_id:
+            # A follow-up naming only its task belongs to the task's context (A2A 3.4.3: "MUST infer
+            # contextId from the task"); a2a-sdk 1.3.0 gives it a new one.
+            context_id = current.context_id
+            if message is not None:
+                message.context_id = context_id
+        updater = TaskUpdater(event_queue, task_id, context_id)
         if current is None:
             await event_queue.enqueue_event(
                 Task(
@@ -116,7 +122,7 @@ class CleverAgentExecutor(AgentExecutor):
                 events = self.runtime.decide(task_id, parse_decision(message))
             else:
                 text = context.get_user_input() if message is not None else ""
-                caps, depth = _caller_limits(message)
+                caps, depth, parent = _caller_limits(message)
                 events = self.runtime.send(
                     self.agent,
                     text,
@@ -125,6 +131,7 @@ class CleverAgentExecutor(AgentExecutor):
                     task_id=task_id,
                     caps=caps,
                     depth=depth,
+                    parent=parent,
                 )
             await updater.start_work()
             await self._forward(events, updater, task_id, context_id)
@@ -212,19 +219,20 @@ class CleverAgentExecutor(AgentExecutor):
         await updater.cancel()
 
 
-def _caller_limits(message: Message | None) -> tuple[dict[str, float] | None, int]:
-    """What a CleverAgents caller has left and how deep the call is (message metadata ``cleveragents``)."""
+def _caller_limits(message: Message | None) -> tuple[dict[str, float] | None, int, str]:
+    """What a CleverAgents caller has left, how deep the call is, and the caller's task (metadata ``cleveragents``)."""
     if message is None or not message.HasField("metadata"):
-        return None, 0
+        return None, 0, ""
     from google.protobuf import json_format
 
     data = json_format.MessageToDict(message.metadata).get("cleveragents")
     if not isinstance(data, dict):
-        return None, 0
+        return None, 0, ""
     raw = data.get("caps")
     caps = {str(k): float(v) for k, v in raw.items() if isinstance(v, int | float)} if isinstance(raw, dict) else {}
     depth = data.get("depth")
-    return (caps or None), int(depth) if isinstance(depth, int | float) else 0
+    parent = data.get("parentTask")
+    return (caps or None), int(depth) if isinstance(depth, int | float) else 0, str(parent or "")
 
 
 def _skill(message: Message | None) -> str | None:

@@ -2,9 +2,10 @@
 
 * Cards are cached and revalidated with their ETag.
 * Headers come from ``ca.yaml`` ``registries[].headers_env`` for URLs under a registry.
-* Every call has a deadline; connection failures and 502/503/504 are retried with
-  backoff, and only while nothing was delivered; anything else becomes a tool error
-  the model can react to — nothing hangs.
+* Every call has a deadline (``ca.yaml`` ``remote.timeout``). Fetching a card is retried
+  with backoff on connection failures and 502/503/504; a message is never sent twice
+  (that could start the remote task twice). Anything that goes wrong becomes a tool
+  error the model can react to — nothing hangs.
 * What the caller has left of its budget and the call depth travel in the message
   metadata (``cleveragents``), so a CleverAgents callee never gets more.
 * A callee that pauses for approval pauses the caller: the caller's run is interrupted
@@ -222,7 +223,7 @@ class Peers:
                 url, [new_data_part(data)], task_id=outcome.task_id, context_id=outcome.context_id, metadata=metadata
             )
         if outcome.state == "completed":
-            return outcome.text, {"usage": outcome.usage}
+            return outcome.text, {"usage": outcome.usage, "remote": url}
         reason = outcome.message or outcome.text or "no reason given"
         raise ToolException(f"remote agent {url} ended {outcome.state}: {reason}")
 

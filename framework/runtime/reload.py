@@ -7,12 +7,18 @@ trigger one more reload afterwards, so the end state is always the files' last s
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib.util
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from framework.errors import Diagnostic
+from framework.compiler.bundle import Bundle
+from framework.errors import Diagnostic, ModelError, ToolError
 from framework.runtime.runtime import Runtime
+from framework.spec.project import ProjectConfig
 
 WATCHED_DIRS = ("agents", "profiles", "skills", "tools")
 WATCHED_FILES = ("ca.yaml", "ca.yml", ".env")
@@ -20,6 +26,8 @@ DEBOUNCE_MS = 60
 STEP_MS = 15
 
 Report = Callable[[bool, list[Diagnostic]], None]
+
+_WHERE = re.compile(r"^(?P<file>[^\s:]+\.py)(?::(?P<line>\d+))?(?::(?P<column>\d+))?: (?P<message>.*)$", re.S)
 
 
 def watched(root: Path) -> Callable[[object, str], bool]:
@@ -39,6 +47,62 @@ def watched(root: Path) -> Callable[[object, str], bool]:
     return accept
 
 
+def compile_graphs(bundle: Bundle) -> list[Diagnostic]:
+    """Compile every agent's graph now (python tools are imported again); the tools that failed.
+
+    Run in a thread by ``Runtime.reload`` so a bundle is swapped in already compiled, and a tool
+    file that no longer imports is a bad edit like a YAML error. A model that cannot be built
+    (e.g. an unset API key) is not an error here: it fails when that agent runs, as at start-up.
+    """
+    errors: list[Diagnostic] = []
+    for name in sorted(bundle.agents):
+        try:
+            bundle.graph(name)
+        except ModelError:
+            continue
+        except ToolError as exc:
+            errors.append(_tool_diagnostic(bundle, name, str(exc)))
+        except Exception as exc:
+            errors.append(_tool_diagnostic(bundle, name, f"agent {name!r} does not compile: {exc}"))
+    return errors
+
+
+def _tool_diagnostic(bundle: Bundle, agent: str, message: str) -> Diagnostic:
+    """``tools/x.py:3:5: syntax error ...`` as a Diagnostic; else one on the agent's file."""
+    match = _WHERE.match(message)
+    if match:
+        path, line = bundle.project.root / match["file"], int(match["line"] or 0)
+        source_line = None
+        with contextlib.suppress(OSError, UnicodeDecodeError, IndexError):
+            source_line = path.read_text(encoding="utf-8").splitlines()[line - 1] if line > 0 else None
+        return Diagnostic(
+            _shown(path), line, int(match["column"] or (1 if line else 0)), match["message"], source_line=source_line
+        )
+    source = bundle.project.sources.get(f"agent:{agent}")
+    return Diagnostic(_shown(source or bundle.project.root), 0, 0, message)
+
+
+def _shown(path: Path) -> str:
+    """Relative to the current directory when inside it, like the loader's diagnostics."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def forget_bytecode(paths: Iterable[str]) -> None:
+    """Drop the cached bytecode of changed ``.py`` files.
+
+    Python trusts a ``__pycache__`` entry whose recorded source mtime (whole seconds) and size
+    match the file, so a same-size edit within a second of the last import would run the old
+    code. Without the entry, the tool is compiled from its new source.
+    """
+    for path in paths:
+        if path.endswith(".py"):
+            with contextlib.suppress(OSError, ValueError, NotImplementedError):
+                Path(importlib.util.cache_from_source(path)).unlink(missing_ok=True)
+
+
 def print_report(ok: bool, errors: list[Diagnostic]) -> None:
     """The default report on stderr: what was reloaded, or every error as file:line:col."""
     if ok:
@@ -48,14 +112,42 @@ def print_report(ok: bool, errors: list[Diagnostic]) -> None:
     sys.stderr.write(f"reload failed: {len(errors)} error(s); still serving the last good version\n")
 
 
+RESTART_ONLY = ("server.host", "server.port", "server.public_url", "server.max_request_bytes", "store.url")
+"""ca.yaml settings read once at start-up: a reload cannot apply them."""
+
+
+def needs_restart(started: ProjectConfig, now: ProjectConfig) -> list[str]:
+    """The settings of ``RESTART_ONLY`` that differ between the running config and the files."""
+    changed = []
+    for setting in RESTART_ONLY:
+        section, name = setting.split(".")
+        before, after = getattr(getattr(started, section), name), getattr(getattr(now, section), name)
+        if before != after:
+            changed.append(f"{setting} ({before} -> {after})")
+    return changed
+
+
 async def watch(runtime: Runtime, report: Report = print_report) -> None:
     """Reload on every change until cancelled."""
     from watchfiles import awatch
 
     root = runtime.root
-    async for _changes in awatch(root, watch_filter=watched(root), debounce=DEBOUNCE_MS, step=STEP_MS, recursive=True):
-        ok = await runtime.reload()
-        if ok:
-            bundle = runtime.bundle
-            sys.stderr.write(f"reloaded: {bundle.project.summary()} (bundle {bundle.digest[:12]})\n")
-        report(ok, list(runtime.diagnostics))
+    started = runtime.bundle.project.config
+    # The start-up bundle is compiled too, so it is a complete "last good version" to fall back to.
+    warming = asyncio.create_task(asyncio.to_thread(compile_graphs, runtime.bundle))
+    try:
+        async for changes in awatch(
+            root, watch_filter=watched(root), debounce=DEBOUNCE_MS, step=STEP_MS, recursive=True
+        ):
+            forget_bytecode(path for _change, path in changes)
+            ok = await runtime.reload()
+            if ok:
+                bundle = runtime.bundle
+                sys.stderr.write(f"reloaded: {bundle.project.summary()} (bundle {bundle.digest[:12]})\n")
+                if changed := needs_restart(started, bundle.project.config):
+                    sys.stderr.write(f"ca.yaml: restart to apply {', '.join(changed)}; the rest is live\n")
+            report(ok, list(runtime.diagnostics))
+    except Exception as exc:  # e.g. the system's limit on watched folders: say so, keep serving
+        sys.stderr.write(f"error: hot reload stopped: {type(exc).__name__}: {exc}\n")
+    finally:
+        warming.cancel()

@@ -73,6 +73,18 @@ class _Translator:
                 events.append(
                     ToolCallFinished(message.tool_call_id, name, message.text, message.status == "error", source)
                 )
+                artifact = message.artifact if isinstance(message.artifact, dict) else {}
+                if artifact.get("remote") and isinstance(artifact.get("usage"), dict):
+                    # A remote callee's usage does not stream through this graph: count it here
+                    # (a local callee's model turns already came through as nested updates).
+                    remote = artifact["usage"]
+                    self.usage = self.usage + Usage(
+                        int(remote.get("input_tokens", 0)),
+                        int(remote.get("output_tokens", 0)),
+                        int(remote.get("model_calls", 0)),
+                        int(remote.get("tool_calls", 0)),
+                    )
+                    events.append(UsageUpdate(self.usage))
         return events
 
     def model_turn(self, message: AIMessage, source: tuple[str, ...]) -> list[RunEvent]:

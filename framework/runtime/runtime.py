@@ -25,7 +25,7 @@ from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
 from framework.errors import Diagnostic, RunError
 from framework.runtime.audit import AuditLog
-from framework.runtime.events import Paused, RunEvent, RunFinished
+from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.middleware import governance_middleware
 from framework.runtime.peers import Peers
 from framework.runtime.registry import Discovery, discover
@@ -69,7 +69,7 @@ class Runtime:
         audit = AuditLog.open(project.root, secrets=project.secrets)
         stack.callback(audit.close)
         environ = {**load_dotenv(project.root), **os.environ}
-        peers = Peers(project, tasks, environ)
+        peers = Peers(project, tasks, environ, timeout=project.config.remote.timeout)
         stack.push_async_callback(peers.close)
         hooks = ChildTasks(tasks, audit)
 
@@ -97,27 +97,37 @@ class Runtime:
     async def reload(self) -> bool:
         """Load, validate and compile the project again, then swap the bundle in one assignment.
 
+        Every graph is compiled (python tools imported again) off the event loop before the swap.
         A bad edit changes nothing: the last good bundle keeps serving and the errors are kept
         in ``diagnostics`` (and returned by ``_cleveragents/diagnostics``) until a fix loads.
         Tasks already running finish on the bundle they started with; a task paused for a
         decision resumes on the bundle current when the decision arrives.
         """
         from framework.errors import SpecError
+        from framework.runtime.reload import compile_graphs
         from framework.spec import load_project
 
-        try:
-            project = await asyncio.to_thread(load_project, self.root)
-        except SpecError as exc:
-            self.diagnostics = list(exc.errors)
-            return False
         if self.compile_project is None:
             raise RunError("this runtime was not opened with Runtime.open and cannot reload")
-        bundle = await self.compile_project(project)
+        try:
+            project = await asyncio.to_thread(load_project, self.root)
+            bundle = await self.compile_project(project)
+            errors = await asyncio.to_thread(compile_graphs, bundle)
+        except SpecError as exc:
+            errors = list(exc.errors) or [Diagnostic(str(self.root), 0, 0, str(exc))]
+        except Exception as exc:  # e.g. a file that vanished mid-read: the next change event reloads again
+            errors = [Diagnostic(str(self.root), 0, 0, f"reload failed: {type(exc).__name__}: {exc}")]
+        if errors:
+            self.diagnostics = errors
+            return False
         self.audit.add_secrets(project.secrets)
         self.bundle = bundle
         self.diagnostics = []
         for listener in list(self.listeners):
-            listener()
+            try:
+                listener()
+            except Exception as exc:  # one transport's failure must not stop the watcher or the others
+                print(f"error: after the reload: {type(exc).__name__}: {exc}", file=sys.stderr)
         return True
 
     @property
@@ -154,6 +164,7 @@ class Runtime:
         task_id: str | None = None,
         caps: Mapping[str, float] | None = None,
         depth: int = 0,
+        parent: str = "",
     ) -> AsyncIterator[RunEvent]:
         """Start a task: one message to ``agent`` in ``conversation``; stream its events.
 
@@ -161,7 +172,7 @@ class Runtime:
         """
         self.bundle.agent(agent)
         task = self.tasks.create(
-            agent=agent, conversation=conversation, source=self.source, input=text, task_id=task_id
+            agent=agent, conversation=conversation, source=self.source, input=text, task_id=task_id, parent=parent
         )
         self._audit_task(task, "submitted", input_chars=len(text))
         context = dataclasses.replace(self._context(task, skill), caps=caps or None, depth=depth)
@@ -227,7 +238,10 @@ class Runtime:
             if isinstance(event, Paused):
                 pauses.append(event)
             if isinstance(event, RunFinished):
-                event = dataclasses.replace(event, task_id=task.id)
+                # A task resumed after a pause reports (and stores) its whole usage, not the last part.
+                before = self.tasks.get(task.id).usage
+                total = event.usage + Usage(**{k: int(v) for k, v in before.items() if k in _USAGE_FIELDS})
+                event = dataclasses.replace(event, task_id=task.id, usage=total)
                 self._finish(task, event, pauses)
             yield event
 
@@ -287,6 +301,7 @@ class ChildTasks:
             )
             self._record(task.id, context, agent, "submitted", parent=context.task_id)
         self.tasks.update(task.id, state="working")
+        self._record(task.id, context, agent, "working")
         return dataclasses.replace(context, task_id=task.id)
 
     def finished(
@@ -305,7 +320,8 @@ class ChildTasks:
             error=error,
             usage=dict(usage) if usage else None,
         )
-        self._record(context.task_id, context, "", state, error=error or None)
+        agent = self.tasks.get(context.task_id).agent
+        self._record(context.task_id, context, agent, state, error=error or None)
 
     def _record(self, task_id: str, context: RunContext, agent: str, state: str, **data: Any) -> None:
         self.audit.append(
@@ -316,6 +332,9 @@ class ChildTasks:
             agent=agent,
             data={"state": state, **{k: v for k, v in data.items() if v is not None}},
         )
+
+
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "model_calls", "tool_calls")
 
 
 def _for_payload(payload: Mapping[str, Any], answer: Mapping[str, Any]) -> Any:

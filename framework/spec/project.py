@@ -9,7 +9,7 @@ from pydantic import AfterValidator, Field, field_validator
 
 from framework.spec.budget import Budget
 from framework.spec.capabilities import Capabilities
-from framework.spec.common import Money, Name, Spec, Version, fail
+from framework.spec.common import Duration, Money, Name, Spec, Version, fail
 from framework.spec.model import ModelConfig
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -91,6 +91,12 @@ class Registry(Spec):
     headers_env: dict[str, EnvName] = Field(default_factory=dict, description="Header -> variable with its value.")
 
 
+class RemoteCalls(Spec):
+    """Calls to remote A2A agents."""
+
+    timeout: Duration = Field(default=60.0, description="Deadline of one call (card, message, answer).")
+
+
 class ProjectConfig(Spec):
     version: Version = 1
     name: str | None = None
@@ -101,3 +107,4 @@ class ProjectConfig(Spec):
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     registries: list[Registry] = Field(default_factory=list)
+    remote: RemoteCalls = Field(default_factory=RemoteCalls)

@@ -126,17 +126,27 @@ def test_call_stops_at_input_required_without_a_terminal_and_names_the_task(serv
     result = run_ca("call", agent(servers, "writer"), "write it", cwd=tmp_path)
     assert result.returncode == 3, result.stderr
     assert 'writer wants to run append {"file": "writer.log", "text": "hello"}' in result.stderr
-    last = result.stderr.splitlines()[-1]
-    assert last.startswith("task ") and " is waiting for input (context " in last
-    task_id = last.split()[1]
+    waiting, how = result.stderr.splitlines()[-2:]
+    assert waiting.startswith("task ") and waiting.endswith(" is waiting for input; answer it with:")
+    task_id = waiting.split()[1]
+    context_id = how.split("--context ")[1]
+    assert how.strip() == f"ca call {agent(servers, 'writer')} approve --task {task_id} --context {context_id}"
     listed = run_ca("tasks", "list", "--pending", "--json", cwd=servers.ca.root)
     assert task_id in [t["id"] for t in json.loads(listed.stdout)]  # the server's task that waits
     assert not (servers.ca.root / "writer.log").exists()
 
+    # The printed command answers it, without a terminal.
+    answered = run_ca(
+        "call", agent(servers, "writer"), "approve", "--task", task_id, "--context", context_id, cwd=tmp_path
+    )
+    assert answered.returncode == 0, answered.stderr
+    assert (servers.ca.root / "writer.log").read_text() == "hello\n"
+    (servers.ca.root / "writer.log").unlink()
+
     as_json = run_ca("call", agent(servers, "writer"), "write it", "--json", cwd=tmp_path)
     assert as_json.returncode == 3
     assert stream(as_json.stdout)[-1].status_update.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-    assert "is waiting for input" in as_json.stderr.splitlines()[-1]
+    assert "is waiting for input" in as_json.stderr
 
 
 def test_call_answers_input_required_at_a_terminal(servers: Servers, tmp_path: Path) -> None:
