@@ -13,7 +13,7 @@ otherwise); the Runtime keeps conversations, pending decisions and the audit.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -103,11 +103,17 @@ def agent_routes(runtime: Runtime, name: str, handler: DefaultRequestHandler, pr
 
 
 class AgentsApp:
-    """The routes of one bundle: every agent's endpoints and cards. Replaced whole on reload."""
+    """The routes of one bundle: every agent's endpoints and cards. Replaced whole on reload.
 
-    def __init__(self, runtime: Runtime, store: DatabaseTaskStore) -> None:
+    An agent that is still served keeps its request handler (``previous``): the handler knows the
+    tasks it is running, so a task started before a reload can still be canceled or subscribed to.
+    """
+
+    def __init__(
+        self, runtime: Runtime, store: DatabaseTaskStore, previous: Mapping[str, DefaultRequestHandler] | None = None
+    ) -> None:
         bundle = runtime.bundle
-        self.handlers = {name: request_handler(runtime, name, store) for name in bundle.agents}
+        self.handlers = {name: self._handler(runtime, name, store, previous or {}) for name in bundle.agents}
         routes: list[BaseRoute] = []
         default = bundle.project.default_agent
         if default:
@@ -125,6 +131,19 @@ class AgentsApp:
             app.add_middleware(AuthMiddleware, credentials=Credentials(auth, bundle.environ))
         self.app = app
 
+    @staticmethod
+    def _handler(
+        runtime: Runtime, name: str, store: DatabaseTaskStore, previous: Mapping[str, DefaultRequestHandler]
+    ) -> DefaultRequestHandler:
+        """The agent's handler from before the reload, with the new cards; or a new one."""
+        handler = previous.get(name)
+        if handler is None:
+            return request_handler(runtime, name, store)
+        handler._agent_card = served_card(runtime, name)  # a2a-sdk reads its capabilities
+        auth = runtime.bundle.project.config.server.auth
+        handler.extended_agent_card = runtime.bundle.card(name) if auth else None
+        return handler
+
 
 class Agents:
     """ASGI app that serves the runtime's current bundle; a reload swaps it atomically."""
@@ -136,8 +155,8 @@ class Agents:
         runtime.listeners.append(self.rebuild)
 
     def rebuild(self) -> None:
-        # A request already routed keeps the handlers it started with; new ones see the new bundle.
-        self.current = AgentsApp(self.runtime, self.store)
+        # A request already routed keeps the routes it started with; new ones see the new bundle.
+        self.current = AgentsApp(self.runtime, self.store, self.current.handlers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.current.app(scope, receive, send)
