@@ -80,7 +80,7 @@ def main(options: StdioOptions) -> int:
         from framework.transports.acp import run_acp
 
         return run_acp(
-            options.project, options.agent, out, first_answered=first_answered, first=message, reload=options.reload
+            options.project, options.agent, out, first_answered=first_answered, first=first, reload=options.reload
         )
     return _run_a2a(options, first, out)
 

@@ -371,14 +371,17 @@ def _require(params: dict[str, Any], name: str, kind: type) -> Any:
 
 
 async def _serve(
-    root: Path, agent: str | None, out: TextIO, first_answered: bool, first: Any, reload: bool = False
+    root: Path, agent: str | None, out: TextIO, first_answered: bool, first: str, reload: bool = False
 ) -> None:
     server = AcpServer(root, agent, out, initialized=first_answered, reload=reload)
     server.start_loading()
     loop = asyncio.get_running_loop()
     in_flight: set[asyncio.Task[None]] = set()
-    if first is not None and not first_answered:
-        await server.handle(json.dumps(first))
+    if first_answered:  # acp_hello answered initialize: keep what the client offers (fs, terminal)
+        params = json.loads(first).get("params")
+        server.client_caps = (params.get("clientCapabilities") if isinstance(params, dict) else None) or {}
+    elif first.strip():  # the raw line: invalid JSON gets its -32700 too
+        await server.handle(first)
     async with server.stack:
         while True:
             line = await loop.run_in_executor(None, sys.stdin.readline)
@@ -399,7 +402,7 @@ async def _serve(
 
 
 def run_acp(
-    root: Path, agent: str | None, out: TextIO, *, first_answered: bool, first: Any, reload: bool = False
+    root: Path, agent: str | None, out: TextIO, *, first_answered: bool, first: str, reload: bool = False
 ) -> int:
     """Serve ACP until the client closes stdin."""
     try:

@@ -176,7 +176,9 @@ class PromptTurn:
         call = self.calls.get(event.call_id, {})
         content: list[dict[str, Any]] = [{"type": "content", "content": {"type": "text", "text": event.result}}]
         args = call.get("args", {})
-        if event.tool == "fs.write" and not event.is_error and isinstance(args.get("path"), str):
+        # The tool's name as it started: a resumed run reports the model-facing name (fs_write).
+        tool = call.get("tool", event.tool)
+        if tool == "fs.write" and not event.is_error and isinstance(args.get("path"), str):
             location = self._location(args["path"]) or {"path": args["path"]}
             content = [
                 {
