@@ -309,7 +309,8 @@ def test_on_exceed_ask_pauses_and_an_approval_widens_the_cap_by_extend_by(make_p
 
     again = _budget_pause(second)  # approved: 4 × 1.5 = 6 turns, then it asks again
     assert (again["used"], again["cap"]) == (6, 6)
-    assert finished(second).usage.model_calls == 2 and executed(second) == 2
+    # The resumed run made 2 more calls; the task reports its whole usage (4 + 2).
+    assert finished(second).usage.model_calls == 6 and executed(second) == 2
 
 
 def test_on_exceed_ask_rejected_stops_the_task(make_project: ProjectFactory) -> None:
@@ -319,7 +320,7 @@ def test_on_exceed_ask_rejected_stops_the_task(make_project: ProjectFactory) -> 
     end = finished(second)
     assert (end.state, end.stop_reason) == ("completed", "max_turn_requests")
     assert end.output == "Stopped: task budget max_turns reached: used 4 of 4."
-    assert end.usage.model_calls == 0 and executed(second) == 0
+    assert end.usage.model_calls == 4 and executed(second) == 0  # the task's whole usage: nothing more ran
 
 
 # -- scope: the conversation ----------------------------------------------------------------------
