@@ -173,7 +173,7 @@ class AcpServer:
             from framework.runtime.reload import watch
 
             self.runtime.listeners.append(self._reloaded)
-            self.watcher = asyncio.create_task(watch(self.runtime, report=lambda ok, errors: None))
+            self.watcher = asyncio.create_task(watch(self.runtime))  # reports on stderr, never stdout
 
     def _reloaded(self) -> None:
         """After a reload: sessions go on; commands (skills) and a vanished mode are re-announced."""
