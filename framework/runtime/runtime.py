@@ -171,6 +171,7 @@ class Runtime:
         ``task_id`` lets a transport use its own id (an A2A task id) for the task.
         """
         self.bundle.agent(agent)
+        await self._drop_abandoned_pause(agent, conversation)
         task = self.tasks.create(
             agent=agent, conversation=conversation, source=self.source, input=text, task_id=task_id, parent=parent
         )
@@ -218,6 +219,33 @@ class Runtime:
             ),
         ):
             yield event
+
+    async def _drop_abandoned_pause(self, agent: str, conversation: str) -> None:
+        """A pause whose task was canceled (or failed) no longer blocks its conversation.
+
+        The tool calls it held are answered "cancelled by the user" (as if the tools ran), so
+        the history stays valid for every provider and the next message starts a new turn.
+        """
+        if self.tasks.waiting_in(conversation):
+            return
+        from langchain_core.messages import AIMessage, ToolMessage
+
+        graph = self.bundle.graph(agent)
+        config: Any = {"configurable": {"thread_id": conversation}}
+        state = await graph.aget_state(config)
+        if not state.interrupts:
+            return
+        messages = (state.values or {}).get("messages", [])
+        last = messages[-1] if messages else None
+        if not isinstance(last, AIMessage) or not last.tool_calls:
+            return
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        closing = [
+            ToolMessage("cancelled by the user", tool_call_id=call["id"] or "", name=call["name"], status="error")
+            for call in last.tool_calls
+            if call.get("id") not in answered
+        ]
+        await graph.aupdate_state(config, {"messages": closing}, as_node="tools")
 
     def mark_canceled(self, task_id: str) -> None:
         """Record that a task was canceled (its run was stopped by the transport)."""

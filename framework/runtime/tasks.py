@@ -190,6 +190,14 @@ class TaskStore:
             row = self._conn.execute("SELECT agent, mode, cwd FROM sessions WHERE id = ?", (session_id,)).fetchone()
         return None if row is None else {"agent": row[0], "mode": row[1], "cwd": row[2]}
 
+    def waiting_in(self, conversation: str) -> bool:
+        """Whether a task of this conversation waits for a decision."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT 1 FROM tasks WHERE conversation = ? AND state = 'input-required' LIMIT 1", (conversation,)
+            ).fetchone()
+        return row is not None
+
     def save_remote(self, key: str, url: str, task_id: str, context_id: str) -> None:
         """Remember the remote task a tool call started (so a resumed caller continues it)."""
         with self._lock:

@@ -559,12 +559,6 @@ def test_cancel_while_a_permission_is_pending_answers_cancelled(project: Path) -
     run(main())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime bug: a prompt cancelled while its permission is pending leaves the LangGraph interrupt in "
-    "the conversation (Runtime.mark_canceled only marks the task), so every later prompt fails with "
-    "'is waiting for a decision'; the fix belongs in framework/runtime (runner/runtime), not the ACP layer",
-)
 def test_the_session_goes_on_after_a_permission_was_cancelled(project: Path) -> None:
     async def main() -> None:
         async with agent(project, client=Client(["cancelled"])) as a:
