@@ -69,7 +69,7 @@ class _Translator:
             if isinstance(message, AIMessage):
                 events.extend(self.model_turn(message, source))
             elif isinstance(message, ToolMessage):
-                name = self.tool_names.get(message.tool_call_id, message.name or "tool")
+                name = self.tool_names.get(message.tool_call_id) or spec_tool_name(message.name or "tool")
                 events.append(
                     ToolCallFinished(message.tool_call_id, name, message.text, message.status == "error", source)
                 )
