@@ -45,6 +45,9 @@ class RunContext:
     """How many agent calls deep this run is (0 for the agent a person asked)."""
     caps: Mapping[str, float] | None = None
     """What the caller has left (budget limit name -> amount); a callee never gets more."""
+    chain: tuple[str, ...] = ()
+    """The agents (names or URLs) of the calls that led here, outermost first: a callee found in
+    it again is a call cycle, refused at run time."""
     call_id: str = ""
     """For a callee: the caller's tool call that started it (keys durable state of remote calls)."""
     audit: Any = field(default=None, compare=False, repr=False)

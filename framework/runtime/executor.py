@@ -122,7 +122,7 @@ class CleverAgentExecutor(AgentExecutor):
                 events = self.runtime.decide(task_id, parse_decision(message))
             else:
                 text = context.get_user_input() if message is not None else ""
-                caps, depth, parent = _caller_limits(message)
+                caps, depth, parent, chain = _caller_limits(message)
                 events = self.runtime.send(
                     self.agent,
                     text,
@@ -132,6 +132,7 @@ class CleverAgentExecutor(AgentExecutor):
                     caps=caps,
                     depth=depth,
                     parent=parent,
+                    chain=chain,
                 )
             await updater.start_work()
             await self._forward(events, updater, task_id, context_id)
@@ -219,20 +220,21 @@ class CleverAgentExecutor(AgentExecutor):
         await updater.cancel()
 
 
-def _caller_limits(message: Message | None) -> tuple[dict[str, float] | None, int, str]:
+def _caller_limits(message: Message | None) -> tuple[dict[str, float] | None, int, str, tuple[str, ...]]:
     """What a CleverAgents caller has left, how deep the call is, and the caller's task (metadata ``cleveragents``)."""
     if message is None or not message.HasField("metadata"):
-        return None, 0, ""
+        return None, 0, "", ()
     from google.protobuf import json_format
 
     data = json_format.MessageToDict(message.metadata).get("cleveragents")
     if not isinstance(data, dict):
-        return None, 0, ""
+        return None, 0, "", ()
     raw = data.get("caps")
     caps = {str(k): float(v) for k, v in raw.items() if isinstance(v, int | float)} if isinstance(raw, dict) else {}
     depth = data.get("depth")
     parent = data.get("parentTask")
-    return (caps or None), int(depth) if isinstance(depth, int | float) else 0, str(parent or "")
+    chain = tuple(str(x) for x in data.get("chain", []) if isinstance(x, str))
+    return (caps or None), int(depth) if isinstance(depth, int | float) else 0, str(parent or ""), chain
 
 
 def _skill(message: Message | None) -> str | None:

@@ -193,7 +193,12 @@ class Peers:
         key = f"{context.task_id}:{context.call_id}" if context.task_id and context.call_id else ""
         known = self.tasks.get_remote(key) if key else None
         metadata = {
-            "cleveragents": {"depth": context.depth, "caps": dict(context.caps or {}), "parentTask": context.task_id}
+            "cleveragents": {
+                "depth": context.depth,
+                "caps": dict(context.caps or {}),
+                "parentTask": context.task_id,
+                "chain": [*context.chain, url],
+            }
         }
         if known is None:
             outcome = await self.send(url, [new_text_part(text)], metadata=metadata)

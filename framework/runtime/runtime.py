@@ -165,6 +165,7 @@ class Runtime:
         caps: Mapping[str, float] | None = None,
         depth: int = 0,
         parent: str = "",
+        chain: tuple[str, ...] = (),
     ) -> AsyncIterator[RunEvent]:
         """Start a task: one message to ``agent`` in ``conversation``; stream its events.
 
@@ -176,7 +177,7 @@ class Runtime:
             agent=agent, conversation=conversation, source=self.source, input=text, task_id=task_id, parent=parent
         )
         self._audit_task(task, "submitted", input_chars=len(text))
-        context = dataclasses.replace(self._context(task, skill), caps=caps or None, depth=depth)
+        context = dataclasses.replace(self._context(task, skill), caps=caps or None, depth=depth, chain=chain)
         async for event in self._drive(
             task, Runner(self.bundle).run(agent, text, thread_id=conversation, skill=skill, context=context)
         ):

@@ -109,6 +109,8 @@ class Policy:
         return model.label() if model else "offline"
 
 
+DEFAULT_MAX_DEPTH = 8
+"""Agent calls nest at most this deep unless a budget sets max_depth."""
 DEFAULT_PROFILE = "supervised"
 """The profile of an agent that names none when the project sets no default either."""
 
@@ -285,8 +287,13 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         policy = self.policy
         if call.capability == "agent":
             decision = check_agent(call.tool, policy.capabilities)
-            depth_cap = self._caps(state, context).get("max_depth")  # the caller's cap binds its callees too
-            if decision.allowed and depth_cap is not None and context.depth + 1 > depth_cap:
+            # The caller's cap binds its callees too; without one, a default stops runaway recursion.
+            depth_cap = self._caps(state, context).get("max_depth", DEFAULT_MAX_DEPTH)
+            chain = (*context.chain, self.policy.agent.name)
+            if decision.allowed and call.tool in chain:
+                cycle = " -> ".join((*chain, call.tool))
+                decision = Decision("deny", f"agent call cycle at run time: {cycle}", "agents.cycle")
+            elif decision.allowed and context.depth + 1 > depth_cap:
                 decision = Decision("deny", f"agent calls may nest {depth_cap:g} deep", "budget.max_depth")
         else:
             decision = check_capabilities(call, policy.capabilities, root=policy.project.root)
@@ -385,7 +392,12 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             conversation.pop("max_duration", None)  # wall time is not measured over a conversation
             for name, amount in budgets.remaining(conversation, total, 0.0).items():
                 left[name] = min(left.get(name, amount), amount)
-        return replace(context.child(), caps=left or None, call_id=str(request.tool_call.get("id") or ""))
+        return replace(
+            context.child(),
+            caps=left or None,
+            call_id=str(request.tool_call.get("id") or ""),
+            chain=(*context.chain, self.policy.agent.name),
+        )
 
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
