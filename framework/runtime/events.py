@@ -3,6 +3,7 @@
     A2A                                   ACP session/update
     ─────────────────────────────────     ──────────────────────────────
     TextChunk        artifact chunk       agent_message_chunk
+    ThoughtChunk     (not sent)           agent_thought_chunk
     ToolCallStarted  status message       tool_call
     ToolCallFinished status message       tool_call_update
     StepUpdate       status message       plan (entry status)
@@ -29,6 +30,15 @@ class TextChunk:
     text: str
     source: tuple[str, ...] = ()
     kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ThoughtChunk:
+    """Model reasoning, where a model gives it (ACP agent_thought_chunk)."""
+
+    text: str
+    source: tuple[str, ...] = ()
+    kind: Literal["thought"] = "thought"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +138,17 @@ class RunFinished:
     kind: Literal["finished"] = "finished"
 
 
-RunEvent = TextChunk | ToolCallStarted | ToolCallFinished | StepUpdate | PlanUpdate | UsageUpdate | Paused | RunFinished
+RunEvent = (
+    TextChunk
+    | ThoughtChunk
+    | ToolCallStarted
+    | ToolCallFinished
+    | StepUpdate
+    | PlanUpdate
+    | UsageUpdate
+    | Paused
+    | RunFinished
+)
 
 
 def event_to_json(event: RunEvent) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from framework.runtime.events import (
     RunFinished,
     StepUpdate,
     TextChunk,
+    ThoughtChunk,
     ToolCallFinished,
     ToolCallStarted,
     Usage,
@@ -54,8 +55,13 @@ class _Translator:
         if isinstance(message, AIMessageChunk):
             if message.id:
                 self.streamed_ids.add(message.id)
+            events: list[RunEvent] = []
+            if isinstance(message.content, list):  # only block content can hold reasoning
+                events.extend(ThoughtChunk(thought, source) for thought in _reasoning(message))
             text = message.text
-            return [TextChunk(text, source)] if text else []
+            if text:
+                events.append(TextChunk(text, source))
+            return events
         if isinstance(message, AIMessage) and message.id not in self.streamed_ids and message.text:
             return [TextChunk(message.text, source)]
         return []
@@ -127,6 +133,20 @@ class _Translator:
             )
             return [PlanUpdate(entries, source)]
         return []
+
+
+def _reasoning(message: AIMessageChunk) -> list[str]:
+    """Reasoning text of a chunk: standard reasoning blocks, and Anthropic's thinking blocks."""
+    found = []
+    for raw in message.content_blocks:
+        block: dict[str, Any] = dict(raw)
+        if block.get("type") == "reasoning" and block.get("reasoning"):
+            found.append(str(block["reasoning"]))
+        elif block.get("type") == "non_standard":
+            value = block.get("value") or {}
+            if isinstance(value, dict) and value.get("type") == "thinking" and value.get("thinking"):
+                found.append(str(value["thinking"]))
+    return found
 
 
 def spec_tool_name(model_name: str) -> str:

@@ -14,6 +14,7 @@ from framework.runtime.events import (
     RunFinished,
     StepUpdate,
     TextChunk,
+    ThoughtChunk,
     ToolCallFinished,
     ToolCallStarted,
 )
@@ -122,6 +123,9 @@ class PromptTurn:
         if isinstance(event, TextChunk):
             if not event.source:
                 self.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": event.text}})
+        elif isinstance(event, ThoughtChunk):
+            if not event.source:
+                self.update({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": event.text}})
         elif isinstance(event, ToolCallStarted):
             self.started(event)
         elif isinstance(event, ToolCallFinished):
