@@ -12,27 +12,27 @@ globs, shell patterns and host allowlists are checked by governance before a cal
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
 import re
-import shlex
-import signal
 import stat
-import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar
 
-import httpx
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, Field
 
-from framework.spec.capabilities import Capabilities, ShellCapabilities
+from framework.compiler.exec_tools import _SHELL_DEFAULTS, ahttp_get, http_get, run_command
+from framework.compiler.exec_tools import HTTP_BODY_LIMIT as HTTP_BODY_LIMIT  # re-exported
+from framework.compiler.exec_tools import HTTP_MAX_REDIRECTS as HTTP_MAX_REDIRECTS
+from framework.compiler.exec_tools import HTTP_TIMEOUT as HTTP_TIMEOUT
+from framework.compiler.exec_tools import scrubbed_env as scrubbed_env
+from framework.spec.capabilities import Capabilities
 
 ToolCapability = Literal["fs.read", "fs.write", "shell", "network", "python", "agent"]
 """What a built tool touches; carried in ``tool.metadata["capability"]`` for governance."""
@@ -43,11 +43,6 @@ SEARCH_LIMIT = 200
 SEARCH_FILE_LIMIT = 4 * 1024 * 1024
 SEARCH_LINE_CHARS = 400
 SEARCH_SKIP_DIRS = frozenset({".git", ".venv", ".ca", "node_modules"})
-HTTP_TIMEOUT = 20.0
-HTTP_MAX_REDIRECTS = 5
-HTTP_BODY_LIMIT = 256 * 1024
-_SHELL_DEFAULTS = ShellCapabilities()
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE", re.IGNORECASE)
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
 P = ParamSpec("P")
@@ -312,147 +307,6 @@ def search_files(ctx: ToolContext, pattern: str, path: str = ".") -> str:
     if unreadable:
         found.append(f"[{unreadable} file(s) could not be read]")
     return "\n".join(found) if found else f"no matches for {pattern!r} in {shown}"
-
-
-# --- shell ------------------------------------------------------------------------------------
-
-
-def scrubbed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for commands: ``os.environ`` without variables whose names look secret."""
-    source = os.environ if environ is None else environ
-    return {name: value for name, value in source.items() if not _SECRET_NAME.search(name)}
-
-
-def _kill(proc: asyncio.subprocess.Process) -> None:
-    # The command runs in its own session: kill the whole group, children included.
-    with contextlib.suppress(ProcessLookupError):  # it already exited
-        if sys.platform == "win32":
-            proc.kill()
-        else:
-            os.killpg(proc.pid, signal.SIGKILL)
-
-
-async def _drain(proc: asyncio.subprocess.Process, limit: int) -> tuple[bytes, int, int]:
-    """Read all output (so the child never blocks on a full pipe), keep ``limit`` bytes, wait for exit."""
-    assert proc.stdout is not None
-    kept = bytearray()
-    total = 0
-    while chunk := await proc.stdout.read(65536):
-        total += len(chunk)
-        if len(kept) < limit:
-            kept += chunk[: limit - len(kept)]
-    return bytes(kept), total, await proc.wait()
-
-
-async def run_command(ctx: ToolContext, command: str) -> str:
-    """Implementation of ``shell``: the command line split with shlex and run without a shell."""
-    try:
-        argv = shlex.split(command)
-    except ValueError as exc:
-        raise ToolException(f"cannot split the command line: {exc}") from exc
-    if not argv:
-        raise ToolException("the command line is empty")
-    limits = ctx.capabilities.shell if ctx.capabilities else _SHELL_DEFAULTS
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=ctx.root,
-            env=scrubbed_env(),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
-    except FileNotFoundError as exc:
-        raise ToolException(f"command not found: {argv[0]}") from exc
-    except PermissionError as exc:
-        raise ToolException(f"permission denied: {argv[0]} cannot be executed") from exc
-    except OSError as exc:
-        raise ToolException(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
-    try:
-        output, total, code = await asyncio.wait_for(_drain(proc, limits.max_output_bytes), limits.timeout)
-    except TimeoutError as exc:
-        raise ToolException(f"command timed out after {limits.timeout:g} s and was killed: {command}") from exc
-    finally:
-        if proc.returncode is None:
-            _kill(proc)
-            await proc.wait()
-    lines = [output.decode("utf-8", errors="replace").rstrip("\n")] if output else []
-    if total > len(output):
-        lines.append(f"[output truncated: showing the first {len(output)} of {total} bytes]")
-    lines.append(f"exit code {code}")
-    return "\n".join(lines)
-
-
-# --- http -------------------------------------------------------------------------------------
-
-
-def _check_url(url: str) -> httpx.URL:
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise ToolException(f"invalid URL {url!r}: {exc}") from exc
-    if parsed.scheme not in ("http", "https"):
-        raise ToolException(f"only http:// and https:// URLs can be fetched, got {url!r}")
-    if not parsed.host:
-        raise ToolException(f"URL {url!r} has no host")
-    return parsed
-
-
-def _http_failure(url: str, exc: httpx.HTTPError) -> ToolException:
-    if isinstance(exc, httpx.TimeoutException):
-        return ToolException(f"GET {url} timed out after {HTTP_TIMEOUT:g} s")
-    if isinstance(exc, httpx.TooManyRedirects):
-        return ToolException(f"GET {url} failed: more than {HTTP_MAX_REDIRECTS} redirects")
-    return ToolException(f"GET {url} failed: {_failure(exc)}")
-
-
-def _http_result(url: httpx.URL, response: httpx.Response, body: bytes, truncated: bool) -> str:
-    try:
-        text = body.decode(response.charset_encoding or "utf-8", errors="replace")
-    except LookupError:  # an unknown charset name in Content-Type
-        text = body.decode("utf-8", errors="replace")
-    head = [f"{response.http_version} {response.status_code} {response.reason_phrase}".rstrip()]
-    if response.url != url:
-        head.append(f"final URL: {response.url}")
-    if content_type := response.headers.get("content-type"):
-        head.append(f"content-type: {content_type}")
-    note = f"\n[body truncated: showing the first {HTTP_BODY_LIMIT} bytes]" if truncated else ""
-    return "\n".join(head) + "\n\n" + text + note
-
-
-def _client_options() -> dict[str, Any]:
-    return {"timeout": HTTP_TIMEOUT, "follow_redirects": True, "max_redirects": HTTP_MAX_REDIRECTS}
-
-
-def http_get(ctx: ToolContext, url: str) -> str:
-    """Implementation of ``http.get`` (sync)."""
-    target = _check_url(url)
-    body = bytearray()
-    try:
-        with httpx.Client(**_client_options()) as client, client.stream("GET", target) as response:
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > HTTP_BODY_LIMIT:
-                    break
-    except httpx.HTTPError as exc:
-        raise _http_failure(url, exc) from exc
-    return _http_result(target, response, bytes(body[:HTTP_BODY_LIMIT]), len(body) > HTTP_BODY_LIMIT)
-
-
-async def ahttp_get(ctx: ToolContext, url: str) -> str:
-    """Implementation of ``http.get`` (async)."""
-    target = _check_url(url)
-    body = bytearray()
-    try:
-        async with httpx.AsyncClient(**_client_options()) as client, client.stream("GET", target) as response:
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > HTTP_BODY_LIMIT:
-                    break
-    except httpx.HTTPError as exc:
-        raise _http_failure(url, exc) from exc
-    return _http_result(target, response, bytes(body[:HTTP_BODY_LIMIT]), len(body) > HTTP_BODY_LIMIT)
 
 
 # --- the client's file system (ACP) -------------------------------------------------------------
