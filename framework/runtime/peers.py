@@ -32,6 +32,7 @@ from langchain_core.tools import ToolException
 from langgraph.types import interrupt
 
 from framework.compiler.agent import CALL_CONTEXT, RunContext
+from framework.compiler.bundle import remote_tool_name
 from framework.runtime.tasks import TaskStore
 from framework.spec.loader import Project
 
@@ -160,6 +161,7 @@ class Peers:
             async with asyncio.timeout(self.timeout):
                 async for event in client.send_message(SendMessageRequest(message=message)):
                     _follow(outcome, event)
+                    _progress(event, remote_tool_name(url))
         except TimeoutError as exc:
             raise ToolException(f"remote agent {url} did not answer within {self.timeout:g} s") from exc
         except httpx.HTTPError as exc:
@@ -231,6 +233,31 @@ class Peers:
             return outcome.text, {"usage": outcome.usage, "remote": url}
         reason = outcome.message or outcome.text or "no reason given"
         raise ToolException(f"remote agent {url} ended {outcome.state}: {reason}")
+
+
+def _progress(event: StreamResponse, agent: str) -> None:
+    """Pass a remote callee's progress (its tool calls, steps, reply chunks) to the caller's stream."""
+    from langgraph.config import get_stream_writer
+
+    context = CALL_CONTEXT.get()
+    if context is None:
+        return
+    if event.HasField("status_update") and event.status_update.status.HasField("message"):
+        for data in get_data_parts(list(event.status_update.status.message.parts)):
+            if isinstance(data, dict) and isinstance(data.get("ca_event"), dict):
+                _emit(get_stream_writer, {"ca_event": "child", "agent": agent, "event": data["ca_event"]})
+    elif event.HasField("artifact_update") and event.artifact_update.append:
+        chunk = _text(event.artifact_update.artifact.parts)
+        if chunk:
+            _emit(get_stream_writer, {"ca_event": "child", "agent": agent, "event": {"kind": "text", "text": chunk}})
+
+
+def _emit(writer_factory: Any, payload: dict[str, Any]) -> None:
+    try:
+        writer = writer_factory()
+    except RuntimeError:  # not inside a graph run (a direct call): nobody to tell
+        return
+    writer(payload)
 
 
 def _text(parts: Any) -> str:

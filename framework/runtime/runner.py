@@ -132,7 +132,46 @@ class _Translator:
                 for e in data.get("entries", [])
             )
             return [PlanUpdate(entries, source)]
+        if kind == "child":  # a remote callee's progress: nested under the tool that called it
+            return _child_event(data.get("event"), (*source, str(data.get("agent") or "remote")))
         return []
+
+
+def _child_event(event: Any, source: tuple[str, ...]) -> list[RunEvent]:
+    """A remote callee's event (as ``event_to_json`` wrote it) rebuilt, with a nested source."""
+    if not isinstance(event, dict):
+        return []
+    kind = event.get("kind")
+    where = (*source, *[str(s) for s in event.get("source", [])])
+    if kind == "text" and event.get("text"):
+        return [TextChunk(str(event["text"]), where)]
+    if kind == "tool_call":
+        return [
+            ToolCallStarted(
+                str(event.get("call_id", "")), str(event.get("tool", "")), dict(event.get("args") or {}), where
+            )
+        ]
+    if kind == "tool_result":
+        return [
+            ToolCallFinished(
+                str(event.get("call_id", "")),
+                str(event.get("tool", "")),
+                str(event.get("result", "")),
+                bool(event.get("is_error")),
+                where,
+            )
+        ]
+    if kind == "step":
+        return [
+            StepUpdate(
+                str(event.get("step", "")),
+                event.get("status", "started"),
+                str(event.get("title", "")),
+                str(event.get("step_kind", "")),
+                where,
+            )
+        ]
+    return []
 
 
 def _reasoning(message: AIMessageChunk) -> list[str]:

@@ -518,6 +518,17 @@ def test_a_remote_agent_answers_as_a_tool(net: Net) -> None:
     assert remote["state"] == "completed" and remote["source"] == "a2a-http"
 
 
+def test_a_remote_callees_progress_streams_nested_under_its_tool(net: Net) -> None:
+    result = run_ca("run", "boss", ask("echo", "stream this back please"), "--json", cwd=net.b)
+    assert result.returncode == 0, result.stderr
+    evs = events(result.stdout)
+    nested = [e for e in evs if e.get("source") == ["echo"]]
+    streamed = "".join(e["text"] for e in nested if e["kind"] == "text")
+    assert streamed and "stream this back please" in streamed  # the callee's reply, as it streamed
+    [answer] = tool_results(evs)
+    assert evs.index(nested[0]) < evs.index(answer)  # progress arrives before the tool's result
+
+
 def test_a_remote_call_without_the_network_capability_is_denied(net: Net) -> None:
     result = run_ca("run", "loner", ask("echo", "let me in"), "--json", cwd=net.b)
     assert result.returncode == 0, result.stderr
