@@ -26,7 +26,7 @@ from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import Message, Part, Role, Task, TaskState, TaskStatus
 
-from framework.errors import RunError
+from framework.errors import CAError, RunError
 from framework.runtime.events import (
     Paused,
     RunFinished,
@@ -136,7 +136,7 @@ class CleverAgentExecutor(AgentExecutor):
                 )
             await updater.start_work()
             await self._forward(events, updater, task_id, context_id)
-        except RunError as exc:
+        except CAError as exc:  # a user-facing failure before the run started (unknown agent, bad decision...)
             await updater.failed(
                 _agent_message(
                     task_id,

@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
-from framework.errors import Diagnostic, RunError
+from framework.errors import CAError, Diagnostic, RunError
 from framework.runtime.audit import AuditLog
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.middleware import governance_middleware
@@ -227,11 +227,14 @@ class Runtime:
         The tool calls it held are answered "cancelled by the user" (as if the tools ran), so
         the history stays valid for every provider and the next message starts a new turn.
         """
-        if self.tasks.waiting_in(conversation):
+        if self.tasks.waiting_in(conversation) or not self.tasks.ended_early_in(conversation):
             return
         from langchain_core.messages import AIMessage, ToolMessage
 
-        graph = self.bundle.graph(agent)
+        try:
+            graph = self.bundle.graph(agent)
+        except CAError:  # the agent cannot run (e.g. a missing key): the run itself will say so
+            return
         config: Any = {"configurable": {"thread_id": conversation}}
         state = await graph.aget_state(config)
         if not state.interrupts:

@@ -190,6 +190,15 @@ class TaskStore:
             row = self._conn.execute("SELECT agent, mode, cwd FROM sessions WHERE id = ?", (session_id,)).fetchone()
         return None if row is None else {"agent": row[0], "mode": row[1], "cwd": row[2]}
 
+    def ended_early_in(self, conversation: str) -> bool:
+        """Whether a task of this conversation was canceled or failed (and may have left a pause behind)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT 1 FROM tasks WHERE conversation = ? AND state IN ('canceled', 'failed') LIMIT 1",
+                (conversation,),
+            ).fetchone()
+        return row is not None
+
     def waiting_in(self, conversation: str) -> bool:
         """Whether a task of this conversation waits for a decision."""
         with self._lock:
