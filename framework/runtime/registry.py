@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.compiler.bundle import RemoteAgent
-from framework.runtime.peers import Peers
+
+if TYPE_CHECKING:
+    from framework.runtime.peers import Peers
 
 TIMEOUT = 5.0
 

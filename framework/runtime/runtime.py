@@ -27,8 +27,7 @@ from framework.errors import CAError, Diagnostic, RunError
 from framework.runtime.audit import AuditLog
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.middleware import governance_middleware
-from framework.runtime.peers import Peers
-from framework.runtime.registry import Discovery, discover
+from framework.runtime.registry import Discovery
 from framework.runtime.runner import Runner
 from framework.runtime.stores import open_checkpointer
 from framework.runtime.tasks import Pending, Task, TaskState, TaskStore, expiry, now
@@ -69,21 +68,44 @@ class Runtime:
         audit = AuditLog.open(project.root, secrets=project.secrets)
         stack.callback(audit.close)
         environ = {**load_dotenv(project.root), **os.environ}
-        peers = Peers(project, tasks, environ, timeout=project.config.remote.timeout)
-        stack.push_async_callback(peers.close)
+        current: dict[str, Any] = {"project": project, "environ": environ}
+        opened: list[Any] = []  # the A2A client side, created on first use (a2a's client costs ~50 ms)
+
+        def peers() -> Any:
+            if not opened:
+                from framework.runtime.peers import Peers
+
+                opened.append(
+                    Peers(
+                        current["project"], tasks, current["environ"], timeout=current["project"].config.remote.timeout
+                    )
+                )
+                stack.push_async_callback(opened[0].close)
+            remote = opened[0]
+            remote.project, remote.environ = current["project"], current["environ"]
+            return remote
+
+        async def call_remote(url: str, text: str) -> tuple[str, dict[str, Any]]:
+            result: tuple[str, dict[str, Any]] = await peers().call_tool(url, text)
+            return result
+
         hooks = ChildTasks(tasks, audit)
 
         async def compile_project(project: Project) -> Bundle:
             environ = {**load_dotenv(project.root), **os.environ}
-            peers.project, peers.environ = project, environ
-            found = await discover(peers) if project.config.registries else Discovery()
+            current.update(project=project, environ=environ)
+            found = Discovery()
+            if project.config.registries:
+                from framework.runtime.registry import discover
+
+                found = await discover(peers())
             for problem in found.problems:
                 print(f"warning: {problem}", file=sys.stderr)
             return build_bundle(
                 project,
                 checkpointer=saver,
                 middleware=governance_middleware if governed else None,
-                remote=peers.call_tool,
+                remote=call_remote,
                 call_hooks=hooks,
                 directory=found.agents,
                 base_url=base_url,
