@@ -860,3 +860,31 @@ def test_the_plain_a2a_sdk_client_calls_a_cleveragents_agent(net: Net) -> None:
     texts = asyncio.run(go())
     assert "[echo] You said: hi there" in texts
     assert texts[-1] == "TASK_STATE_COMPLETED"
+
+
+# -- discovery -------------------------------------------------------------------------------------
+
+
+def test_registries_list_every_agent_from_every_source(net: Net, tmp_path: Path) -> None:
+    project = write_project(
+        tmp_path,
+        {
+            "ca.yaml": f"""
+                version: 1
+                registries:
+                  - {{name: team, url: "{net.a.url}"}}
+                  - {{name: plain, url: "{net.plain.url}"}}
+                  - {{name: down, url: "http://127.0.0.1:9"}}
+            """,
+            "agents/local.yaml": "name: local\nskills: [{id: tidy, tags: [housekeeping]}]\n",
+        },
+    )
+    result = run_ca("agents", "list", "--json", cwd=project)
+    assert result.returncode == 0, result.stderr
+    listed = {(a["name"], a["source"]) for a in json.loads(result.stdout)}
+    assert ("local", "project") in listed
+    assert {("echo", "registry:team"), ("writer", "registry:team"), ("lister", "registry:team")} <= listed
+    assert any(source == "registry:plain" for _, source in listed)  # a single A2A agent, by its card
+    assert "registry 'down' (http://127.0.0.1:9) unreachable" in result.stderr  # reported, not fatal
+    local = next(a for a in json.loads(result.stdout) if a["name"] == "local")
+    assert local["tags"] == ["housekeeping"]
