@@ -156,8 +156,17 @@ def run(
     skill: Annotated[str | None, typer.Option("--skill", help="Ask for one of the agent's skills.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print run events as JSON lines.")] = False,
     stdio: Annotated[
-        bool, typer.Option("--stdio", help="Serve the agent on stdin/stdout (A2A JSON-RPC, one message per line).")
+        bool,
+        typer.Option(
+            "--stdio",
+            help="Serve the agent on stdin/stdout: the Agent Client Protocol when the first message is "
+            "'initialize' (IDEs), else A2A JSON-RPC, one message per line.",
+        ),
     ] = False,
+    protocol: Annotated[
+        str, typer.Option("--protocol", help="With --stdio: acp or a2a instead of choosing from the first message.")
+    ] = "auto",
+    reload: Annotated[bool, typer.Option("--reload", help="With --stdio: reload when the project changes.")] = False,
     project: ProjectOpt = Path(),
 ) -> None:
     """Send one message to an agent and stream its reply; or, with --stdio, serve it to a program.
@@ -166,10 +175,10 @@ def run(
     """
     import asyncio
 
-    if stdio:
+    if stdio or protocol != "auto" or reload:
         # Valid `--stdio` command lines never get here (framework.cli.entry takes a fast path).
         raise typer.BadParameter(
-            "--stdio takes only [AGENT], --protocol acp|a2a, -p PROJECT and --reload: requests come on stdin"
+            "use --stdio with only [AGENT], --protocol acp|a2a, -p PROJECT and --reload: requests come on stdin"
         )
     if agent is None:
         raise typer.BadParameter("name the agent to run (see `ca validate` or agents/)", param_hint="AGENT")
