@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -30,6 +31,14 @@ def run_ca(
         check=False,
         input=stdin,
     )
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (for a server the test starts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 ProjectFactory = Callable[[dict[str, str]], Path]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import textwrap
 import time
@@ -25,7 +24,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from tests.conftest import CA, REPO
+from tests.conftest import CA, REPO, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -181,13 +180,6 @@ def eventually(probe: Callable[[], T | None], what: str, timeout: float = RELOAD
 
 
 # -- the server -----------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

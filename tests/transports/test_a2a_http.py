@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import textwrap
 import time
@@ -43,7 +42,7 @@ from a2a.types import (
 from a2a.utils.errors import UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from tests.conftest import CA, REPO, ProjectFactory, run_ca
+from tests.conftest import CA, REPO, ProjectFactory, free_port, run_ca
 
 pytestmark = pytest.mark.e2e
 
@@ -129,13 +128,6 @@ PROJECT = {
 
 
 # -- the server process -------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import textwrap
 import time
@@ -45,7 +44,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import CA, REPO
+from tests.conftest import CA, REPO, free_port
 
 LOAD = int(os.environ.get("CA_LOAD_REQUESTS", "800"))
 """800 in the normal suite (see the module docstring); ``CA_LOAD_REQUESTS=3000`` runs the issue's size."""
@@ -92,13 +91,6 @@ class Server:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture

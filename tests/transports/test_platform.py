@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,7 +21,7 @@ from typing import IO, Any
 import httpx
 import pytest
 
-from tests.conftest import CA, REPO
+from tests.conftest import CA, REPO, free_port
 from tests.transports.test_a2a_stdio import SIDE_EFFECT, Json, reply_text, result_of, user_message, write_project
 
 pytestmark = pytest.mark.e2e
@@ -55,13 +54,6 @@ PROJECT = {
 
 
 # -- a real server ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def is_v1(method: str) -> bool:
