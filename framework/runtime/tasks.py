@@ -164,10 +164,12 @@ class TaskStore:
     def get(self, task_id: str) -> Task:
         """A task by id or by a unique prefix of it (as ``ca tasks list`` shows them)."""
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT * FROM tasks WHERE substr(id, 1, ?) = ? ORDER BY created_at LIMIT 2",
-                (len(task_id), task_id),
-            ).fetchall()
+            rows = self._conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchall()  # the index
+            if not rows:  # a prefix, as `ca tasks list` shows ids
+                rows = self._conn.execute(
+                    "SELECT * FROM tasks WHERE substr(id, 1, ?) = ? ORDER BY created_at LIMIT 2",
+                    (len(task_id), task_id),
+                ).fetchall()
             names = [d[0] for d in self._conn.execute("SELECT * FROM tasks LIMIT 0").description]
         if not rows or not task_id:
             raise RunError(f"task {task_id!r} not found; `ca tasks list` shows the tasks of this project")
