@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from typing import Any
 
 from a2a.helpers.proto_helpers import get_data_parts, get_text_parts, new_data_part, new_text_part
@@ -41,6 +42,8 @@ from framework.runtime.runtime import Runtime
 APPROVAL_EXTENSION = "urn:cleveragents:extensions:v1"
 """Data parts of input-required statuses and of decisions are defined by this extension."""
 REPLY_ARTIFACT = "reply"
+COALESCE_SECONDS = 0.05
+"""Reply chunks after the first are sent at most this often."""
 DECISIONS = ("approve", "reject", "edit", "always")
 
 _TEXT_DECISION = re.compile(r"^\s*(approve|approved|yes|always|reject|rejected|no)\b\s*:?\s*(.*)$", re.I | re.S)
@@ -150,18 +153,13 @@ class CleverAgentExecutor(AgentExecutor):
 
     async def _forward(self, events: Any, updater: TaskUpdater, task_id: str, context_id: str) -> None:
         pauses: list[Paused] = []
-        chunks = 0
+        reply = _ReplyStream(updater)
         async for event in events:
             if isinstance(event, TextChunk) and not event.source:
-                await updater.add_artifact(
-                    [new_text_part(event.text)],
-                    artifact_id=REPLY_ARTIFACT,
-                    name="reply",
-                    append=chunks > 0,
-                    last_chunk=False,
-                )
-                chunks += 1
-            elif isinstance(event, ToolCallStarted | ToolCallFinished | StepUpdate):
+                await reply.add(event.text)
+                continue
+            await reply.flush()  # keep the order of text and everything else
+            if isinstance(event, ToolCallStarted | ToolCallFinished | StepUpdate):
                 await updater.update_status(
                     TaskState.TASK_STATE_WORKING,
                     message=_agent_message(task_id, context_id, [new_data_part({"ca_event": event_to_json(event)})]),
@@ -218,6 +216,35 @@ class CleverAgentExecutor(AgentExecutor):
         self.runtime.mark_canceled(task_id)
         updater = TaskUpdater(event_queue, task_id, context.context_id or "")
         await updater.cancel()
+
+
+class _ReplyStream:
+    """Streams the reply as artifact chunks: the first at once (time to first token), then at most
+    one chunk every ``COALESCE_SECONDS``. Each chunk is a saved task event in a2a-sdk's store, so a
+    chunk per token made a short reply cost ten saves; clients see the same text, in fewer pieces.
+    """
+
+    def __init__(self, updater: TaskUpdater) -> None:
+        self.updater = updater
+        self.buffer: list[str] = []
+        self.sent = 0
+        self.last = 0.0
+
+    async def add(self, text: str) -> None:
+        self.buffer.append(text)
+        if self.sent == 0 or time.monotonic() - self.last >= COALESCE_SECONDS:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if not self.buffer:
+            return
+        text = "".join(self.buffer)
+        self.buffer.clear()
+        await self.updater.add_artifact(
+            [new_text_part(text)], artifact_id=REPLY_ARTIFACT, name="reply", append=self.sent > 0, last_chunk=False
+        )
+        self.sent += 1
+        self.last = time.monotonic()
 
 
 def _caller_limits(message: Message | None) -> tuple[dict[str, float] | None, int, str, tuple[str, ...]]:
