@@ -170,7 +170,11 @@ def _import_file(tool: PythonTool, ctx: ToolContext) -> ModuleType:
     # Registered before running, like a normal import: dataclasses and typing look modules up by name.
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        # Compiled from the file's current source, never from __pycache__: Python trusts a cached
+        # entry whose recorded mtime (whole seconds) and size match, so a quick same-size edit would
+        # otherwise run old code after a reload.
+        code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+        exec(code, module.__dict__)  # noqa: S102 - the user's declared tool file, as an import would run it
     except SyntaxError as exc:
         sys.modules.pop(name, None)
         where = rel if exc.filename and Path(exc.filename) == path else (exc.filename or rel)

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 from framework.compiler.bundle import Bundle
@@ -90,19 +89,6 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def forget_bytecode(paths: Iterable[str]) -> None:
-    """Drop the cached bytecode of changed ``.py`` files.
-
-    Python trusts a ``__pycache__`` entry whose recorded source mtime (whole seconds) and size
-    match the file, so a same-size edit within a second of the last import would run the old
-    code. Without the entry, the tool is compiled from its new source.
-    """
-    for path in paths:
-        if path.endswith(".py"):
-            with contextlib.suppress(OSError, ValueError, NotImplementedError):
-                Path(importlib.util.cache_from_source(path)).unlink(missing_ok=True)
-
-
 def print_report(ok: bool, errors: list[Diagnostic]) -> None:
     """The default report on stderr: what was reloaded, or every error as file:line:col."""
     if ok:
@@ -136,10 +122,9 @@ async def watch(runtime: Runtime, report: Report = print_report) -> None:
     # The start-up bundle is compiled too, so it is a complete "last good version" to fall back to.
     warming = asyncio.create_task(asyncio.to_thread(compile_graphs, runtime.bundle))
     try:
-        async for changes in awatch(
+        async for _changes in awatch(
             root, watch_filter=watched(root), debounce=DEBOUNCE_MS, step=STEP_MS, recursive=True
         ):
-            forget_bytecode(path for _change, path in changes)
             ok = await runtime.reload()
             if ok:
                 bundle = runtime.bundle
