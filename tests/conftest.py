@@ -41,6 +41,19 @@ def free_port() -> int:
         return port
 
 
+SIDE_EFFECT = '''
+    from pathlib import Path
+
+
+    def append(file: str, text: str) -> str:
+        """Append a line to a file (a side effect that must happen exactly once)."""
+        with Path(file).open("a") as f:
+            f.write(text + "\\n")
+        return "appended"
+'''
+"""``tools/side.py`` for tests: a python tool whose effect shows whether (and how often) it ran."""
+
+
 ProjectFactory = Callable[[dict[str, str]], Path]
 
 

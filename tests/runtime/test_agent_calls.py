@@ -36,7 +36,7 @@ from framework.runtime.peers import Peers
 from framework.runtime.tasks import TaskStore
 from framework.spec import load_project
 from tests.cli.test_run import events
-from tests.conftest import CA, REPO, run_ca
+from tests.conftest import CA, REPO, SIDE_EFFECT, run_ca
 
 pytestmark = pytest.mark.e2e
 
@@ -281,17 +281,6 @@ GARBAGE = '''
 '''
 
 # -- the projects -----------------------------------------------------------------------------
-
-SIDE_EFFECT = '''
-    from pathlib import Path
-
-
-    def append(file: str, text: str) -> str:
-        """Append a line to a file (a side effect that must happen exactly once)."""
-        with Path(file).open("a") as f:
-            f.write(text + "\\n")
-        return "appended"
-'''
 
 NAP = '''
     import asyncio

@@ -42,24 +42,13 @@ from a2a.types import (
 from a2a.utils.errors import UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from tests.conftest import CA, REPO, ProjectFactory, free_port, run_ca
+from tests.conftest import CA, REPO, SIDE_EFFECT, ProjectFactory, free_port, run_ca
 
 pytestmark = pytest.mark.e2e
 
 T = TypeVar("T")
 
 EXTENSION = "urn:cleveragents:extensions:v1"
-
-SIDE_EFFECT = '''
-    from pathlib import Path
-
-
-    def append(file: str, text: str) -> str:
-        """Append a line to a file (a side effect that must happen exactly once)."""
-        with Path(file).open("a") as f:
-            f.write(text + "\\n")
-        return "appended"
-'''
 
 NAP = '''
     import asyncio

@@ -22,22 +22,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CA, REPO
+from tests.conftest import CA, REPO, SIDE_EFFECT
 
 pytestmark = pytest.mark.e2e
 
 Json = dict[str, Any]
-
-SIDE_EFFECT = '''
-    from pathlib import Path
-
-
-    def append(file: str, text: str) -> str:
-        """Append a line to a file (a side effect that must happen exactly once)."""
-        with Path(file).open("a") as f:
-            f.write(text + "\\n")
-        return "appended"
-'''
 
 NAP = '''
     import asyncio
