@@ -342,10 +342,14 @@ def approve(
     reject: Annotated[bool, typer.Option("--reject", help="Reject instead of approving.")] = False,
     reason: Annotated[str | None, typer.Option("--reason", help="Why (the agent sees it when rejected).")] = None,
     always: Annotated[bool, typer.Option("--always", help="Approve, and always allow this tool here.")] = False,
+    answer: Annotated[
+        str | None, typer.Option("--answer", help="The answer to a workflow's `ask` step (free text).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the resumed run's events as JSON lines.")] = False,
     project: ProjectOpt = Path(),
 ) -> None:
-    """Decide on a task waiting for approval, then run it on from there (in this process).
+    """Decide on a task waiting for approval (or answer its question), then run it on from there
+    (in this process).
 
     Exit codes as for `ca run`.
     """
@@ -355,8 +359,11 @@ def approve(
 
     if reject and always:
         raise typer.BadParameter("--reject and --always contradict each other")
+    if answer is not None and (reject or always):
+        raise typer.BadParameter("--answer answers a question; it goes with neither --reject nor --always")
     choice = "reject" if reject else ("always" if always else "approve")
-    code = asyncio.run(approve_command(project, task, {"decision": choice, "reason": reason}, as_json))
+    decision = {"decision": "answer", "text": answer} if answer is not None else {"decision": choice, "reason": reason}
+    code = asyncio.run(approve_command(project, task, decision, as_json))
     raise typer.Exit(code)
 
 

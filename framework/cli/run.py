@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from framework.errors import UsageError
 from framework.runtime.events import (
+    ArtifactOut,
     Paused,
     PlanUpdate,
     RunEvent,
@@ -102,6 +103,8 @@ class TerminalView:
             )
         elif isinstance(event, PlanUpdate) and not event.source:
             self._line("plan: " + " → ".join(e.step for e in event.entries))
+        elif isinstance(event, ArtifactOut):
+            self._line(f"▣ {_who(event.source)}artifact {event.name}: {'; '.join(map(_describe_part, event.parts))}")
         elif isinstance(event, Paused):
             self._line(f"⏸ paused: {event.payload.get('message', event.payload)}")
         elif isinstance(event, UsageUpdate):
@@ -148,17 +151,32 @@ def _preview(text: str, limit: int = 120) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def _describe_part(part: dict[str, Any]) -> str:
+    if "text" in part:
+        return _preview(str(part["text"]), 80)
+    if "data" in part:
+        return _preview(json.dumps(part["data"], ensure_ascii=False), 80)
+    file = part.get("file") or {}
+    where = file.get("url") or f"{len(str(file.get('content', '')).encode())} bytes"
+    return f"file {file.get('name') or '(unnamed)'} ({file.get('media_type') or 'no type'}, {where})"
+
+
 def ask(payload: dict[str, Any]) -> dict[str, Any] | None:
     """Ask the person at the terminal about a pause; None when there is no terminal to ask.
 
     Tool approvals offer approve / reject (with a reason the model sees) / edit the
     arguments / always allow this tool in the conversation; gates and budget
-    extensions offer approve / reject.
+    extensions offer approve / reject; a workflow's ask step takes a line of text.
     """
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         return None
     err = sys.stderr
     err.write(f"\n{payload.get('message', 'Continue?')}\n")
+    if payload.get("kind") == "ask":
+        err.write("your answer: ")
+        err.flush()
+        line = sys.stdin.readline()
+        return {"decision": "answer", "text": line.rstrip("\n")} if line else None
     if payload.get("reason"):
         err.write(f"  ({payload['reason']})\n")
     full = payload.get("kind") == "approval"
@@ -226,10 +244,13 @@ async def drive(runtime: Any, events: Any, *, as_json: bool, session: str) -> in
         if not as_json:
             view.finish(finished, session)
         if finished.state == "input-required":
-            sys.stderr.write(
-                f"task {finished.task_id[:12]} is waiting for a decision: "
-                f"ca approve {finished.task_id[:12]} [--reject --reason TEXT]\n"
-            )
+            short = finished.task_id[:12]
+            if pauses and all(p.payload.get("kind") == "ask" for p in pauses):
+                sys.stderr.write(f"task {short} is waiting for an answer: ca approve {short} --answer TEXT\n")
+            else:
+                sys.stderr.write(
+                    f"task {short} is waiting for a decision: ca approve {short} [--reject --reason TEXT]\n"
+                )
             return EXIT_PAUSED
         return EXIT_OK if finished.state == "completed" else EXIT_FAILED
 

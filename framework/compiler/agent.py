@@ -50,6 +50,9 @@ class RunContext:
     it again is a call cycle, refused at run time."""
     call_id: str = ""
     """For a callee: the caller's tool call that started it (keys durable state of remote calls)."""
+    request: Mapping[str, Any] | None = field(default=None, compare=False)
+    """The message that started or resumed this run, as the transport got it: ``message_id`` and
+    ``metadata`` (workflow templates read ``{{ request.message_id }}``, ``{{ request.metadata.KEY }}``)."""
     audit: Any = field(default=None, compare=False, repr=False)
     """The audit log to append to (``framework.runtime.audit.AuditLog``), or None."""
 

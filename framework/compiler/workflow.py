@@ -26,20 +26,36 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import get_runtime
 from langgraph.types import Command, interrupt
 
 from framework.compiler.conditions import Classify, LazyLabel, first_label_in, holds, label_or_other
 from framework.compiler.templates import input_text, render_template
 from framework.errors import RunError
 from framework.spec.agent import WorkflowAgent
-from framework.spec.workflow import AgentStep, GateStep, LoopStep, ParallelStep, RouterStep, Step, ToolStep
+from framework.spec.workflow import (
+    AgentStep,
+    ArtifactStep,
+    AskStep,
+    GateStep,
+    LoopStep,
+    MessageStep,
+    ParallelStep,
+    RouterStep,
+    Step,
+    ToolStep,
+    is_template,
+)
 
 __all__ = ["AgentCall", "WorkflowState", "compile_workflow", "render_template"]
 
 AgentCall = Callable[[str, str], Awaitable[str]]
 """(agent name, input text) -> the agent's final text. Called inside a graph node; may raise."""
 
-StepKind = Literal["agent", "tool", "gate", "parallel", "router", "loop"]
+StepKind = Literal["agent", "tool", "gate", "ask", "artifact", "message", "parallel", "router", "loop"]
+_Leaf = AgentStep | ToolStep | GateStep | AskStep | ArtifactStep | MessageStep
+_PASS_THROUGH = ("gate", "artifact")
+"""Steps that leave their lane as it was: the next step sees what they saw."""
 StepStatus = Literal["started", "completed", "failed"]
 
 _V = TypeVar("_V")
@@ -116,8 +132,36 @@ def _write(lane: str, text: str) -> _Update:
     return {"last": text} if not lane else {"lanes": {lane: text}}
 
 
+def _request() -> Mapping[str, Any]:
+    """The request of the running graph (``RunContext.request``), or nothing outside a run."""
+    try:
+        context = get_runtime().context
+    except RuntimeError:  # called outside a graph run (a unit test of a node)
+        return {}
+    request = getattr(context, "request", None)
+    return request if isinstance(request, Mapping) else {}
+
+
 def _render(text: str, state: _RunState) -> str:
-    return render_template(text, input=input_text(state["messages"]), outputs=state.get("outputs", {}))
+    return render_template(
+        text, input=input_text(state["messages"]), outputs=state.get("outputs", {}), request=_request()
+    )
+
+
+def _render_value(value: Any, state: _RunState) -> Any:
+    """``value`` with every string in it rendered (artifact data)."""
+    if isinstance(value, str):
+        return _render(value, state)
+    if isinstance(value, dict):
+        return {key: _render_value(item, state) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_render_value(item, state) for item in value]
+    return value
+
+
+def _tested_text(on: str, state: _RunState) -> str:
+    """What a router's or loop's ``on`` names: a step's output, or a rendered template."""
+    return _render(on, state) if is_template(on) else state.get("outputs", {}).get(on, "")
 
 
 def _as_text(result: Any) -> str:
@@ -149,9 +193,14 @@ def _title(step: Step, step_id: str) -> str:
         return f"agent {step.agent}"
     if isinstance(step, ToolStep):
         return f"tool {step.tool}"
-    if isinstance(step, GateStep):
-        first = step.gate.message.strip().splitlines()[0] if step.gate.message.strip() else step_id
-        return f"gate: {first if len(first) <= 60 else first[:59] + '…'}"
+    if isinstance(step, GateStep | AskStep):
+        kind, text = ("gate", step.gate.message) if isinstance(step, GateStep) else ("ask", step.ask.message)
+        first = text.strip().splitlines()[0] if text.strip() else step_id
+        return f"{kind}: {first if len(first) <= 60 else first[:59] + '…'}"
+    if isinstance(step, ArtifactStep):
+        return f"artifact {step.artifact.name or step.id}"
+    if isinstance(step, MessageStep):
+        return "message"
     if isinstance(step, ParallelStep):
         return f"parallel: {', '.join(b.id or 'parallel' for b in step.parallel)}"
     if isinstance(step, RouterStep):
@@ -250,9 +299,9 @@ class _Builder:
         self.add(node, self.leaf(step, step_id, title, lane))
         return _Fragment(step_id, title, node, node)
 
-    def leaf(self, step: AgentStep | ToolStep | GateStep, step_id: str, title: str, lane: str) -> _Node:
-        """An agent, tool or gate node; a gate leaves its lane as it was (the next step sees what it saw)."""
-        kind: StepKind = "agent" if isinstance(step, AgentStep) else "tool" if isinstance(step, ToolStep) else "gate"
+    def leaf(self, step: _Leaf, step_id: str, title: str, lane: str) -> _Node:
+        """An agent, tool, gate, ask, artifact or message node."""
+        kind = _leaf_kind(step)
         report = _Reporter(step_id, kind, title)
 
         async def work(state: _RunState) -> str:
@@ -261,14 +310,22 @@ class _Builder:
                 return await self.call_agent(step.agent, text)
             if isinstance(step, ToolStep):
                 return await self.run_tool(step, state)
-            return self.gate(step, state)
+            if isinstance(step, GateStep):
+                return self.gate(step, state)
+            if isinstance(step, AskStep):
+                return self.ask(step, state)
+            if isinstance(step, ArtifactStep):
+                return self.artifact(step, state)
+            text = _render(step.message, state)
+            get_stream_writer()({"ca_event": "message", "step": step.id, "text": text})
+            return text
 
         async def node(state: _RunState) -> _Update:
             report("started")
             output = await report.guard(work(state))
             report("completed")
             update: _Update = {"outputs": {step_id: output}}
-            return update if kind == "gate" else update | _write(lane, output)
+            return update if kind in _PASS_THROUGH else update | _write(lane, output)
 
         return node
 
@@ -295,6 +352,41 @@ class _Builder:
         if not approved:
             raise RunError(f"gate {step.id!r} rejected" + (f": {reason}" if reason else ""))
         return "approved"
+
+    @staticmethod
+    def ask(step: AskStep, state: _RunState) -> str:
+        """Pause for a person's answer, as text: the step's output."""
+        payload: dict[str, Any] = {"kind": "ask", "step": step.id, "message": _render(step.ask.message, state)}
+        if step.ask.timeout is not None:
+            payload["timeout"] = step.ask.timeout
+        answer = interrupt(payload)
+        if isinstance(answer, Mapping):
+            if answer.get("declined"):
+                reason = answer.get("reason")
+                raise RunError(f"ask {step.id!r} was declined" + (f": {reason}" if reason else ""))
+            answer = answer.get("text", "")
+        return str(answer)
+
+    @staticmethod
+    def artifact(step: ArtifactStep, state: _RunState) -> str:
+        """Send the artifact (rendered) to the custom stream; the step's output is its name."""
+        name = step.artifact.name or step.id
+        parts: list[dict[str, Any]] = []
+        for part in step.artifact.parts:
+            if part.text is not None:
+                parts.append({"text": _render(part.text, state)})
+            elif part.file is not None:
+                file = part.file.model_dump(exclude_none=True)
+                parts.append(
+                    {"file": {k: _render(v, state) if k in ("content", "url") else v for k, v in file.items()}}
+                )
+            else:
+                parts.append({"data": _render_value(part.data, state)})
+        event = {"ca_event": "artifact", "step": step.id, "name": name, "parts": parts}
+        if step.artifact.description:
+            event["description"] = step.artifact.description
+        get_stream_writer()(event)
+        return name
 
     def parallel(self, step: ParallelStep, step_id: str, title: str, lane: str) -> _Fragment:
         """``step.ID`` fans out to every branch in one superstep; ``ID.join`` waits for all of them."""
@@ -335,7 +427,7 @@ class _Builder:
         fallback = default[0].entry if default else end
 
         async def choose(state: _RunState) -> str:
-            text = state.get("outputs", {}).get(router.on, "")
+            text = _tested_text(router.on, state)
             label = LazyLabel(self.classify, text, labels)
             for route, target in zip(router.routes, targets, strict=True):
                 if await holds(route.when, text, label):
@@ -373,7 +465,7 @@ class _Builder:
             return {"loops": {step.id: 0}}
 
         async def finished(state: _RunState, iterations: int) -> bool:
-            text = state.get("outputs", {}).get(loop.on, "") if loop.on else _read(state, lane)
+            text = _tested_text(loop.on, state) if loop.on else _read(state, lane)
             label = LazyLabel(self.label_or_other, text, [until, "other"] if until else [])
             return await holds(loop.until, text, label) or iterations >= loop.max
 
@@ -391,6 +483,38 @@ class _Builder:
         self.graph.add_edge(body[-1].exit, self.add(check, again, {body[0].entry: "again", end: "done"}))
         self.add(end, finish)
         return _Fragment(step.id, title, f"step.{step.id}", end)
+
+
+def _leaf_kind(step: _Leaf) -> StepKind:
+    kinds: dict[type[Any], StepKind] = {
+        AgentStep: "agent",
+        ToolStep: "tool",
+        GateStep: "gate",
+        AskStep: "ask",
+        ArtifactStep: "artifact",
+        MessageStep: "message",
+    }
+    return kinds[type(step)]
+
+
+def replies_with_message(agent: WorkflowAgent) -> bool:
+    """Whether a run of ``agent`` may answer with a message step (A2A: a Message instead of a task)."""
+
+    def walk(steps: list[Step]) -> bool:
+        for step in steps:
+            if isinstance(step, MessageStep):
+                return True
+            if isinstance(step, ParallelStep) and walk(step.parallel):
+                return True
+            if isinstance(step, RouterStep) and (
+                any(walk(r.steps) for r in step.router.routes) or walk(step.router.default)
+            ):
+                return True
+            if isinstance(step, LoopStep) and walk(step.loop.steps):
+                return True
+        return False
+
+    return walk(agent.steps)
 
 
 def compile_workflow(

@@ -7,10 +7,14 @@
     ToolCallStarted  status message       tool_call
     ToolCallFinished status message       tool_call_update
     StepUpdate       status message       plan (entry status)
+    ArtifactOut      artifact             agent_message_chunk (text, resource, resource_link)
+    MessageOut       a Message reply*     (the reply text carries it)
     PlanUpdate       status message       plan
     UsageUpdate      metadata             (budget display)
     Paused           input-required       session/request_permission
     RunFinished      completed / failed   stopReason
+
+*When a run's only output is message steps; otherwise a status message of the task.
 
 ``source`` is the path of nested agents that produced an event: ``()`` for the agent
 that was asked, ``("release", "summary")`` for the ``summary`` step of ``release``.
@@ -69,6 +73,28 @@ class StepUpdate:
     step_kind: str = ""
     source: tuple[str, ...] = ()
     kind: Literal["step"] = "step"
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactOut:
+    """An artifact a step produced. ``parts``: ``{"text": str}``, ``{"data": JSON}`` or
+    ``{"file": {"name"?, "media_type"?, "content" | "url"}}`` (``content`` is text sent as bytes)."""
+
+    artifact_id: str
+    name: str
+    parts: tuple[dict[str, Any], ...]
+    description: str = ""
+    source: tuple[str, ...] = ()
+    kind: Literal["artifact"] = "artifact"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageOut:
+    """A message step's text: over A2A, the run answers with a Message when this is all it produced."""
+
+    text: str
+    source: tuple[str, ...] = ()
+    kind: Literal["message"] = "message"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +170,8 @@ RunEvent = (
     | ToolCallStarted
     | ToolCallFinished
     | StepUpdate
+    | ArtifactOut
+    | MessageOut
     | PlanUpdate
     | UsageUpdate
     | Paused

@@ -4,6 +4,9 @@
     ─────────────────    ──────────────────────────────────────────────────────────
     TextChunk            artifact "reply" chunk (append=True; last_chunk at the end)
     ToolCallStarted/…    status WORKING with a data part {"ca_event": ...} (progress)
+    ArtifactOut          an artifact of its own (text, data, file parts)
+    MessageOut           a Message instead of a task, when a run produced nothing else;
+                         otherwise status WORKING with the text
     paused               status INPUT_REQUIRED: a data part (APPROVAL_EXTENSION) listing
                          the pending actions and allowed decisions, plus a text fallback
     completed            status COMPLETED (budget stops carry stop_reason in metadata)
@@ -11,7 +14,8 @@
 
 A message sent to a task in INPUT_REQUIRED is its decision: a data part
 ``{"decision": "approve" | "reject" | "edit" | "always", "reason": ..., "args": ...}`` or
-the text ``approve`` / ``reject: REASON``.
+the text ``approve`` / ``reject: REASON``; to a workflow's ``ask``, its text is the answer.
+Workflows see the message's ``messageId`` and ``metadata`` (``{{ request.* }}`` templates).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from a2a.helpers.proto_helpers import get_data_parts, get_text_parts, new_data_part, new_text_part
@@ -29,7 +34,10 @@ from a2a.types import Message, Part, Role, Task, TaskState, TaskStatus
 
 from framework.errors import CAError, RunError
 from framework.runtime.events import (
+    ArtifactOut,
+    MessageOut,
     Paused,
+    RunEvent,
     RunFinished,
     StepUpdate,
     TextChunk,
@@ -110,19 +118,23 @@ class CleverAgentExecutor(AgentExecutor):
             if message is not None:
                 message.context_id = context_id
         updater = TaskUpdater(event_queue, task_id, context_id)
-        if current is None:
-            await event_queue.enqueue_event(
-                Task(
-                    id=task_id,
-                    context_id=context_id,
-                    status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
-                    history=[message] if message is not None else [],
-                )
-            )
+        submitted = Task(
+            id=task_id,
+            context_id=context_id,
+            status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+            history=[message] if message is not None else [],
+        )
+        # An agent with message steps may answer with a Message, which must be the only event:
+        # its task is announced only once the run shows it needs one.
+        deferred = current is None and self._may_reply_with_message()
+        if current is None and not deferred:
+            await event_queue.enqueue_event(submitted)
+        request = _request(message)
         try:
             if current is not None and current.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
                 assert message is not None
-                events = self.runtime.decide(task_id, parse_decision(message))
+                answer = self._answer(task_id, message)
+                events = self.runtime.decide(task_id, answer, request=request)
             else:
                 text = context.get_user_input() if message is not None else ""
                 caps, depth, parent, chain = _caller_limits(message)
@@ -136,10 +148,20 @@ class CleverAgentExecutor(AgentExecutor):
                     depth=depth,
                     parent=parent,
                     chain=chain,
+                    request=request,
                 )
+            if deferred:
+                events, reply = await _settle(events)
+                if reply is not None:
+                    await event_queue.enqueue_event(_agent_message("", context_id, [new_text_part(reply)]))
+                    return
+                await event_queue.enqueue_event(submitted)
+                deferred = False
             await updater.start_work()
             await self._forward(events, updater, task_id, context_id)
         except CAError as exc:  # a user-facing failure before the run started (unknown agent, bad decision...)
+            if deferred:
+                await event_queue.enqueue_event(submitted)
             await updater.failed(
                 _agent_message(
                     task_id,
@@ -150,6 +172,23 @@ class CleverAgentExecutor(AgentExecutor):
         except asyncio.CancelledError:
             self.runtime.mark_canceled(task_id)
             raise
+
+    def _may_reply_with_message(self) -> bool:
+        from framework.compiler.workflow import replies_with_message
+        from framework.spec.agent import WorkflowAgent
+
+        spec = self.runtime.bundle.project.agents.get(self.agent)
+        return isinstance(spec, WorkflowAgent) and replies_with_message(spec)
+
+    def _answer(self, task_id: str, message: Message) -> dict[str, Any]:
+        """A decision for every pending approval, or the text that answers a workflow's ``ask``."""
+        pending = self.runtime.tasks.get(task_id).pending
+        if pending and all(p.payload.get("kind") == "ask" for p in pending):
+            for data in get_data_parts(list(message.parts)):
+                if isinstance(data, dict) and data.get("decision") == "reject":
+                    return {"decision": "reject", "reason": data.get("reason")}
+            return {"decision": "answer", "text": "\n".join(get_text_parts(list(message.parts)))}
+        return parse_decision(message)
 
     async def _forward(self, events: Any, updater: TaskUpdater, task_id: str, context_id: str) -> None:
         pauses: list[Paused] = []
@@ -166,30 +205,43 @@ class CleverAgentExecutor(AgentExecutor):
                 )
             elif isinstance(event, Paused):
                 pauses.append(event)
+            elif isinstance(event, ArtifactOut):
+                await updater.add_artifact(
+                    [_part(p) for p in event.parts],
+                    artifact_id=event.artifact_id,
+                    name=event.name,
+                    metadata={"description": event.description} if event.description else None,
+                    last_chunk=True,
+                )
+            elif isinstance(event, MessageOut) and not event.source:
+                await updater.update_status(
+                    TaskState.TASK_STATE_WORKING,
+                    message=_agent_message(task_id, context_id, [new_text_part(event.text)]),
+                )
             elif isinstance(event, RunFinished):
-                await self._finish(event, pauses, updater, task_id, context_id)
+                await self._finish(event, pauses, reply, updater, task_id, context_id)
 
     async def _finish(
         self,
         event: RunFinished,
         pauses: list[Paused],
+        reply: _ReplyStream,
         updater: TaskUpdater,
         task_id: str,
         context_id: str,
     ) -> None:
         usage = event_to_json(event)["usage"]
         if event.state == "input-required":
-            pending = [
-                {"id": p.interrupt_id, **p.payload, "decisions": p.payload.get("options", ["approve", "reject"])}
-                for p in pauses
-            ]
+            pending = [{"id": p.interrupt_id, **p.payload, "decisions": _decisions(p.payload)} for p in pauses]
             text = "\n".join(str(p.get("message", p.get("kind"))) for p in pending)
+            asks = all(p.get("kind") == "ask" for p in pending)
+            how = "Reply with your answer." if asks else "Reply 'approve' or 'reject: REASON'."
             await updater.requires_input(
                 _agent_message(
                     task_id,
                     context_id,
                     [
-                        new_text_part(f"{text}\nReply 'approve' or 'reject: REASON'."),
+                        new_text_part(f"{text}\n{how}"),
                         new_data_part({"extension": APPROVAL_EXTENSION, "pending": pending}),
                     ],
                 )
@@ -198,9 +250,14 @@ class CleverAgentExecutor(AgentExecutor):
         if event.state == "completed":
             # The whole reply as one part, replacing the streamed chunks: what GetTask and
             # non-streaming clients see is the clean text.
-            await updater.add_artifact(
-                [new_text_part(event.output)], artifact_id=REPLY_ARTIFACT, name="reply", append=False, last_chunk=True
-            )
+            if event.output or reply.sent:
+                await updater.add_artifact(
+                    [new_text_part(event.output)],
+                    artifact_id=REPLY_ARTIFACT,
+                    name="reply",
+                    append=False,
+                    last_chunk=True,
+                )
             await updater.update_status(
                 TaskState.TASK_STATE_COMPLETED,
                 metadata={"stop_reason": event.stop_reason, "usage": usage},
@@ -245,6 +302,54 @@ class _ReplyStream:
         )
         self.sent += 1
         self.last = time.monotonic()
+
+
+async def _settle(events: AsyncIterator[RunEvent]) -> tuple[AsyncIterator[RunEvent], str | None]:
+    """Run to the end: the text of its message steps when that is all the run produced (a
+    Message reply), else None and the same events to forward as a task."""
+    seen = [event async for event in events]
+    texts = [e.text for e in seen if isinstance(e, MessageOut) and not e.source]
+    finished = next((e for e in seen if isinstance(e, RunFinished)), None)
+    other = any(isinstance(e, ArtifactOut | ToolCallStarted | Paused) for e in seen)
+    if texts and not other and finished is not None and finished.state == "completed":
+        return _replay([]), "\n\n".join(texts)
+    return _replay(seen), None
+
+
+async def _replay(events: list[RunEvent]) -> AsyncIterator[RunEvent]:
+    for event in events:
+        yield event
+
+
+def _part(part: Mapping[str, Any]) -> Part:
+    """An A2A part from an ArtifactOut part (text, data, or a file as bytes or a URL)."""
+    if "text" in part:
+        return new_text_part(str(part["text"]))
+    if "data" in part:
+        return new_data_part(part["data"])
+    file = part.get("file") or {}
+    if "url" in file:
+        return Part(url=str(file["url"]), filename=file.get("name", ""), media_type=file.get("media_type", ""))
+    return Part(
+        raw=str(file.get("content", "")).encode(), filename=file.get("name", ""), media_type=file.get("media_type", "")
+    )
+
+
+def _request(message: Message | None) -> dict[str, Any]:
+    """What workflows see of the message (``{{ request.message_id }}``, ``{{ request.metadata.KEY }}``)."""
+    if message is None:
+        return {}
+    from google.protobuf import json_format
+
+    metadata = json_format.MessageToDict(message.metadata) if message.HasField("metadata") else {}
+    return {"message_id": message.message_id, "metadata": metadata}
+
+
+def _decisions(payload: Mapping[str, Any]) -> list[str]:
+    """What a person may answer to one pause: an ask takes free text (or a reject)."""
+    if payload.get("kind") == "ask":
+        return ["answer", "reject"]
+    return list(payload.get("options", ["approve", "reject"]))
 
 
 def _caller_limits(message: Message | None) -> tuple[dict[str, float] | None, int, str, tuple[str, ...]]:

@@ -14,6 +14,8 @@ from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, final_text
 from framework.errors import CAError, RunError
 from framework.runtime.events import (
+    ArtifactOut,
+    MessageOut,
     Paused,
     PlanEntry,
     PlanUpdate,
@@ -132,6 +134,15 @@ class _Translator:
                 for e in data.get("entries", [])
             )
             return [PlanUpdate(entries, source)]
+        if kind == "artifact":
+            parts = tuple(p for p in data.get("parts", []) if isinstance(p, dict))
+            step = str(data.get("step", ""))
+            artifact_id = "/".join((*source, step)) if source else step
+            return [
+                ArtifactOut(artifact_id, str(data.get("name", step)), parts, str(data.get("description", "")), source)
+            ]
+        if kind == "message":
+            return [MessageOut(str(data.get("text", "")), source)]
         if kind == "child":  # a remote callee's progress: nested under the tool that called it
             return _child_event(data.get("event"), (*source, str(data.get("agent") or "remote")))
         return []

@@ -166,14 +166,15 @@ class Runtime:
             data={"state": state, **data},
         )
 
-    def _context(self, task: Task, skill: str | None, profile: str | None = None) -> RunContext:
+    def _context(self, task: Task, skill: str | None, request: Mapping[str, Any] | None = None) -> RunContext:
         return RunContext(
             skill=skill,
             task_id=task.id,
             conversation_id=task.conversation,
             source=self.source,
             audit=self.audit,
-            profile=profile or self.profiles.get(task.conversation),
+            profile=self.profiles.get(task.conversation),
+            request=request,
         )
 
     async def send(
@@ -188,10 +189,12 @@ class Runtime:
         depth: int = 0,
         parent: str = "",
         chain: tuple[str, ...] = (),
+        request: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Start a task: one message to ``agent`` in ``conversation``; stream its events.
 
-        ``task_id`` lets a transport use its own id (an A2A task id) for the task.
+        ``task_id`` lets a transport use its own id (an A2A task id) for the task; ``request``
+        is what workflows see of the message (``message_id``, ``metadata``).
         """
         self.bundle.agent(agent)
         await self._drop_abandoned_pause(agent, conversation)
@@ -199,21 +202,30 @@ class Runtime:
             agent=agent, conversation=conversation, source=self.source, input=text, task_id=task_id, parent=parent
         )
         self._audit_task(task, "submitted", input_chars=len(text))
-        context = dataclasses.replace(self._context(task, skill), caps=caps or None, depth=depth, chain=chain)
+        context = dataclasses.replace(self._context(task, skill, request), caps=caps or None, depth=depth, chain=chain)
         async for event in self._drive(
             task, Runner(self.bundle).run(agent, text, thread_id=conversation, skill=skill, context=context)
         ):
             yield event
 
-    async def decide(self, task_id: str, decision: Mapping[str, Any]) -> AsyncIterator[RunEvent]:
+    async def decide(
+        self, task_id: str, decision: Mapping[str, Any], *, request: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[RunEvent]:
         """Answer every pending decision of a paused task with ``decision`` and resume it.
 
-        ``decision``: ``{"decision": "approve" | "reject" | "edit" | "always", "reason": ..., "args": ...}``.
+        ``decision``: ``{"decision": "approve" | "reject" | "edit" | "always", "reason": ..., "args": ...}``,
+        or for a workflow's ``ask`` step ``{"decision": "answer", "text": ...}`` (a reject declines it).
         An expired approval is answered by its profile's ``on_timeout`` instead.
         """
         task = self.tasks.get(task_id)
         if task.state != "input-required" or not task.pending:
             raise RunError(f"task {task.id[:12]} is {task.state}, not waiting for a decision")
+        asks = [p.payload.get("kind") == "ask" for p in task.pending]
+        kind = decision.get("decision")
+        if kind == "answer" and not all(asks):
+            raise RunError(f"task {task.id[:12]} waits for an approval, not an answer: approve or reject it")
+        if kind in ("approve", "always", "edit") and any(asks):
+            raise RunError(f"task {task.id[:12]} asks a question: answer it with text (or reject it)")
         answers: dict[str, Any] = {}
         for pending in task.pending:
             answer = dict(decision)
@@ -238,7 +250,7 @@ class Runtime:
         async for event in self._drive(
             task,
             Runner(self.bundle).run(
-                task.agent, thread_id=task.conversation, context=self._context(task, None), resume=answers
+                task.agent, thread_id=task.conversation, context=self._context(task, None, request), resume=answers
             ),
         ):
             yield event
@@ -318,7 +330,7 @@ class Runtime:
         return Pending(pause.interrupt_id, pause.payload, paused_at.isoformat(), expiry(paused_at, timeout), on_timeout)
 
     def _timeout(self, agent: str, payload: Mapping[str, Any]) -> tuple[float | None, str]:
-        if payload.get("kind") == "gate":
+        if payload.get("kind") in ("gate", "ask"):
             seconds = payload.get("timeout")
             return (float(seconds) if seconds else None), "reject"
         spec = self.bundle.project.agents.get(str(payload.get("agent", agent)))
@@ -392,7 +404,12 @@ _USAGE_FIELDS = ("input_tokens", "output_tokens", "model_calls", "tool_calls")
 
 
 def _for_payload(payload: Mapping[str, Any], answer: Mapping[str, Any]) -> Any:
-    """A workflow gate reads ``{approved, reason}``; tool approvals and budgets read ``{decision, ...}``."""
+    """A workflow gate reads ``{approved, reason}``, an ask ``{text}`` or ``{declined, reason}``;
+    tool approvals and budgets read ``{decision, ...}``."""
+    if payload.get("kind") == "ask":
+        if answer.get("decision") == "reject":
+            return {"declined": True, "reason": answer.get("reason")}
+        return {"text": str(answer.get("text") or "")}
     if payload.get("kind") == "gate":
         return {"approved": answer.get("decision") in ("approve", "always"), "reason": answer.get("reason")}
     return dict(answer)

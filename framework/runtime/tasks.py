@@ -209,6 +209,19 @@ class TaskStore:
             ).fetchone()
         return row is not None
 
+    def question_in(self, conversation: str) -> Task | None:
+        """The task of this conversation that waits for an answer to a workflow's ``ask``, if any."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id FROM tasks WHERE conversation = ? AND state = 'input-required' ORDER BY created_at DESC",
+                (conversation,),
+            ).fetchall()
+        for (task_id,) in rows:
+            task = self.get(task_id)
+            if task.pending and all(p.payload.get("kind") == "ask" for p in task.pending):
+                return task
+        return None
+
     def save_remote(self, key: str, url: str, task_id: str, context_id: str) -> None:
         """Remember the remote task a tool call started (so a resumed caller continues it)."""
         with self._lock:

@@ -17,14 +17,20 @@ from framework.spec.source import LMap, format_path, locate
 from framework.spec.tools import BUILTIN_TOOLS, AgentTool, PythonTool
 from framework.spec.validation import shift
 from framework.spec.workflow import (
+    REQUEST_FIELD,
     STEP_OUTPUT,
     TEMPLATE,
     AgentStep,
+    ArtifactStep,
+    AskStep,
     GateStep,
     LoopStep,
+    MessageStep,
     ParallelStep,
     RouterStep,
     ToolStep,
+    is_template,
+    part_templates,
 )
 
 if TYPE_CHECKING:
@@ -257,6 +263,15 @@ class _Checker:
                         self.check_template(owner, (*path, "args", key), value, available)
             elif isinstance(step, GateStep):
                 self.check_template(owner, (*path, "gate", "message"), step.gate.message, available)
+            elif isinstance(step, AskStep):
+                self.check_template(owner, (*path, "ask", "message"), step.ask.message, available)
+            elif isinstance(step, MessageStep):
+                self.check_template(owner, (*path, "message"), step.message, available)
+            elif isinstance(step, ArtifactStep):
+                for j, part in enumerate(step.artifact.parts):
+                    where = (*path, "artifact", "parts", j)
+                    for at, text in part_templates(part):
+                        self.check_template(owner, (*where, *at), text, available)
             elif isinstance(step, ParallelStep):
                 # Branches run side by side: each sees only what came before the block.
                 outputs = [
@@ -265,7 +280,9 @@ class _Checker:
                 ]
                 available = available.union(*outputs)
             elif isinstance(step, RouterStep):
-                if step.router.on not in available:
+                if is_template(step.router.on):
+                    self.check_template(owner, (*path, "router", "on"), step.router.on, available)
+                elif step.router.on not in available:
                     on = step.router.on
                     later = on in self.step_ids
                     self.report(
@@ -287,7 +304,9 @@ class _Checker:
                 available |= self.walk_steps(owner, step.router.default, (*path, "router", "default"), seen, available)
             elif isinstance(step, LoopStep):
                 inner = self.walk_steps(owner, step.loop.steps, (*path, "loop", "steps"), seen, available)
-                if step.loop.on is not None and step.loop.on not in inner:
+                if step.loop.on is not None and is_template(step.loop.on):
+                    self.check_template(owner, (*path, "loop", "on"), step.loop.on, available | inner)
+                elif step.loop.on is not None and step.loop.on not in inner:
                     self.report(
                         owner,
                         (*path, "loop", "on"),
@@ -306,7 +325,7 @@ class _Checker:
     def check_template(self, owner: str, path: Path_, text: str, available: set[str]) -> None:
         for match in TEMPLATE.finditer(text):
             expr = match.group(1)
-            if expr == "input":
+            if expr == "input" or REQUEST_FIELD.match(expr):
                 continue
             ref = STEP_OUTPUT.match(expr)
             if ref is None:
@@ -314,7 +333,8 @@ class _Checker:
                     owner,
                     path,
                     f"unknown template expression {{{{ {expr} }}}}",
-                    hint="use {{ input }} or {{ steps.ID.output }}",
+                    hint=(did_you_mean(expr, ["request.message_id"]) if expr.startswith("request.") else "")
+                    or "use {{ input }}, {{ steps.ID.output }}, {{ request.message_id }} or {{ request.metadata.KEY }}",
                     offset=match.start(),
                 )
             elif ref.group(1) not in available:

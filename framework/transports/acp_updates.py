@@ -4,10 +4,12 @@ session/request_permission; the run's end becomes the stopReason."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from framework.runtime.events import (
+    ArtifactOut,
     Paused,
     PlanUpdate,
     RunEvent,
@@ -70,6 +72,30 @@ def title(tool: str, args: dict[str, Any]) -> str:
     return f"{tool} {detail}".strip()
 
 
+def artifact_blocks(event: ArtifactOut) -> list[dict[str, Any]]:
+    """ACP content blocks for an artifact: text, data as a JSON resource, files as resources or links."""
+    blocks: list[dict[str, Any]] = []
+    for i, part in enumerate(event.parts):
+        uri = f"artifact:{event.artifact_id}/{i}"
+        if "text" in part:
+            blocks.append({"type": "text", "text": str(part["text"])})
+        elif "data" in part:
+            text = json.dumps(part["data"], ensure_ascii=False, indent=2)
+            blocks.append({"type": "resource", "resource": {"uri": uri, "mimeType": "application/json", "text": text}})
+        else:
+            file = part.get("file") or {}
+            name = str(file.get("name") or event.name)
+            if "url" in file:
+                link = {"type": "resource_link", "uri": str(file["url"]), "name": name}
+                blocks.append(link | ({"mimeType": file["media_type"]} if file.get("media_type") else {}))
+            else:
+                resource = {"uri": f"{uri}/{name}", "text": str(file.get("content", ""))}
+                if file.get("media_type"):
+                    resource["mimeType"] = file["media_type"]
+                blocks.append({"type": "resource", "resource": resource})
+    return blocks
+
+
 class PromptTurn:
     """Runs one session/prompt to its stopReason."""
 
@@ -91,13 +117,24 @@ class PromptTurn:
             name, _, rest = text[1:].partition(" ")
             if name in {c["name"] for c in self.server._commands()}:
                 skill, text = name, rest.strip() or name
-        events = runtime.send(self.server.agent_name, text, conversation=self.session.id, skill=skill)
+        question = runtime.tasks.question_in(self.session.id)
+        if question is not None:  # the prompt answers the question the last turn ended with
+            events = runtime.decide(question.id, {"decision": "answer", "text": text})
+        else:
+            events = runtime.send(self.server.agent_name, text, conversation=self.session.id, skill=skill)
         try:
             while True:
                 finished, pauses = await self.stream(events)
                 self.task_id = finished.task_id
                 if finished.state != "input-required":
                     return self.stop(finished)
+                if all(p.payload.get("kind") == "ask" for p in pauses):
+                    # A question: the turn ends with it, and the next prompt is the answer.
+                    question_text = "\n".join(str(p.payload.get("message", "")) for p in pauses)
+                    self.update(
+                        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": question_text}}
+                    )
+                    return {"stopReason": "end_turn"}
                 decision = await self.ask(pauses)
                 if decision is None:
                     runtime.mark_canceled(finished.task_id)
@@ -141,6 +178,9 @@ class PromptTurn:
                 for e in event.entries
             ]
             self.update({"sessionUpdate": "plan", "entries": self.session.plan})
+        elif isinstance(event, ArtifactOut) and not event.source:
+            for block in artifact_blocks(event):
+                self.update({"sessionUpdate": "agent_message_chunk", "content": block})
         elif isinstance(event, StepUpdate) and not event.source:
             for entry in self.session.plan:
                 if entry["_meta"]["step"] == event.step:

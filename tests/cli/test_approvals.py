@@ -118,6 +118,47 @@ def test_without_a_terminal_the_run_stops_waiting_and_says_how_to_decide(make_pr
     assert (root / "effects.log").read_text() == "hello\n"
 
 
+ASKER = """
+name: asker
+kind: workflow
+steps:
+  - {id: who, ask: {message: "Who is asking?"}}
+  - id: card
+    artifact: {parts: [{data: {visitor: "{{ steps.who.output }}"}}]}
+output: "Welcome, {{ steps.who.output }}"
+"""
+
+
+def test_an_ask_step_is_answered_from_another_process_with_answer(make_project: ProjectFactory) -> None:
+    root = make_project({"agents/asker.yaml": ASKER})
+    result = run_ca("run", "asker", "hi", cwd=root)
+    assert result.returncode == 3, result.stderr
+    assert "⏸ paused: Who is asking?" in result.stderr
+    assert "is waiting for an answer: ca approve " in result.stderr
+    task = result.stderr.split("ca approve ")[1].split()[0]
+
+    wrong = run_ca("approve", task, cwd=root)  # an approval is not an answer: refused, nothing changes
+    assert wrong.returncode == 1 and "asks a question: answer it with text" in wrong.stderr
+    mixed = run_ca("approve", task, "--answer", "Ada", "--reject", cwd=root)
+    assert mixed.returncode == 2 and "--answer" in mixed.stderr
+
+    answered = run_ca("approve", task, "--answer", "Ada", cwd=root)
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout.strip() == "Welcome, Ada"
+    assert 'artifact card: {"visitor": "Ada"}' in answered.stderr
+
+
+def test_an_answer_to_an_approval_is_refused(make_project: ProjectFactory) -> None:
+    root = _project(make_project)
+    result = run_ca("run", "writer", "go", cwd=root)
+    task = result.stderr.split("ca approve ")[1].split()[0]
+    refused = run_ca("approve", task, "--answer", "yes please", cwd=root)
+    assert refused.returncode == 1 and "waits for an approval, not an answer" in refused.stderr
+    assert not (root / "effects.log").exists()
+    assert run_ca("approve", task, cwd=root).returncode == 0  # still waiting, and approvable
+    assert (root / "effects.log").read_text() == "hello\n"
+
+
 def test_audit_records_the_whole_story_and_verifies(make_project: ProjectFactory) -> None:
     root = _project(make_project)
     paused = run_ca("run", "writer", "go", cwd=root)

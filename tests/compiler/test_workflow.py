@@ -472,3 +472,165 @@ def test_mermaid_drawing_names_every_step() -> None:
         "(output)",
     ):
         assert label in drawing
+
+
+# -- the request, ask, artifact and message steps ------------------------------------------
+
+
+def _with_request(
+    graph: Any, request: dict[str, Any], text: str = "hello", resume: Any = None, config: Any = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Run (or resume) ``graph`` with a RunContext carrying ``request``: (final state, custom events)."""
+    from framework.compiler.agent import RunContext
+
+    async def go() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        custom: list[dict[str, Any]] = []
+        state: dict[str, Any] = {}
+        start: Any = Command(resume=resume) if resume is not None else {"messages": [HumanMessage(text)]}
+        async for mode, data in graph.astream(
+            start, config, stream_mode=["custom", "values"], context=RunContext(request=request)
+        ):
+            if mode == "custom":
+                custom.append(data)
+            else:
+                state = data
+        return state, custom
+
+    return asyncio.run(go())
+
+
+ROUTED = [
+    {
+        "id": "kind",
+        "router": {
+            "on": "{{ request.message_id }}",
+            "routes": [
+                {"when": {"regex": "^file-"}, "steps": [{"id": "file", "agent": "files"}]},
+                {"when": {"contains": "{{"}, "steps": [{"id": "never", "agent": "never"}]},
+            ],
+            "default": [{"id": "other", "agent": "other"}],
+        },
+    },
+    {"id": "tag", "agent": "tagger", "input": "{{ request.metadata.team.name }}/{{ request.metadata.missing }}"},
+]
+
+
+@pytest.mark.parametrize(("message_id", "agent"), [("file-1", "files"), ("note-2", "other"), ("", "other")])
+def test_a_router_routes_on_the_request_message_id(message_id: str, agent: str) -> None:
+    agents = Agents()
+    graph = compile_workflow(workflow(ROUTED), call_agent=agents, tools={})
+    _with_request(graph, {"message_id": message_id, "metadata": {"team": {"name": "ops"}}})
+    assert agents.calls[0][0] == agent
+    assert agents.called("tagger") == ["ops/"]  # a field the message did not carry renders empty
+
+
+def test_request_templates_render_empty_without_a_request() -> None:
+    agents = Agents()
+    run(compile_workflow(workflow(ROUTED), call_agent=agents, tools={}))
+    assert [name for name, _ in agents.calls] == ["other", "tagger"]
+
+
+def test_an_artifact_step_emits_its_parts_rendered_and_passes_its_input_on() -> None:
+    agents = Agents()
+    spec = workflow(
+        [
+            {"id": "draft", "agent": "writer"},
+            {
+                "id": "report",
+                "artifact": {
+                    "name": "report.txt",
+                    "description": "the draft",
+                    "parts": [
+                        {"text": "for {{ request.message_id }}"},
+                        {"data": {"draft": "{{ steps.draft.output }}", "n": [1, "{{ input }}"], "ok": True}},
+                        {"file": {"name": "a.txt", "media_type": "text/plain", "content": "{{ steps.draft.output }}"}},
+                        {"file": {"url": "https://example.com/{{ input }}.pdf"}},
+                    ],
+                },
+            },
+            {"id": "publish", "agent": "publisher"},
+        ]
+    )
+    graph = compile_workflow(spec, call_agent=agents, tools={})
+    state, custom = _with_request(graph, {"message_id": "m-1"}, text="x")
+    (artifact,) = [e for e in custom if e.get("ca_event") == "artifact"]
+    assert artifact == {
+        "ca_event": "artifact",
+        "step": "report",
+        "name": "report.txt",
+        "description": "the draft",
+        "parts": [
+            {"text": "for m-1"},
+            {"data": {"draft": "writer(x)", "n": [1, "x"], "ok": True}},
+            {"file": {"name": "a.txt", "media_type": "text/plain", "content": "writer(x)"}},
+            {"file": {"url": "https://example.com/x.pdf"}},
+        ],
+    }
+    assert agents.called("publisher") == ["writer(x)"]  # the step after it sees what it saw
+    assert state["outputs"]["report"] == "report.txt"
+
+
+def test_a_message_step_reports_its_text_and_makes_the_reply() -> None:
+    spec = workflow([{"id": "hi", "message": "Hello, {{ input }}"}])
+    graph = compile_workflow(spec, call_agent=Agents(), tools={})
+    state, custom = _with_request(graph, {}, text="Ada")
+    assert {"ca_event": "message", "step": "hi", "text": "Hello, Ada"} in custom
+    assert state["messages"][-1].content == "Hello, Ada"
+
+
+def _asking() -> tuple[Any, dict[str, Any], Agents]:
+    agents = Agents()
+    spec = workflow(
+        [
+            {"id": "q", "ask": {"message": "Which order? (you said {{ input }})", "timeout": "5m"}},
+            {"id": "look", "agent": "lookup"},
+        ]
+    )
+    graph = compile_workflow(spec, call_agent=agents, tools={}, checkpointer=InMemorySaver())
+    return graph, {"configurable": {"thread_id": "t"}}, agents
+
+
+def test_an_ask_step_pauses_with_its_question_and_the_answer_is_its_output() -> None:
+    graph, config, agents = _asking()
+    (pending,) = run(graph, "help", config)["__interrupt__"]
+    assert pending.value == {"kind": "ask", "step": "q", "message": "Which order? (you said help)", "timeout": 300.0}
+    state = asyncio.run(graph.ainvoke(Command(resume={"text": "order 42"}), config))
+    assert agents.calls == [("lookup", "order 42")]
+    assert state["outputs"]["q"] == "order 42"
+
+
+def test_a_declined_ask_fails_the_run_with_the_reason() -> None:
+    graph, config, agents = _asking()
+    run(graph, "help", config)
+    with pytest.raises(RunError) as raised:
+        asyncio.run(graph.ainvoke(Command(resume={"declined": True, "reason": "no order"}), config))
+    assert str(raised.value) == "ask 'q' was declined: no order"
+    assert agents.calls == []
+
+
+def test_a_loop_asks_again_until_the_request_says_stop() -> None:
+    """The loop's ``on`` is a template: each resume's request decides whether to ask again."""
+    agents = Agents()
+    spec = workflow(
+        [
+            {
+                "id": "wait",
+                "loop": {
+                    "steps": [{"id": "q", "ask": {"message": "More?"}}],
+                    "on": "{{ request.metadata.more }}",
+                    "until": {"contains": "no"},
+                    "max": 10,
+                },
+            },
+            {"id": "done", "agent": "closer"},
+        ]
+    )
+    graph = compile_workflow(spec, call_agent=agents, tools={}, checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    state, _ = _with_request(graph, {}, config=config)
+    assert asyncio.run(graph.aget_state(config)).interrupts
+    _with_request(graph, {"metadata": {"more": "yes"}}, resume={"text": "one"}, config=config)
+    assert asyncio.run(graph.aget_state(config)).interrupts  # asked again
+    state, _ = _with_request(graph, {"metadata": {"more": "no"}}, resume={"text": "two"}, config=config)
+    assert agents.calls == [("closer", "two")]
+    assert state["loops"]["wait"] == 2

@@ -111,6 +111,36 @@ PROJECT = {
     "agents/rejecter.yaml": writer("rejecter", "rejected.log"),
     "agents/watched.yaml": writer("watched", "watched.log"),
     "agents/broken.yaml": "name: broken\nmodel: anthropic:claude-sonnet-4-0\n",
+    "agents/desk.yaml": """
+        name: desk
+        kind: workflow
+        steps:
+          - id: kind
+            router:
+              on: "{{ request.message_id }}"
+              routes:
+                - when: {regex: "^hello-"}
+                  steps: [{id: hi, message: "Hello, {{ input }}"}]
+                - when: {regex: "^files-"}
+                  steps:
+                    - id: bundle
+                      artifact:
+                        name: results
+                        description: what was asked for
+                        parts:
+                          - {text: "for {{ request.metadata.team }}"}
+                          - data: {asked: "{{ input }}", count: 3}
+                          - file: {name: notes.txt, media_type: text/plain, content: "notes on {{ input }}"}
+                          - file: {name: spec.pdf, media_type: application/pdf, url: "https://example.com/spec.pdf"}
+              default:
+                - id: order
+                  loop:
+                    steps: [{id: which, ask: {message: "Which order do you mean?"}}]
+                    on: "{{ steps.which.output }}"
+                    until: {regex: "^[0-9]+$"}
+                    max: 5
+        output: "{{ steps.kind.output }}"
+    """,
     "tools/side.py": SIDE_EFFECT,
     "tools/nap.py": NAP,
 }
@@ -472,6 +502,77 @@ def test_rejection_as_a_data_part_skips_the_side_effect(server: Server) -> None:
     assert not (server.root / "rejected.log").exists()
     [result] = [e for e in ca_events(done) if e["kind"] == "tool_result"]  # the model was told why
     assert result["is_error"] and result["result"] == "rejected by the user: no"
+
+
+def desk_message(text: str, kind: str, *, metadata: dict[str, Any] | None = None, **ids: str) -> Message:
+    """A message to ``desk``, whose router reads the messageId's prefix."""
+    message = user_message(text, **ids)
+    message.message_id = f"{kind}-{uuid.uuid4().hex}"
+    if metadata:
+        message.metadata.update(metadata)
+    return message
+
+
+def test_a_message_step_answers_with_a_message_and_no_task(server: Server) -> None:
+    async def main() -> list[StreamResponse]:
+        async with a2a_client(server.url, "desk") as client:
+            request = SendMessageRequest(message=desk_message("Ada", "hello", context_id=ctx()))
+            return [r async for r in client.send_message(request)]
+
+    [response] = run(main())
+    assert response.HasField("message") and not response.HasField("task")
+    assert response.message.role == Role.ROLE_AGENT and not response.message.task_id
+    assert get_text_parts(list(response.message.parts)) == ["Hello, Ada"]
+
+
+def test_artifact_step_parts_reach_the_client_as_text_data_and_files(server: Server) -> None:
+    async def main() -> tuple[Task, Task]:
+        async with a2a_client(server.url, "desk") as client:
+            message = desk_message("the roadmap", "files", metadata={"team": "ops"}, context_id=ctx())
+            done = await send(client, message)
+            return done, await client.get_task(GetTaskRequest(id=done.id))
+
+    done, stored = run(main())
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    for task in (done, stored):
+        results, answer = task.artifacts
+        assert (results.artifact_id, results.name) == ("bundle", "results")
+        assert results.metadata["description"] == "what was asked for"
+        text, data, raw, url = results.parts
+        assert text.text == "for ops"
+        assert MessageToDict(data)["data"] == {"asked": "the roadmap", "count": 3}
+        assert (raw.raw, raw.filename, raw.media_type) == (b"notes on the roadmap", "notes.txt", "text/plain")
+        assert (url.url, url.filename, url.media_type) == (
+            "https://example.com/spec.pdf",
+            "spec.pdf",
+            "application/pdf",
+        )
+        assert answer.name == "reply" and get_artifact_text(answer) == "the roadmap"  # the input passed through
+
+
+def test_an_ask_step_takes_free_text_answers_until_one_fits(server: Server) -> None:
+    async def main() -> tuple[Task, Task, Task]:
+        async with a2a_client(server.url, "desk") as client:
+            asked = await send(client, desk_message("where is my order?", "help", context_id=ctx()))
+            again = await send(client, user_message("the blue one", task_id=asked.id, context_id=asked.context_id))
+            done = await send(client, user_message("4711", task_id=asked.id, context_id=asked.context_id))
+            return asked, again, done
+
+    asked, again, done = run(main())
+    for task in (asked, again):
+        assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        data = status_data(task)
+        [pending] = data["pending"]
+        assert (pending["kind"], pending["message"], pending["decisions"]) == (
+            "ask",
+            "Which order do you mean?",
+            ["answer", "reject"],
+        )
+        assert "Reply with your answer." in get_text_parts(list(task.status.message.parts))[0]
+    assert done.id == asked.id and done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert reply(done) == "4711"
+    texts = [get_text_parts(list(m.parts)) for m in done.history if m.role == Role.ROLE_USER]
+    assert texts == [["where is my order?"], ["the blue one"], ["4711"]]
 
 
 def test_subscribe_to_a_waiting_task_follows_it_to_completion(server: Server) -> None:

@@ -69,6 +69,26 @@ PROJECT = {
         tools:
           - python: tools/nap.py:nap
     """,
+    "agents/desk.yaml": """
+        name: desk
+        kind: workflow
+        steps:
+          - id: kind
+            router:
+              on: "{{ request.metadata.kind }}"
+              routes:
+                - when: {regex: "^hello$"}
+                  steps: [{id: hi, message: "Hello, {{ input }}"}]
+                - when: {regex: "^files$"}
+                  steps:
+                    - id: bundle
+                      artifact:
+                        parts:
+                          - data: {asked: "{{ input }}"}
+                          - file: {name: notes.txt, media_type: text/plain, content: "notes on {{ input }}"}
+              default:
+                - {id: which, ask: {message: "Which one?"}}
+    """,
     "agents/stingy.yaml": """
         name: stingy
         profile: autonomous

@@ -139,6 +139,24 @@ model: anthropic:claude-sonnet-4-0
 OPTIONS = ["allow_once", "allow_always", "reject_once", "reject_always"]
 
 
+INTAKE = """
+version: 1
+name: intake
+kind: workflow
+steps:
+  - {id: who, ask: {message: "Who is asking?"}}
+  - id: card
+    artifact:
+      name: card
+      parts:
+        - {text: "Visitor: {{ steps.who.output }}"}
+        - data: {visitor: "{{ steps.who.output }}"}
+        - file: {name: badge.txt, media_type: text/plain, content: "{{ steps.who.output }}"}
+        - file: {name: map.pdf, media_type: application/pdf, url: "https://example.com/map.pdf"}
+output: "Welcome, {{ steps.who.output }}"
+"""
+
+
 @pytest.fixture
 def project(make_project: ProjectFactory) -> Path:
     return make_project(
@@ -148,6 +166,7 @@ def project(make_project: ProjectFactory) -> Path:
             "agents/counter.yaml": COUNTER,
             "agents/thrifty.yaml": THRIFTY,
             "agents/claude.yaml": CLAUDE,
+            "agents/intake.yaml": INTAKE,
             "tools/nap.py": NAP,
             "tools/noisy.py": NOISY,
             "README.md": "# acp tests\n",
@@ -626,6 +645,52 @@ def test_session_load_in_a_new_process_replays_the_history_before_answering(proj
             assert await a.prompt(session, "third") == "end_turn"
 
     run(second())
+
+
+def test_an_ask_ends_the_turn_with_its_question_and_the_next_prompt_answers_it(project: Path) -> None:
+    async def ask() -> str:
+        async with agent(project, "intake") as a:
+            await a.initialize()
+            session = await a.new_session()
+            assert await a.prompt(session, "hello") == "end_turn"
+            assert a.text(session) == "Who is asking?"
+            return session
+
+    session = run(ask())
+
+    async def answer() -> None:  # a new process: the question waits in the task store
+        async with agent(project, "intake") as a:
+            await a.initialize()
+            await a.conn.load_session(cwd=str(project), session_id=session, mcp_servers=[])
+            since = len(a.wire.updates(session))
+            assert await a.prompt(session, "Ada") == "end_turn"
+            blocks = [
+                u["content"] for u in a.wire.updates(session)[since:] if u["sessionUpdate"] == "agent_message_chunk"
+            ]
+            assert blocks[:4] == [
+                {"type": "text", "text": "Visitor: Ada"},
+                {
+                    "type": "resource",
+                    "resource": {
+                        "uri": "artifact:card/1",
+                        "mimeType": "application/json",
+                        "text": '{\n  "visitor": "Ada"\n}',
+                    },
+                },
+                {
+                    "type": "resource",
+                    "resource": {"uri": "artifact:card/2/badge.txt", "text": "Ada", "mimeType": "text/plain"},
+                },
+                {
+                    "type": "resource_link",
+                    "uri": "https://example.com/map.pdf",
+                    "name": "map.pdf",
+                    "mimeType": "application/pdf",
+                },
+            ]
+            assert "".join(b["text"] for b in blocks[4:]) == "Welcome, Ada"
+
+    run(answer())
 
 
 def test_unknown_session_load_is_resource_not_found(project: Path) -> None:

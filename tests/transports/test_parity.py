@@ -28,7 +28,7 @@ from tests.transports.test_platform import Served, is_v1, start_server
 
 pytestmark = pytest.mark.e2e
 
-AGENTS = ("echo", "twice", "writer", "stingy")
+AGENTS = ("echo", "twice", "writer", "stingy", "desk")
 """The agents the cases talk to (stdio serves one agent per process)."""
 PROJECT_AGENTS = [name.removeprefix("agents/").removesuffix(".yaml") for name in PROJECT if name.startswith("agents/")]
 VOLATILE_IDS = {"id", "taskId", "contextId", "messageId", "task_id", "conversation_id"}
@@ -182,6 +182,30 @@ def stream(t: Transport) -> Any:
     assert len(events) > 3
     assert answer["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
     return events, answer
+
+
+@case
+def workflow_outputs(t: Transport) -> Any:
+    """A Message reply, artifacts with data and file parts, and a free-text answer to an ask."""
+    ids = Ids()
+
+    def desk(text: str, kind: str, **more: str) -> Json:
+        return {"message": {**user_message(text, **more), "metadata": {"kind": kind}}}
+
+    hello = t.call("desk", ids.rpc("SendMessage", desk("Ada", "hello")))
+    assert hello["result"]["message"]["parts"] == [{"text": "Hello, Ada"}]
+    files = t.call("desk", ids.rpc("SendMessage", desk("maps", "files")))
+    assert task_of(files)["artifacts"][0]["parts"][1] == {
+        "raw": "bm90ZXMgb24gbWFwcw==",  # "notes on maps"
+        "filename": "notes.txt",
+        "mediaType": "text/plain",
+    }
+    asked = t.call("desk", ids.rpc("SendMessage", desk("help", "other")))
+    assert state(asked) == "TASK_STATE_INPUT_REQUIRED"
+    where = {"taskId": task_of(asked)["id"], "contextId": task_of(asked)["contextId"]}
+    answered = t.call("desk", ids.rpc("SendMessage", {"message": user_message("the red one", **where)}))
+    assert state(answered) == "TASK_STATE_COMPLETED"
+    return hello, files, asked, answered
 
 
 @case
