@@ -5,13 +5,12 @@
 #
 # TCK_CHECKOUT is a clone of a2aproject/a2a-tck, branch 1.0-dev, with its requirements installed
 # (TCK_PYTHON defaults to TCK_CHECKOUT/.venv/bin/python); see docs/tck.md. This script never fetches
-# it and is not part of CI. Offline: the agents use the offline model. Takes about 80 s.
+# it and is not part of CI. Offline: the agent uses the offline model. Takes about 70 s.
 #
-# Two runs, one per agent of the project: `tck` (the default, at /) completes every task; `tck-gate`
-# (at /agents/tck-gate) keeps every task in input-required, which the TCK's tests of non-terminal
-# tasks need. Prints pytest's counts of each run and every failed test; exits 1 when a test fails
-# that is not one of the known failures of docs/tck.md. The TCK's reports of each run stay in
-# TCK_CHECKOUT/reports (junit-tck.xml, junit-tck-gate.xml).
+# The project's default agent `tck` (at /) does what the TCK's own agent does for each messageId
+# prefix (docs/tck.md). Prints pytest's counts and every failed test; exits 1 when a test fails
+# that is not one of the TCK bugs listed in docs/tck.md. The TCK's report stays in
+# TCK_CHECKOUT/reports (junitreport.xml).
 set -euo pipefail
 
 tck=$(cd "${1:?usage: bench/tck.sh TCK_CHECKOUT [TCK_PYTHON]}" && pwd)
@@ -21,19 +20,8 @@ ca=${CA:-$repo/.venv/bin/ca}
 port=${TCK_PORT:-9999}
 base="http://127.0.0.1:$port"
 
-# Known failures (docs/tck.md): TCK bugs, and scenarios of the TCK's own test agent that a
-# CleverAgents agent cannot express (they key on the messageId).
+# Known failures: TCK bugs, with the evidence in docs/tck.md.
 known=(
-  "test_artifacts.py::TestTextArtifact::test_task_has_text_artifact[jsonrpc]"
-  "test_artifacts.py::TestTextArtifact::test_task_has_text_artifact[http_json]"
-  "test_artifacts.py::TestFileArtifact::test_task_has_file_artifact[jsonrpc]"
-  "test_artifacts.py::TestFileArtifact::test_task_has_file_artifact[http_json]"
-  "test_artifacts.py::TestFileUrlArtifact::test_task_has_file_url_artifact[jsonrpc]"
-  "test_artifacts.py::TestFileUrlArtifact::test_task_has_file_url_artifact[http_json]"
-  "test_artifacts.py::TestDataArtifact::test_task_has_data_artifact[jsonrpc]"
-  "test_artifacts.py::TestDataArtifact::test_task_has_data_artifact[http_json]"
-  "test_artifacts.py::TestMessageResponse::test_returns_message_with_text_part[jsonrpc]"
-  "test_artifacts.py::TestMessageResponse::test_returns_message_with_text_part[http_json]"
   "test_data_model.py::TestCamelCaseFieldNames::test_no_snake_case_keys"
   "test_transport_behavior.py::TestRestFormat::test_response_content_type"
   "test_error_codes.py::TestJsonRpcErrorCodeMappings::test_content_type_not_supported_error"
@@ -67,7 +55,6 @@ run() {
   echo "== $name: $url"
   (cd "$tck" && "$python" run_tck.py --sut-host "$url" --transport jsonrpc,http_json --level must) >"$work/$name.log" 2>&1 || true
   tail -n 1 "$work/$name.log"
-  cp "$tck/reports/junitreport.xml" "$tck/reports/junit-$name.xml" 2>/dev/null || true
   local failed
   failed=$(grep -E '^FAILED tests/' "$work/$name.log" | sed -e 's/^FAILED tests\/compatibility\/[a-z_]*\///' -e 's/ - .*//' || true)
   while IFS= read -r test; do
@@ -80,5 +67,4 @@ run() {
 }
 
 run tck "$base"
-run tck-gate "$base/agents/tck-gate"
 exit "$unexpected"
