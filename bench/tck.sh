@@ -22,7 +22,6 @@ base="http://127.0.0.1:$port"
 
 # Known failures: TCK bugs, with the evidence in docs/tck.md.
 known=(
-  "test_data_model.py::TestCamelCaseFieldNames::test_no_snake_case_keys"
   "test_transport_behavior.py::TestRestFormat::test_response_content_type"
   "test_error_codes.py::TestJsonRpcErrorCodeMappings::test_content_type_not_supported_error"
 )

@@ -3,19 +3,20 @@
     run event            A2A
     ─────────────────    ──────────────────────────────────────────────────────────
     TextChunk            artifact "reply" chunk (append=True; last_chunk at the end)
-    ToolCallStarted/…    status WORKING with a data part {"ca_event": ...} (progress)
+    ToolCallStarted/…    status WORKING with a data part {"caEvent": ...} (progress)
     ArtifactOut          an artifact of its own (text, data, file parts)
     MessageOut           a Message instead of a task, when a run produced nothing else;
                          otherwise status WORKING with the text
     paused               status INPUT_REQUIRED: a data part (APPROVAL_EXTENSION) listing
                          the pending actions and allowed decisions, plus a text fallback
-    completed            status COMPLETED (budget stops carry stop_reason in metadata)
+    completed            status COMPLETED (metadata: stopReason, usage)
     failed               status FAILED with {"error": {"code", "reason"}} (ERRORS table)
 
 A message sent to a task in INPUT_REQUIRED is its decision: a data part
 ``{"decision": "approve" | "reject" | "edit" | "always", "reason": ..., "args": ...}`` or
 the text ``approve`` / ``reject: REASON``; to a workflow's ``ask``, its text is the answer.
 Workflows see the message's ``messageId`` and ``metadata`` (``{{ request.* }}`` templates).
+Our field names on the wire are camelCase, as A2A's are (``framework.runtime.wire``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from framework.runtime.events import (
     event_to_json,
 )
 from framework.runtime.runtime import Runtime
+from framework.runtime.wire import EVENT_KEY, to_wire
 
 APPROVAL_EXTENSION = "urn:cleveragents:extensions:v1"
 """Data parts of input-required statuses and of decisions are defined by this extension."""
@@ -74,8 +76,8 @@ def failure_code(error: str) -> str:
 def parse_decision(message: Message) -> dict[str, Any]:
     """The decision a person sent to a paused task, from a data part or the text fallback."""
     for data in get_data_parts(list(message.parts)):
-        if isinstance(data, dict) and data.get("decision") in DECISIONS:
-            return {k: data[k] for k in ("decision", "reason", "args") if k in data}
+        if isinstance(data, dict) and data.get("decision") in (*DECISIONS, "answer"):
+            return {k: data[k] for k in ("decision", "reason", "args", "text") if k in data}
     text = " ".join(get_text_parts(list(message.parts)))
     match = _TEXT_DECISION.match(text)
     if match is None:
@@ -133,7 +135,12 @@ class CleverAgentExecutor(AgentExecutor):
         try:
             if current is not None and current.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
                 assert message is not None
-                answer = self._answer(task_id, message)
+                try:
+                    answer = self._answer(task_id, message)
+                    self.runtime.check_decision(task_id, answer)
+                except CAError as exc:  # a wrong answer changes nothing: the task still waits, and says why
+                    await updater.requires_input(_still_waiting(current, task_id, context_id, str(exc)))
+                    return
                 events = self.runtime.decide(task_id, answer, request=request)
             else:
                 text = context.get_user_input() if message is not None else ""
@@ -187,6 +194,8 @@ class CleverAgentExecutor(AgentExecutor):
             for data in get_data_parts(list(message.parts)):
                 if isinstance(data, dict) and data.get("decision") == "reject":
                     return {"decision": "reject", "reason": data.get("reason")}
+                if isinstance(data, dict) and data.get("decision") == "answer":
+                    return {"decision": "answer", "text": str(data.get("text") or "")}
             return {"decision": "answer", "text": "\n".join(get_text_parts(list(message.parts)))}
         return parse_decision(message)
 
@@ -201,7 +210,9 @@ class CleverAgentExecutor(AgentExecutor):
             if isinstance(event, ToolCallStarted | ToolCallFinished | StepUpdate):
                 await updater.update_status(
                     TaskState.TASK_STATE_WORKING,
-                    message=_agent_message(task_id, context_id, [new_data_part({"ca_event": event_to_json(event)})]),
+                    message=_agent_message(
+                        task_id, context_id, [new_data_part({EVENT_KEY: to_wire(event_to_json(event))})]
+                    ),
                 )
             elif isinstance(event, Paused):
                 pauses.append(event)
@@ -230,9 +241,9 @@ class CleverAgentExecutor(AgentExecutor):
         task_id: str,
         context_id: str,
     ) -> None:
-        usage = event_to_json(event)["usage"]
+        usage = to_wire(event_to_json(event)["usage"])
         if event.state == "input-required":
-            pending = [{"id": p.interrupt_id, **p.payload, "decisions": _decisions(p.payload)} for p in pauses]
+            pending = [to_wire({"id": p.interrupt_id, **p.payload, "decisions": _decisions(p.payload)}) for p in pauses]
             text = "\n".join(str(p.get("message", p.get("kind"))) for p in pending)
             asks = all(p.get("kind") == "ask" for p in pending)
             how = "Reply with your answer." if asks else "Reply 'approve' or 'reject: REASON'."
@@ -260,7 +271,7 @@ class CleverAgentExecutor(AgentExecutor):
                 )
             await updater.update_status(
                 TaskState.TASK_STATE_COMPLETED,
-                metadata={"stop_reason": event.stop_reason, "usage": usage},
+                metadata={"stopReason": event.stop_reason, "usage": usage},
             )
             return
         reason = {"code": failure_code(event.error), "reason": event.error}
@@ -343,6 +354,14 @@ def _request(message: Message | None) -> dict[str, Any]:
 
     metadata = json_format.MessageToDict(message.metadata) if message.HasField("metadata") else {}
     return {"message_id": message.message_id, "metadata": metadata}
+
+
+def _still_waiting(current: Task, task_id: str, context_id: str, why: str) -> Message:
+    """The input-required status again, led by why the last answer could not be taken."""
+    parts = list(current.status.message.parts) if current.status.HasField("message") else []
+    texts = [p for p in parts if p.HasField("text")]  # [an earlier why,] the question
+    rest = [p for p in parts if not p.HasField("text")]
+    return _agent_message(task_id, context_id, [new_text_part(f"{why}\n"), *texts[-1:], *rest])
 
 
 def _decisions(payload: Mapping[str, Any]) -> list[str]:

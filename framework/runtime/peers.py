@@ -34,6 +34,7 @@ from langgraph.types import interrupt
 from framework.compiler.agent import CALL_CONTEXT, RunContext
 from framework.compiler.bundle import remote_tool_name
 from framework.runtime.tasks import TaskStore
+from framework.runtime.wire import EVENT_KEY, from_wire
 from framework.spec.loader import Project
 
 CARD_PATH = ".well-known/agent-card.json"
@@ -244,8 +245,9 @@ def _progress(event: StreamResponse, agent: str) -> None:
         return
     if event.HasField("status_update") and event.status_update.status.HasField("message"):
         for data in get_data_parts(list(event.status_update.status.message.parts)):
-            if isinstance(data, dict) and isinstance(data.get("ca_event"), dict):
-                _emit(get_stream_writer, {"ca_event": "child", "agent": agent, "event": data["ca_event"]})
+            if isinstance(data, dict) and isinstance(data.get(EVENT_KEY), dict):
+                event_data = from_wire(data[EVENT_KEY])
+                _emit(get_stream_writer, {"ca_event": "child", "agent": agent, "event": event_data})
     elif event.HasField("artifact_update") and event.artifact_update.append:
         chunk = _text(event.artifact_update.artifact.parts)
         if chunk:
@@ -301,6 +303,6 @@ def _status(outcome: RemoteOutcome, status: Any) -> None:
 
 
 def _usage(outcome: RemoteOutcome, metadata: dict[str, Any]) -> None:
-    usage = metadata.get("usage")
+    usage = from_wire(metadata).get("usage")
     if isinstance(usage, dict):
         outcome.usage = {k: float(v) for k, v in usage.items() if isinstance(v, int | float) and k != "total_tokens"}

@@ -217,15 +217,7 @@ class Runtime:
         or for a workflow's ``ask`` step ``{"decision": "answer", "text": ...}`` (a reject declines it).
         An expired approval is answered by its profile's ``on_timeout`` instead.
         """
-        task = self.tasks.get(task_id)
-        if task.state != "input-required" or not task.pending:
-            raise RunError(f"task {task.id[:12]} is {task.state}, not waiting for a decision")
-        asks = [p.payload.get("kind") == "ask" for p in task.pending]
-        kind = decision.get("decision")
-        if kind == "answer" and not all(asks):
-            raise RunError(f"task {task.id[:12]} waits for an approval, not an answer: approve or reject it")
-        if kind in ("approve", "always", "edit") and any(asks):
-            raise RunError(f"task {task.id[:12]} asks a question: answer it with text (or reject it)")
+        task = self.check_decision(task_id, decision)
         answers: dict[str, Any] = {}
         for pending in task.pending:
             answer = dict(decision)
@@ -254,6 +246,19 @@ class Runtime:
             ),
         ):
             yield event
+
+    def check_decision(self, task_id: str, decision: Mapping[str, Any]) -> Task:
+        """The paused task ``decision`` can answer; a RunError saying what it waits for if it cannot."""
+        task = self.tasks.get(task_id)
+        if task.state != "input-required" or not task.pending:
+            raise RunError(f"task {task.id[:12]} is {task.state}, not waiting for a decision")
+        asks = [p.payload.get("kind") == "ask" for p in task.pending]
+        kind = decision.get("decision")
+        if kind == "answer" and not all(asks):
+            raise RunError(f"task {task.id[:12]} waits for an approval, not an answer: approve or reject it")
+        if kind in ("approve", "always", "edit") and any(asks):
+            raise RunError(f"task {task.id[:12]} asks a question: answer it with text (or reject it)")
+        return task
 
     async def _drop_abandoned_pause(self, agent: str, conversation: str) -> None:
         """A pause whose task was canceled (or failed) no longer blocks its conversation.

@@ -20,6 +20,7 @@ from starlette.types import Message, Receive, Scope, Send
 from framework.compiler.card import agent_skills, card_to_json
 from framework.errors import RunError
 from framework.runtime.runtime import Runtime
+from framework.runtime.wire import to_wire
 from framework.transports.auth import Credentials, refuse, send_refusal
 from framework.transports.jsonrpc import Code, JsonRpcError, Request, error, parse_request, result
 
@@ -42,9 +43,10 @@ class ApprovalsListParams(_Params):
 
 class DecideParams(_Params):
     task_id: str = Field(alias="taskId")
-    decision: str = Field(pattern="^(approve|reject|edit|always)$")
+    decision: str = Field(pattern="^(approve|reject|edit|always|answer)$")
     reason: str | None = None
     args: dict[str, Any] | None = None
+    text: str | None = Field(default=None, description="The answer to a workflow's ask (decision 'answer').")
 
 
 class BudgetParams(_Params):
@@ -149,7 +151,7 @@ class Platform:
                     "agent": task.agent,
                     "pending": [
                         {
-                            **p.payload,
+                            **to_wire(p.payload),
                             "id": p.interrupt_id,
                             "pausedAt": p.paused_at,
                             "expiresAt": p.expires_at,
@@ -168,7 +170,7 @@ class Platform:
             raise JsonRpcError(-32001, str(exc)) from exc
         if task.state != "input-required":
             raise JsonRpcError(Code.TASK_NOT_WAITING, f"task {task.id} is {task.state}, not waiting for a decision")
-        decision = {"decision": params.decision, "reason": params.reason, "args": params.args}
+        decision = {"decision": params.decision, "reason": params.reason, "args": params.args, "text": params.text}
         if self.decide_via is None:
             raise JsonRpcError(Code.INTERNAL_ERROR, "decisions are not available on this transport")
         return {"task": await self.decide_via(task.agent, task.id, decision)}
@@ -183,7 +185,7 @@ class Platform:
         spec = self.runtime.bundle.project.agents.get(task.agent)
         budget = getattr(spec, "budget", None) or self.runtime.bundle.project.config.defaults.budget
         caps = budget.model_dump(mode="json", exclude_none=True) if budget is not None else {}
-        return {"taskId": task.id, "state": task.state, "usage": task.usage, "budget": caps}
+        return {"taskId": task.id, "state": task.state, "usage": to_wire(task.usage), "budget": caps}
 
     async def audit_query(self, params: AuditParams) -> dict[str, Any]:
         records = await self.runtime.audit.aquery(

@@ -622,10 +622,10 @@ def test_a_budget_exhausted_by_the_remote_callee_stops_the_whole_chain(net: Net)
 
 def _ca_events(task: dict[str, Any]) -> list[dict[str, Any]]:
     return [
-        p["data"]["ca_event"]
+        p["data"]["caEvent"]
         for m in task.get("history", [])
         for p in m["parts"]
-        if isinstance(p.get("data"), dict) and "ca_event" in p["data"]
+        if isinstance(p.get("data"), dict) and "caEvent" in p["data"]
     ]
 
 

@@ -292,8 +292,11 @@ def test_concurrent_appends_from_two_processes_form_one_chain(tmp_path: Path) ->
     ]
     deadline = time.monotonic() + 60
     while not all((tmp_path / f"ready-p{n}").exists() for n in range(2)):
-        assert all(p.poll() is None for p in procs), [p.communicate()[1] for p in procs]
-        assert time.monotonic() < deadline
+        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+            for p in procs:  # stop the other one, or reading its stderr would wait for it forever
+                if p.poll() is None:
+                    p.kill()
+            pytest.fail(f"a writer exited before starting: {[(p.returncode, p.communicate()[1]) for p in procs]}")
         time.sleep(0.01)
     (tmp_path / "go").touch()
     for proc in procs:

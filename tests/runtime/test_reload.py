@@ -272,12 +272,12 @@ def reply(task: dict[str, Any]) -> str:
 
 
 def tool_results(task: dict[str, Any]) -> list[Any]:
-    """The results of the tool calls in the task's history (``ca_event`` data parts)."""
+    """The results of the tool calls in the task's history (``caEvent`` data parts)."""
     return [
-        part["data"]["ca_event"]["result"]
+        part["data"]["caEvent"]["result"]
         for message in task.get("history", [])
         for part in message["parts"]
-        if "data" in part and part["data"].get("ca_event", {}).get("kind") == "tool_result"
+        if "data" in part and part["data"].get("caEvent", {}).get("kind") == "tool_result"
     ]
 
 

@@ -287,12 +287,12 @@ def reply(task: Task) -> str:
 
 
 def ca_events(task: Task) -> list[dict[str, Any]]:
-    """The run events (``ca_event`` data parts) in the task's history."""
+    """The run events (``caEvent`` data parts) in the task's history."""
     return [
-        data["ca_event"]
+        data["caEvent"]
         for message in task.history
         for data in get_data_parts(list(message.parts))
-        if isinstance(data, dict) and "ca_event" in data
+        if isinstance(data, dict) and "caEvent" in data
     ]
 
 
@@ -379,6 +379,10 @@ def test_send_message_answers_the_completed_task_with_the_reply(server: Server) 
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     assert reply(task) == "[echo] You said: hello there"
     assert task.history[0].role == Role.ROLE_USER and get_text_parts(list(task.history[0].parts)) == ["hello there"]
+    # our fields follow A2A's JSON naming (camelCase), in the status metadata as everywhere else
+    metadata = MessageToDict(task)["metadata"]  # a status update's metadata lands on the task
+    assert metadata["stopReason"] == "end_turn"
+    assert set(metadata["usage"]) == {"inputTokens", "outputTokens", "modelCalls", "toolCalls", "totalTokens"}
 
 
 def test_streaming_yields_status_updates_and_reply_chunks(server: Server) -> None:
@@ -466,6 +470,7 @@ def assert_waits_for_approval(task: Task, file: str) -> None:
     [pending] = data["pending"]
     assert pending["tool"] == "append" and pending["args"] == {"file": file, "text": "hello"}
     assert {"approve", "reject"} <= set(pending["decisions"])
+    assert pending["callId"] and "call_id" not in pending
     assert "approve" in " ".join(get_text_parts(list(task.status.message.parts)))
 
 
@@ -487,6 +492,30 @@ def test_approval_round_trip_runs_the_side_effect_once(server: Server) -> None:
     assert [(e["tool"], e["result"]) for e in ca_events(done) if e["kind"] == "tool_result"] == [("append", "appended")]
 
 
+def test_an_unreadable_decision_changes_nothing_and_says_what_to_send(server: Server) -> None:
+    async def main() -> tuple[Task, Task, Task]:
+        async with a2a_client(server.url, "approver") as client:
+            paused = await send(client, user_message("go", context_id=ctx()))
+            where = {"task_id": paused.id, "context_id": paused.context_id}
+            garbled = await send(client, user_message("maybe later?", **where))
+            answer = new_data_part({"decision": "answer", "text": "an answer is not an approval"})
+            wrong_kind = await send(client, user_message(answer, **where))
+            done = await send(client, user_message("approve", **where))
+            return garbled, wrong_kind, done
+
+    garbled, wrong_kind, done = run(main())
+    for task, why in (
+        (garbled, "this task is waiting for a decision: answer 'approve', 'reject: REASON'"),
+        (wrong_kind, "waits for an approval, not an answer"),
+    ):
+        assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        why_text, question = get_text_parts(list(task.status.message.parts))  # no pile-up of earlier whys
+        assert why in why_text and "approve" in question
+        assert status_data(task)["pending"][0]["tool"] == "append"  # still the same question
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED and reply(done) == "done"
+    assert (server.root / "approved.log").read_text().count("hello") >= 1
+
+
 def test_rejection_as_a_data_part_skips_the_side_effect(server: Server) -> None:
     async def main() -> Task:
         async with a2a_client(server.url, "rejecter") as client:
@@ -501,7 +530,7 @@ def test_rejection_as_a_data_part_skips_the_side_effect(server: Server) -> None:
     assert done.status.state == TaskState.TASK_STATE_COMPLETED and reply(done) == "done"
     assert not (server.root / "rejected.log").exists()
     [result] = [e for e in ca_events(done) if e["kind"] == "tool_result"]  # the model was told why
-    assert result["is_error"] and result["result"] == "rejected by the user: no"
+    assert result["isError"] and result["result"] == "rejected by the user: no"
 
 
 def desk_message(text: str, kind: str, *, metadata: dict[str, Any] | None = None, **ids: str) -> Message:

@@ -309,7 +309,7 @@ def test_send_message_returns_a_completed_task_with_the_reply(echo: StdioPeer) -
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert task["artifacts"][0]["artifactId"] == "reply"
     assert reply_text(task) == "[echo] You said: hello there"
-    assert task["metadata"]["stop_reason"] == "end_turn"
+    assert task["metadata"]["stopReason"] == "end_turn"
 
 
 def test_v03_message_send_and_the_tasks_send_alias_answer_in_v03_shape(echo: StdioPeer) -> None:
@@ -463,7 +463,7 @@ def test_end_of_input_finishes_what_is_in_flight_then_exits_zero(peers: dict[str
     peer = peers["slow"]
     stream = {"message": user_message("nap")}
     peer.send({"jsonrpc": "2.0", "id": "stream", "method": "SendStreamingMessage", "params": stream})
-    peer.wait_for(lambda m: m.get("method") == "_cleveragents/stream" and "ca_event" in json.dumps(m))  # napping
+    peer.wait_for(lambda m: m.get("method") == "_cleveragents/stream" and "caEvent" in json.dumps(m))  # napping
     params = {"message": user_message("nap"), "configuration": {"returnImmediately": True}}
     accepted = result_of(peer.request("SendMessage", params))["task"]
     assert accepted["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")

@@ -269,8 +269,8 @@ def test_budget_status_reports_usage_and_caps(server: Served) -> None:
     assert status["taskId"] == task["id"] and status["state"] == "input-required"
     assert status["budget"] == {"max_tool_calls": 5, "max_turns": 4, "on_exceed": "stop", "extend_by": 0.5}
     usage = status["usage"]
-    assert set(usage) >= {"input_tokens", "output_tokens", "model_calls", "tool_calls"}
-    assert usage["model_calls"] == 1
+    assert set(usage) >= {"inputTokens", "outputTokens", "modelCalls", "toolCalls"}
+    assert usage["modelCalls"] == 1
     error_of(server.rpc("_cleveragents/budget/status", {"taskId": "no-such-task"}), -32001)
 
 
@@ -279,7 +279,7 @@ def test_budget_status_after_a_decision_counts_the_whole_task(server: Served) ->
     task = paused_task(server)
     result_of(server.rpc("_cleveragents/approvals/decide", {"taskId": task["id"], "decision": "approve"}))
     usage = result_of(server.rpc("_cleveragents/budget/status", {"taskId": task["id"]}))["usage"]
-    assert (usage["model_calls"], usage["tool_calls"]) == (2, 1)
+    assert (usage["modelCalls"], usage["toolCalls"]) == (2, 1)
 
 
 def test_audit_query_returns_the_tasks_records_in_order(server: Served) -> None:
