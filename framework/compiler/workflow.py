@@ -17,7 +17,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict, TypeVar
+from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict, TypeVar, cast
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 from langchain_core.tools import BaseTool
@@ -45,6 +45,7 @@ from framework.spec.workflow import (
     Step,
     ToolStep,
     is_template,
+    step_kind,
 )
 
 __all__ = ["AgentCall", "WorkflowState", "compile_workflow", "render_template"]
@@ -301,7 +302,7 @@ class _Builder:
 
     def leaf(self, step: _Leaf, step_id: str, title: str, lane: str) -> _Node:
         """An agent, tool, gate, ask, artifact or message node."""
-        kind = _leaf_kind(step)
+        kind = cast(StepKind, step_kind(step))
         report = _Reporter(step_id, kind, title)
 
         async def work(state: _RunState) -> str:
@@ -483,18 +484,6 @@ class _Builder:
         self.graph.add_edge(body[-1].exit, self.add(check, again, {body[0].entry: "again", end: "done"}))
         self.add(end, finish)
         return _Fragment(step.id, title, f"step.{step.id}", end)
-
-
-def _leaf_kind(step: _Leaf) -> StepKind:
-    kinds: dict[type[Any], StepKind] = {
-        AgentStep: "agent",
-        ToolStep: "tool",
-        GateStep: "gate",
-        AskStep: "ask",
-        ArtifactStep: "artifact",
-        MessageStep: "message",
-    }
-    return kinds[type(step)]
 
 
 def replies_with_message(agent: WorkflowAgent) -> bool:

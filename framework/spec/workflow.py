@@ -222,6 +222,11 @@ _STEP_CLASSES: dict[type[Spec], str] = {
 }
 
 
+def step_kind(step: Spec) -> str:
+    """The key that makes ``step`` what it is: agent, tool, gate, ask, ..."""
+    return _STEP_CLASSES[type(step)]
+
+
 Step = Annotated[
     Annotated[AgentStep, Tag("agent")]
     | Annotated[ToolStep, Tag("tool")]
