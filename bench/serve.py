@@ -3,10 +3,13 @@
     python bench/serve.py [--requests 1000] [--concurrency 16] [--store sqlite|memory]
 
 Both servers run in their own process on a free loopback port, both on a2a-sdk 1.3.0's
-Starlette routes and uvicorn, both with the same task store (by default a2a-sdk's
+Starlette routes and uvicorn, both on the same task store (by default a2a-sdk's
 DatabaseTaskStore on a SQLite file, which is what `ca serve` uses) and with the SDK's
 OpenTelemetry wrappers off (OTEL_INSTRUMENTATION_A2A_SDK_ENABLED=false), so the difference
-is our code: executor, runtime, governance, conversation checkpoints, task record and audit.
+is our code: executor, runtime, governance, conversation checkpoints, task record and audit,
+and the WriteBehindTaskStore in front of `ca serve`'s DatabaseTaskStore (it writes a task when
+it is created and when it ends or waits, not on every event; the bare server writes on every
+event, as a2a-sdk does).
 
 1. Throughput: --requests non-streaming SendMessage (raw JSON-RPC, ``A2A-Version: 1.0``,
    every request a new context) at --concurrency, after a warm-up; req/s, p50 and p99
@@ -404,7 +407,7 @@ def main() -> None:
             "sqlite-sdk-default": (f"sdk-default:{sqlite}", "DatabaseTaskStore on SQLite, SQLAlchemy's default engine"),
             "memory": ("memory", "InMemoryTaskStore"),
         }[args.store]
-        ca_store = "DatabaseTaskStore on SQLite, .ca/state.db"
+        ca_store = "DatabaseTaskStore on SQLite, .ca/state.db, behind WriteBehindTaskStore"
         servers: list[Server] = []
         try:
             bare = spawn_bare(bare_url)
