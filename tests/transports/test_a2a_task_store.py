@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from a2a.auth.user import User
 from a2a.helpers.proto_helpers import new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -33,6 +34,7 @@ from a2a.types import (
 )
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from framework.transports import a2a_task_store
 from framework.transports.a2a_task_store import WriteBehindTaskStore
 
 CALLER = ServerCallContext()
@@ -195,6 +197,41 @@ def test_changing_a_saved_or_returned_task_changes_nothing_stored(tmp_path: Path
     run(tmp_path, body)
 
 
+def test_a_task_not_found_is_not_looked_up_again_until_it_is_saved(tmp_path: Path) -> None:
+    async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
+        asked: list[str] = []
+        lookup = store.store.get
+
+        async def counting_get(task_id: str, context: ServerCallContext) -> Task | None:
+            asked.append(task_id)
+            return await lookup(task_id, context)
+
+        store.store.get = counting_get  # type: ignore[method-assign]
+        assert await store.get("t1", CALLER) is None
+        assert await store.get("t1", CALLER) is None
+        assert asked == ["t1"]
+        await store.save(task(SUBMITTED), CALLER)
+        found = await store.get("t1", CALLER)
+        assert found is not None and found.status.state == SUBMITTED
+
+    run(tmp_path, body)
+
+
+def test_a_task_another_writer_created_is_found_once_not_found_expires(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(a2a_task_store, "ABSENT_SECONDS", 0.05)
+
+    async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
+        assert await store.get("t1", CALLER) is None
+        await reader.save(task(SUBMITTED), CALLER)  # another process
+        await asyncio.sleep(0.1)
+        found = await store.get("t1", CALLER)
+        assert found is not None and found.status.state == SUBMITTED
+
+    run(tmp_path, body)
+
+
 # -- through a2a-sdk's request handler ------------------------------------------------------
 
 
@@ -207,7 +244,12 @@ class Chunky(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id, context_id = context.task_id or "", context.context_id or ""
         await event_queue.enqueue_event(
-            Task(id=task_id, context_id=context_id, status=TaskStatus(state=SUBMITTED), history=[context.message])
+            Task(
+                id=task_id,
+                context_id=context_id,
+                status=TaskStatus(state=SUBMITTED),
+                history=[context.message] if context.message else [],
+            )
         )
         updater = TaskUpdater(event_queue, task_id, context_id)
         await updater.start_work()
