@@ -8,7 +8,8 @@
 
 Tasks live in a2a-sdk's DatabaseTaskStore (``.ca/state.db`` unless ``store.url`` says
 otherwise), behind a WriteBehindTaskStore that skips the writes of a run's intermediate
-states; the Runtime keeps conversations, pending decisions and the audit.
+states (on SQLite through SqliteTaskStore); the Runtime keeps conversations, pending
+decisions and the audit.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from framework.compiler.card import public_card
 from framework.runtime.executor import CleverAgentExecutor
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
-from framework.transports.a2a_task_store import WriteBehindTaskStore
+from framework.transports.a2a_task_store import SqliteTaskStore, WriteBehindTaskStore
 from framework.transports.auth import AuthMiddleware, Credentials
 from framework.transports.jsonrpc import Code, JsonRpcError
 from framework.transports.platform import Platform, PlatformMiddleware
@@ -77,7 +78,7 @@ def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     # mode so other processes (`ca tasks`, a second reader) neither block it nor wait for it.
     engine = create_async_engine(url, connect_args={"timeout": 30}, pool_size=1, max_overflow=0)
     event.listen(engine.sync_engine, "connect", _sqlite_wal)
-    return WriteBehindTaskStore(DatabaseTaskStore(engine))
+    return WriteBehindTaskStore(SqliteTaskStore(engine, Path(url.split(":///", 1)[1])))
 
 
 def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:

@@ -18,20 +18,30 @@ The SDK also looks a new task up three times before its first save. A task id is
 UUID made by the server that creates the task, so a task this store did not find a moment
 ago is one it is about to create: ``get`` remembers "not found" for ``ABSENT_SECONDS`` (or
 until the task is saved) instead of asking the database again.
+
+On SQLite, :class:`SqliteTaskStore` serves ``save`` and ``get`` through the sqlite3 module.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 from a2a.server.agent_execution.active_task import INTERRUPTED_TASK_STATES, TERMINAL_TASK_STATES
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabaseTaskStore, TaskStore
 from a2a.types import ListTasksRequest, ListTasksResponse, Task
+from sqlalchemy import JSON, DateTime
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.orm import class_mapper
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +53,7 @@ ABSENT_SECONDS = 2.0
 """How long a task the database did not have is answered "not found" without asking again."""
 ABSENT_LIMIT = 10_000
 """At most this many such answers are remembered (expired ones are dropped first)."""
+BUSY_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -151,6 +162,8 @@ class WriteBehindTaskStore(TaskStore):
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
         await self.flush()
+        if isinstance(self.store, SqliteTaskStore):
+            self.store.close()  # a save after this (written through) opens it again
 
     async def _write(self, live: _Live, task: Task, context: ServerCallContext) -> None:
         async with live.lock:
@@ -175,3 +188,84 @@ class WriteBehindTaskStore(TaskStore):
             logger.exception("writing running tasks to the task store failed; trying again")
             if not self._closed:
                 self._schedule_flush()
+
+
+class SqliteTaskStore(DatabaseTaskStore):
+    """DatabaseTaskStore whose ``save`` and ``get`` run on a plain sqlite3 connection to the same file.
+
+    Through SQLAlchemy's async engine each statement hops to aiosqlite's worker thread and back
+    through a greenlet: a save cost about 2 ms of CPU for well under 0.1 ms of SQLite work. The
+    rows are the SDK's own (its ``_to_orm``/``_from_orm`` map tasks; values are stored as
+    SQLAlchemy stores them on SQLite: JSON text, ``YYYY-MM-DD HH:MM:SS.ffffff`` times), so the
+    SDK's ``list`` and ``delete``, which stay on the engine, read and remove them as before.
+    Each statement holds the event loop while it runs, as the task table and the audit do.
+    """
+
+    def __init__(self, engine: AsyncEngine, path: Path) -> None:
+        super().__init__(engine)
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._columns = tuple(
+            (attr.key, attr.columns[0].name, _kind(attr.columns[0].type))
+            for attr in class_mapper(self.task_model).column_attrs
+        )
+        names = ", ".join(name for _, name, _ in self._columns)
+        marks = ", ".join("?" for _ in self._columns)
+        updates = ", ".join(f"{name} = excluded.{name}" for _, name, _ in self._columns if name != "id")
+        table = self.task_model.__tablename__
+        self._upsert = f"INSERT INTO {table} ({names}) VALUES ({marks}) ON CONFLICT(id) DO UPDATE SET {updates}"  # noqa: S608
+        self._select = f"SELECT {names} FROM {table} WHERE id = ? AND owner = ?"  # noqa: S608
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn = conn
+        return self._conn
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        await self._ensure_initialized()
+        model = self._to_orm(task, self.owner_resolver(context))
+        values = tuple(_to_column(kind, getattr(model, key)) for key, _, kind in self._columns)
+        self._connection().execute(self._upsert, values)
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        await self._ensure_initialized()
+        row = self._connection().execute(self._select, (task_id, self.owner_resolver(context))).fetchone()
+        if row is None:
+            return None
+        fields = {key: _from_column(kind, value) for (key, _, kind), value in zip(self._columns, row, strict=True)}
+        return self._from_orm(self.task_model(**fields))
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _kind(column_type: Any) -> str:
+    if isinstance(column_type, JSON):
+        return "json"
+    if isinstance(column_type, DateTime):
+        return "datetime"
+    return "plain"
+
+
+def _to_column(kind: str, value: Any) -> Any:
+    """A value as SQLAlchemy writes it to SQLite (its JSON type stores None as the text 'null')."""
+    if kind == "json":
+        return json.dumps(value)
+    if kind == "datetime" and value is not None:
+        return f"{value:%Y-%m-%d %H:%M:%S}.{value.microsecond:06d}"
+    return value
+
+
+def _from_column(kind: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind == "json":
+        return json.loads(value)
+    if kind == "datetime":
+        return datetime.fromisoformat(value)
+    return value

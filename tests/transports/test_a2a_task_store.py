@@ -1,12 +1,14 @@
 """WriteBehindTaskStore: what reaches the database when, and what GetTask answers meanwhile.
 
 "Durable" is checked through a second DatabaseTaskStore on the same SQLite file, as a server
-started after a crash would read it.
+started after a crash would read it. Every test runs over both stores ``ca serve`` puts behind
+it: a2a-sdk's DatabaseTaskStore (other databases) and SqliteTaskStore (SQLite).
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ from a2a.types import (
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from framework.transports import a2a_task_store
-from framework.transports.a2a_task_store import WriteBehindTaskStore
+from framework.transports.a2a_task_store import SqliteTaskStore, WriteBehindTaskStore
 
 CALLER = ServerCallContext()
 SUBMITTED, WORKING = TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING
@@ -66,16 +68,31 @@ def task(state: TaskState, *, reply: str = "", task_id: str = "t1") -> Task:
     return made
 
 
-def run(tmp_path: Path, body: Callable[[WriteBehindTaskStore, DatabaseTaskStore], Awaitable[None]]) -> None:
+@pytest.fixture(params=["database", "sqlite"])
+def inner(request: pytest.FixtureRequest) -> str:
+    """Which store the WriteBehindTaskStore under test wraps."""
+    return str(request.param)
+
+
+def inner_store(kind: str, path: Path) -> DatabaseTaskStore:
+    if kind == "sqlite":
+        return SqliteTaskStore(create_async_engine(f"sqlite+aiosqlite:///{path}"), path)
+    return database(path)
+
+
+def run(
+    tmp_path: Path, body: Callable[[WriteBehindTaskStore, DatabaseTaskStore], Awaitable[None]], kind: str = "database"
+) -> None:
     """``body(store, reader)``: the store under test and a second store reading the same file."""
 
     async def main() -> None:
-        inner, reader = database(tmp_path / "state.db"), database(tmp_path / "state.db")
+        inner, reader = inner_store(kind, tmp_path / "state.db"), database(tmp_path / "state.db")
         store = WriteBehindTaskStore(inner, interval=60)  # no background flush unless a test asks
         await store.initialize()
         try:
             await body(store, reader)
         finally:
+            await store.close()
             await inner.engine.dispose()
             await reader.engine.dispose()
 
@@ -87,15 +104,15 @@ async def state_in_database(reader: DatabaseTaskStore, task_id: str = "t1") -> A
     return None if stored is None else stored.status.state
 
 
-def test_the_first_save_is_in_the_database_when_save_returns(tmp_path: Path) -> None:
+def test_the_first_save_is_in_the_database_when_save_returns(tmp_path: Path, inner: str) -> None:
     async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
         await store.save(task(SUBMITTED), CALLER)
         assert await state_in_database(reader) == SUBMITTED
 
-    run(tmp_path, body)
+    run(tmp_path, body, inner)
 
 
-def test_intermediate_states_are_held_but_get_answers_the_latest(tmp_path: Path) -> None:
+def test_intermediate_states_are_held_but_get_answers_the_latest(tmp_path: Path, inner: str) -> None:
     async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
         await store.save(task(SUBMITTED), CALLER)
         await store.save(task(WORKING, reply="partial"), CALLER)
@@ -104,10 +121,10 @@ def test_intermediate_states_are_held_but_get_answers_the_latest(tmp_path: Path)
         assert latest is not None and latest.status.state == WORKING
         assert latest.artifacts[0].parts[0].text == "partial"
 
-    run(tmp_path, body)
+    run(tmp_path, body, inner)
 
 
-def test_input_required_is_durable_when_save_returns(tmp_path: Path) -> None:
+def test_input_required_is_durable_when_save_returns(tmp_path: Path, inner: str) -> None:
     async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
         await store.save(task(SUBMITTED), CALLER)
         await store.save(task(WORKING), CALLER)
@@ -120,10 +137,10 @@ def test_input_required_is_durable_when_save_returns(tmp_path: Path) -> None:
         assert stored is not None and stored.status.state == INPUT_REQUIRED
         assert stored.status.message.parts[0].text == "approve?"
 
-    run(tmp_path, body)
+    run(tmp_path, body, inner)
 
 
-def test_a_terminal_state_is_durable_when_save_returns(tmp_path: Path) -> None:
+def test_a_terminal_state_is_durable_when_save_returns(tmp_path: Path, inner: str) -> None:
     async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
         await store.save(task(SUBMITTED), CALLER)
         await store.save(task(WORKING, reply="par"), CALLER)
@@ -132,10 +149,10 @@ def test_a_terminal_state_is_durable_when_save_returns(tmp_path: Path) -> None:
         assert stored is not None and stored.status.state == COMPLETED
         assert stored.artifacts[0].parts[0].text == "partial done"
 
-    run(tmp_path, body)
+    run(tmp_path, body, inner)
 
 
-def test_a_held_state_reaches_the_database_within_the_interval(tmp_path: Path) -> None:
+def test_a_held_state_reaches_the_database_within_the_interval(tmp_path: Path, inner: str) -> None:
     async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
         store.interval = 0.05
         await store.save(task(SUBMITTED), CALLER)
@@ -144,10 +161,10 @@ def test_a_held_state_reaches_the_database_within_the_interval(tmp_path: Path) -
         await asyncio.sleep(0.5)
         assert await state_in_database(reader) == WORKING
 
-    run(tmp_path, body)
+    run(tmp_path, body, inner)
 
 
-def test_close_writes_what_is_held_and_later_saves_write_through(tmp_path: Path) -> None:
+def test_close_writes_what_is_held_and_later_saves_write_through(tmp_path: Path, inner: str) -> None:
     async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
         await store.save(task(SUBMITTED), CALLER)
         await store.save(task(WORKING), CALLER)
@@ -157,20 +174,20 @@ def test_close_writes_what_is_held_and_later_saves_write_through(tmp_path: Path)
         await store.save(task(WORKING, task_id="t2"), CALLER)
         assert await state_in_database(reader, "t2") == WORKING
 
-    run(tmp_path, body)
+    run(tmp_path, body, inner)
 
 
-def test_list_shows_the_latest_states(tmp_path: Path) -> None:
+def test_list_shows_the_latest_states(tmp_path: Path, inner: str) -> None:
     async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
         await store.save(task(SUBMITTED), CALLER)
         await store.save(task(WORKING), CALLER)
         listed = await store.list(ListTasksRequest(), CALLER)
         assert [(t.id, t.status.state) for t in listed.tasks] == [("t1", WORKING)]
 
-    run(tmp_path, body)
+    run(tmp_path, body, inner)
 
 
-def test_a_held_task_is_seen_only_by_its_owner(tmp_path: Path) -> None:
+def test_a_held_task_is_seen_only_by_its_owner(tmp_path: Path, inner: str) -> None:
     async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
         alice, bob = ServerCallContext(user=Named("alice")), ServerCallContext(user=Named("bob"))
         await store.save(task(SUBMITTED), alice)
@@ -179,10 +196,10 @@ def test_a_held_task_is_seen_only_by_its_owner(tmp_path: Path) -> None:
         mine = await store.get("t1", alice)
         assert mine is not None and mine.status.state == WORKING
 
-    run(tmp_path, body)
+    run(tmp_path, body, inner)
 
 
-def test_changing_a_saved_or_returned_task_changes_nothing_stored(tmp_path: Path) -> None:
+def test_changing_a_saved_or_returned_task_changes_nothing_stored(tmp_path: Path, inner: str) -> None:
     async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
         await store.save(task(SUBMITTED), CALLER)
         working = task(WORKING)
@@ -194,10 +211,10 @@ def test_changing_a_saved_or_returned_task_changes_nothing_stored(tmp_path: Path
         again = await store.get("t1", CALLER)
         assert again is not None and again.status.state == WORKING
 
-    run(tmp_path, body)
+    run(tmp_path, body, inner)
 
 
-def test_a_task_not_found_is_not_looked_up_again_until_it_is_saved(tmp_path: Path) -> None:
+def test_a_task_not_found_is_not_looked_up_again_until_it_is_saved(tmp_path: Path, inner: str) -> None:
     async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
         asked: list[str] = []
         lookup = store.store.get
@@ -214,11 +231,11 @@ def test_a_task_not_found_is_not_looked_up_again_until_it_is_saved(tmp_path: Pat
         found = await store.get("t1", CALLER)
         assert found is not None and found.status.state == SUBMITTED
 
-    run(tmp_path, body)
+    run(tmp_path, body, inner)
 
 
 def test_a_task_another_writer_created_is_found_once_not_found_expires(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, inner: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(a2a_task_store, "ABSENT_SECONDS", 0.05)
 
@@ -229,7 +246,7 @@ def test_a_task_another_writer_created_is_found_once_not_found_expires(
         found = await store.get("t1", CALLER)
         assert found is not None and found.status.state == SUBMITTED
 
-    run(tmp_path, body)
+    run(tmp_path, body, inner)
 
 
 # -- through a2a-sdk's request handler ------------------------------------------------------
@@ -265,7 +282,7 @@ class Chunky(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
 
 
-def send_through_handler(tmp_path: Path, final: TaskState) -> tuple[Task, Task | None]:
+def send_through_handler(tmp_path: Path, inner: str, final: TaskState) -> tuple[Task, Task | None]:
     """SendMessage through DefaultRequestHandler; the answer and the task as the database holds it then."""
     card = AgentCard(
         name="chunky",
@@ -284,20 +301,60 @@ def send_through_handler(tmp_path: Path, final: TaskState) -> tuple[Task, Task |
         result["answer"], result["stored"] = answer, await reader.get(answer.id, CALLER)
         await handler.aclose()
 
-    run(tmp_path, body)
+    run(tmp_path, body, inner)
     return result["answer"], result["stored"]
 
 
-def test_send_message_answers_only_once_the_completed_task_is_durable(tmp_path: Path) -> None:
-    answer, stored = send_through_handler(tmp_path, COMPLETED)
+def test_send_message_answers_only_once_the_completed_task_is_durable(tmp_path: Path, inner: str) -> None:
+    answer, stored = send_through_handler(tmp_path, inner, COMPLETED)
     assert answer.status.state == COMPLETED
     assert stored is not None and stored.status.state == COMPLETED
     assert [p.text for p in stored.artifacts[0].parts] == ["hello"]
     assert stored.history[0].parts[0].text == "hi"
 
 
-def test_send_message_answers_only_once_the_waiting_task_is_durable(tmp_path: Path) -> None:
-    answer, stored = send_through_handler(tmp_path, INPUT_REQUIRED)
+def test_send_message_answers_only_once_the_waiting_task_is_durable(tmp_path: Path, inner: str) -> None:
+    answer, stored = send_through_handler(tmp_path, inner, INPUT_REQUIRED)
     assert answer.status.state == INPUT_REQUIRED
     assert stored is not None and stored.status.state == INPUT_REQUIRED
     assert stored.status.message.parts[0].text == "approve?"
+
+
+# -- SqliteTaskStore writes and reads the SDK's rows -------------------------------------------
+
+
+def full_task(task_id: str) -> Task:
+    made = task(COMPLETED, reply="héllo", task_id=task_id)
+    made.history.append(Message(message_id="m1", role=Role.ROLE_USER, parts=[new_text_part("hi ✓")]))
+    made.status.message.CopyFrom(Message(message_id="m2", role=Role.ROLE_AGENT, parts=[new_text_part("done")]))
+    made.status.timestamp.FromMicroseconds(1_767_225_600_000_000)  # a whole second: no fraction to print
+    made.metadata.update({"stop_reason": "end_turn", "usage": {"input_tokens": 3}})
+    return made
+
+
+def test_sqlite_store_rows_are_the_sdk_rows_both_ways(tmp_path: Path) -> None:
+    async def main() -> None:
+        path = tmp_path / "state.db"
+        ours, sdk = SqliteTaskStore(create_async_engine(f"sqlite+aiosqlite:///{path}"), path), database(path)
+        await ours.initialize()
+        try:
+            await ours.save(full_task("ours"), CALLER)
+            await sdk.save(full_task("sdk"), CALLER)
+            await sdk.save(task(SUBMITTED, task_id="bare"), CALLER)  # no metadata, no timestamp
+            assert await sdk.get("ours", CALLER) == full_task("ours")
+            assert await ours.get("sdk", CALLER) == full_task("sdk")
+            assert await ours.get("bare", CALLER) == task(SUBMITTED, task_id="bare")
+            with sqlite3.connect(path) as raw:  # the same text, so ListTasks orders and pages alike
+                rows = dict(raw.execute("SELECT id, last_updated || status || metadata FROM tasks").fetchall())
+            assert rows["ours"] == rows["sdk"]
+            listed = await sdk.list(ListTasksRequest(status=COMPLETED), CALLER)
+            assert sorted(t.id for t in listed.tasks) == ["ours", "sdk"]
+            await ours.save(task(WORKING, task_id="sdk"), CALLER)  # an update of a row the SDK wrote
+            assert await sdk.get("sdk", CALLER) == task(WORKING, task_id="sdk")
+            assert await ours.get("ours", ServerCallContext(user=Named("bob"))) is None
+        finally:
+            ours.close()
+            await ours.engine.dispose()
+            await sdk.engine.dispose()
+
+    asyncio.run(main())
