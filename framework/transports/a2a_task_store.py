@@ -14,11 +14,6 @@ version of each running task in memory and writes to the database:
 ``get`` answers the latest version (from memory while the task runs), ``list`` flushes first,
 so GetTask and ListTasks never show a state older than the last event.
 
-The SDK also looks a new task up three times before its first save. A task id is a random
-UUID made by the server that creates the task, so a task this store did not find a moment
-ago is one it is about to create: ``get`` remembers "not found" for ``ABSENT_SECONDS`` (or
-until the task is saved) instead of asking the database again.
-
 On SQLite, :class:`SqliteTaskStore` serves ``save`` and ``get`` through the sqlite3 module.
 """
 
@@ -28,7 +23,6 @@ import asyncio
 import json
 import logging
 import sqlite3
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -49,10 +43,6 @@ FLUSH_SECONDS = 0.5
 """A running task's latest state reaches the database at most this long after it changed."""
 DURABLE_STATES = frozenset(TERMINAL_TASK_STATES | INTERRUPTED_TASK_STATES)
 """Saves into these states are written before ``save`` returns."""
-ABSENT_SECONDS = 2.0
-"""How long a task the database did not have is answered "not found" without asking again."""
-ABSENT_LIMIT = 10_000
-"""At most this many such answers are remembered (expired ones are dropped first)."""
 BUSY_TIMEOUT_S = 30.0
 
 
@@ -75,8 +65,6 @@ class WriteBehindTaskStore(TaskStore):
         self.interval = interval
         self._owner: Callable[[ServerCallContext], str] = store.owner_resolver
         self._live: dict[tuple[str, str], _Live] = {}
-        self._absent: dict[tuple[str, str], float] = {}
-        """Tasks the database did not have, and until when (``time.monotonic``) to believe it."""
         self._sleeper: asyncio.Task[None] | None = None
         self._flushes: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -89,7 +77,6 @@ class WriteBehindTaskStore(TaskStore):
         latest = Task()
         latest.CopyFrom(task)  # the SDK keeps mutating the object it saved
         durable = self._closed or latest.status.state in DURABLE_STATES
-        self._absent.pop(key, None)
         live = self._live.get(key)
         if live is None:
             live = _Live(latest, context)
@@ -112,25 +99,12 @@ class WriteBehindTaskStore(TaskStore):
             del self._live[key]  # nothing newer arrived while it was written
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
-        key = (self._owner(context), task_id)
-        live = self._live.get(key)
-        if live is not None:
-            task = Task()
-            task.CopyFrom(live.task)
-            return task
-        now = time.monotonic()
-        if self._absent.get(key, 0.0) > now:
-            return None
-        found = await self.store.get(task_id, context)
-        if found is None:
-            self._remember_absent(key, now)
-        return found
-
-    def _remember_absent(self, key: tuple[str, str], now: float) -> None:
-        if len(self._absent) >= ABSENT_LIMIT:
-            self._absent = {k: until for k, until in self._absent.items() if until > now}
-        if len(self._absent) < ABSENT_LIMIT:
-            self._absent[key] = now + ABSENT_SECONDS
+        live = self._live.get((self._owner(context), task_id))
+        if live is None:
+            return await self.store.get(task_id, context)
+        task = Task()
+        task.CopyFrom(live.task)
+        return task
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         await self.flush()
@@ -138,7 +112,6 @@ class WriteBehindTaskStore(TaskStore):
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         self._live.pop((self._owner(context), task_id), None)
-        self._absent.pop((self._owner(context), task_id), None)
         await self.store.delete(task_id, context)
 
     async def flush(self) -> None:

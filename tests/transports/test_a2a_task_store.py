@@ -36,7 +36,6 @@ from a2a.types import (
 )
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from framework.transports import a2a_task_store
 from framework.transports.a2a_task_store import SqliteTaskStore, WriteBehindTaskStore
 
 CALLER = ServerCallContext()
@@ -210,41 +209,6 @@ def test_changing_a_saved_or_returned_task_changes_nothing_stored(tmp_path: Path
         answered.status.state = COMPLETED
         again = await store.get("t1", CALLER)
         assert again is not None and again.status.state == WORKING
-
-    run(tmp_path, body, inner)
-
-
-def test_a_task_not_found_is_not_looked_up_again_until_it_is_saved(tmp_path: Path, inner: str) -> None:
-    async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
-        asked: list[str] = []
-        lookup = store.store.get
-
-        async def counting_get(task_id: str, context: ServerCallContext) -> Task | None:
-            asked.append(task_id)
-            return await lookup(task_id, context)
-
-        store.store.get = counting_get  # type: ignore[method-assign]
-        assert await store.get("t1", CALLER) is None
-        assert await store.get("t1", CALLER) is None
-        assert asked == ["t1"]
-        await store.save(task(SUBMITTED), CALLER)
-        found = await store.get("t1", CALLER)
-        assert found is not None and found.status.state == SUBMITTED
-
-    run(tmp_path, body, inner)
-
-
-def test_a_task_another_writer_created_is_found_once_not_found_expires(
-    tmp_path: Path, inner: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(a2a_task_store, "ABSENT_SECONDS", 0.05)
-
-    async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
-        assert await store.get("t1", CALLER) is None
-        await reader.save(task(SUBMITTED), CALLER)  # another process
-        await asyncio.sleep(0.1)
-        found = await store.get("t1", CALLER)
-        assert found is not None and found.status.state == SUBMITTED
 
     run(tmp_path, body, inner)
 
