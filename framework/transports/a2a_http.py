@@ -73,9 +73,11 @@ def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     url = store_url(runtime)
     if not url.startswith("sqlite"):
         return WriteBehindTaskStore(DatabaseTaskStore(create_async_engine(url)))
-    # SQLite takes one write at a time: one pooled connection (callers queue on the pool instead of
-    # sleeping in SQLite's busy handler, which gave p99 latencies of seconds under load), in WAL
-    # mode so other processes (`ca tasks`, a second reader) neither block it nor wait for it.
+    # Saves and reads go through SqliteTaskStore's own sqlite3 connection; the engine serves
+    # initialize, ListTasks and delete. SQLite takes one write at a time: one pooled connection
+    # (callers queue on the pool instead of sleeping in SQLite's busy handler, which gave p99
+    # latencies of seconds under load), in WAL mode so other processes (`ca tasks`, a second
+    # reader) neither block it nor wait for it.
     engine = create_async_engine(url, connect_args={"timeout": 30}, pool_size=1, max_overflow=0)
     event.listen(engine.sync_engine, "connect", _sqlite_wal)
     return WriteBehindTaskStore(SqliteTaskStore(engine, Path(url.split(":///", 1)[1])))

@@ -44,6 +44,7 @@ FLUSH_SECONDS = 0.5
 DURABLE_STATES = frozenset(TERMINAL_TASK_STATES | INTERRUPTED_TASK_STATES)
 """Saves into these states are written before ``save`` returns."""
 BUSY_TIMEOUT_S = 30.0
+"""How long SqliteTaskStore waits for another writer of the file (as the engine's connections do)."""
 
 
 @dataclass
