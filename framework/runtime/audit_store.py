@@ -139,9 +139,12 @@ _INSERT = f"INSERT INTO audit ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for
 
 
 def _connect_sqlite(path: str) -> sqlite3.Connection:
-    """A plain sqlite3 connection with the engine's settings (see ``_on_connect``)."""
+    """A plain sqlite3 connection with the engine's settings (see ``_on_connect``).
+
+    Opened after ``_setup``, when the engine has already put the file in WAL mode (which is kept
+    in the file): asking again would be one more chance to meet another process switching it.
+    """
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
     return conn
