@@ -3,10 +3,14 @@
     python bench/serve.py [--requests 1000] [--concurrency 16] [--store sqlite|memory]
 
 Both servers run in their own process on a free loopback port, both on a2a-sdk 1.3.0's
-Starlette routes and uvicorn, both with the same task store (by default a2a-sdk's
-DatabaseTaskStore on a SQLite file, which is what `ca serve` uses) and with the SDK's
-OpenTelemetry wrappers off (OTEL_INSTRUMENTATION_A2A_SDK_ENABLED=false), so the difference
-is our code: executor, runtime, governance, conversation checkpoints, task record and audit.
+Starlette routes and uvicorn, both keeping tasks in a SQLite file in the SDK's task table, and
+with the SDK's OpenTelemetry wrappers off (OTEL_INSTRUMENTATION_A2A_SDK_ENABLED=false). The
+bare server uses a2a-sdk's DatabaseTaskStore as it comes (by default; see --store): it writes
+the task on every event through SQLAlchemy's async engine. `ca serve` writes the same rows
+its own way (framework/transports/a2a_task_store.py): a task when it is created and when it
+ends or waits, on a plain sqlite3 connection. So the difference is our code, store included:
+executor, runtime, governance, conversation checkpoints, task record, audit and task store.
+To compare the rest alone, give the bare server the cheapest store: --store memory.
 
 1. Throughput: --requests non-streaming SendMessage (raw JSON-RPC, ``A2A-Version: 1.0``,
    every request a new context) at --concurrency, after a warm-up; req/s, p50 and p99
@@ -404,7 +408,7 @@ def main() -> None:
             "sqlite-sdk-default": (f"sdk-default:{sqlite}", "DatabaseTaskStore on SQLite, SQLAlchemy's default engine"),
             "memory": ("memory", "InMemoryTaskStore"),
         }[args.store]
-        ca_store = "DatabaseTaskStore on SQLite, .ca/state.db"
+        ca_store = "SqliteTaskStore behind WriteBehindTaskStore, .ca/state.db"
         servers: list[Server] = []
         try:
             bare = spawn_bare(bare_url)

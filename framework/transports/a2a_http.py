@@ -7,7 +7,9 @@
     /healthz                                      liveness and the bundle's digest
 
 Tasks live in a2a-sdk's DatabaseTaskStore (``.ca/state.db`` unless ``store.url`` says
-otherwise); the Runtime keeps conversations, pending decisions and the audit.
+otherwise), behind a WriteBehindTaskStore that skips the writes of a run's intermediate
+states (on SQLite through SqliteTaskStore); the Runtime keeps conversations, pending
+decisions and the audit.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from framework.compiler.card import public_card
 from framework.runtime.executor import CleverAgentExecutor
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
+from framework.transports.a2a_task_store import SqliteTaskStore, WriteBehindTaskStore
 from framework.transports.auth import AuthMiddleware, Credentials
 from framework.transports.jsonrpc import Code, JsonRpcError
 from framework.transports.platform import Platform, PlatformMiddleware
@@ -63,19 +66,21 @@ def store_url(runtime: Runtime) -> str:
     return url
 
 
-def task_store(runtime: Runtime) -> DatabaseTaskStore:
+def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     from sqlalchemy import event
     from sqlalchemy.ext.asyncio import create_async_engine
 
     url = store_url(runtime)
     if not url.startswith("sqlite"):
-        return DatabaseTaskStore(create_async_engine(url))
-    # SQLite takes one write at a time: one pooled connection (callers queue on the pool instead of
-    # sleeping in SQLite's busy handler, which gave p99 latencies of seconds under load), in WAL
-    # mode so other processes (`ca tasks`, a second reader) neither block it nor wait for it.
+        return WriteBehindTaskStore(DatabaseTaskStore(create_async_engine(url)))
+    # Saves and reads go through SqliteTaskStore's own sqlite3 connection; the engine serves
+    # initialize, ListTasks and delete. SQLite takes one write at a time: one pooled connection
+    # (callers queue on the pool instead of sleeping in SQLite's busy handler, which gave p99
+    # latencies of seconds under load), in WAL mode so other processes (`ca tasks`, a second
+    # reader) neither block it nor wait for it.
     engine = create_async_engine(url, connect_args={"timeout": 30}, pool_size=1, max_overflow=0)
     event.listen(engine.sync_engine, "connect", _sqlite_wal)
-    return DatabaseTaskStore(engine)
+    return WriteBehindTaskStore(SqliteTaskStore(engine, Path(url.split(":///", 1)[1])))
 
 
 def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
@@ -90,7 +95,7 @@ def served_card(runtime: Runtime, name: str) -> AgentCard:
     return public_card(card) if runtime.bundle.project.config.server.auth else card
 
 
-def request_handler(runtime: Runtime, name: str, store: DatabaseTaskStore) -> DefaultRequestHandler:
+def request_handler(runtime: Runtime, name: str, store: WriteBehindTaskStore) -> DefaultRequestHandler:
     """a2a-sdk's handler for one agent; authenticated callers get the full card from GetExtendedAgentCard."""
     authed = runtime.bundle.project.config.server.auth is not None
     return DefaultRequestHandler(
@@ -121,7 +126,7 @@ class AgentsApp:
     """
 
     def __init__(
-        self, runtime: Runtime, store: DatabaseTaskStore, previous: Mapping[str, DefaultRequestHandler] | None = None
+        self, runtime: Runtime, store: WriteBehindTaskStore, previous: Mapping[str, DefaultRequestHandler] | None = None
     ) -> None:
         bundle = runtime.bundle
         self.handlers = {name: self._handler(runtime, name, store, previous or {}) for name in bundle.agents}
@@ -144,7 +149,7 @@ class AgentsApp:
 
     @staticmethod
     def _handler(
-        runtime: Runtime, name: str, store: DatabaseTaskStore, previous: Mapping[str, DefaultRequestHandler]
+        runtime: Runtime, name: str, store: WriteBehindTaskStore, previous: Mapping[str, DefaultRequestHandler]
     ) -> DefaultRequestHandler:
         """The agent's handler from before the reload, with the new cards; or a new one."""
         handler = previous.get(name)
@@ -159,7 +164,7 @@ class AgentsApp:
 class Agents:
     """ASGI app that serves the runtime's current bundle; a reload swaps it atomically."""
 
-    def __init__(self, runtime: Runtime, store: DatabaseTaskStore) -> None:
+    def __init__(self, runtime: Runtime, store: WriteBehindTaskStore) -> None:
         self.runtime = runtime
         self.store = store
         self.current = AgentsApp(runtime, store)
@@ -182,7 +187,10 @@ def build_app(runtime: Runtime) -> PlatformMiddleware:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await store.initialize()
         await fail_interrupted(runtime, store)
-        yield
+        try:
+            yield
+        finally:
+            await store.close()
 
     async def decide(agent: str, task_id: str, decision: dict[str, Any]) -> dict[str, Any]:
         """A decision travels as a message to the paused task, so the A2A task store sees it too."""
@@ -225,7 +233,7 @@ def _no_agent(runtime: Runtime) -> Endpoint:
     return no_agent
 
 
-async def fail_interrupted(runtime: Runtime, store: DatabaseTaskStore) -> None:
+async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> None:
     """End ``failed``, with a reason, the tasks a previous ``ca serve`` was running when it died.
 
     Nothing runs them any more, and running them again could repeat a tool's side effect. Tasks

@@ -308,6 +308,32 @@ def test_concurrent_appends_from_two_processes_form_one_chain(tmp_path: Path) ->
         assert [len(audit.query(task_id=f"p{n}")) for n in range(2)] == [50, 50]
 
 
+def test_a_failed_append_leaves_the_chain_as_it_was(tmp_path: Path) -> None:
+    from framework.runtime.audit_store import AuditStore
+
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    store = AuditStore(url)
+
+    def broken(seq: int, prev_hash: str) -> dict[str, object]:
+        raise ValueError("no row")
+
+    with pytest.raises(ValueError, match="no row"):
+        store.append(broken)
+    with AuditLog(store) as audit:
+        assert audit.append("decision", source="cli", task_id="t").seq == 1
+        assert audit.verify().ok
+
+
+def test_a_closed_log_still_appends_to_the_same_chain(tmp_path: Path) -> None:
+    audit = AuditLog.open(tmp_path)
+    first = audit.append("decision", source="cli", task_id="t")
+    audit.close()
+    second = audit.append("decision", source="cli", task_id="t")
+    audit.close()
+    assert (second.seq, second.prev_hash) == (2, first.hash)
+    assert verify(tmp_path) == []
+
+
 # -- secrets ---------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,245 @@
+"""The A2A task store of ``ca serve``: a2a-sdk's DatabaseTaskStore, written only when it matters.
+
+a2a-sdk saves the whole task on every event (each status update and each reply chunk), so a
+short run cost five writes of the same row. :class:`WriteBehindTaskStore` keeps the latest
+version of each running task in memory and writes to the database:
+
+* at once, the first save of a run (the task exists in the database from its start, so a
+  server that dies leaves it ``submitted`` or ``working`` for :func:`fail_interrupted`);
+* at once, every save into a state that ends a run or waits for someone: completed, failed,
+  canceled, rejected, input-required, auth-required. The SDK answers the client only after
+  that save returns, so what the client was told survives a restart;
+* otherwise at most every ``interval`` seconds (a background flush), and on :meth:`close`.
+
+``get`` answers the latest version (from memory while the task runs), ``list`` flushes first,
+so GetTask and ListTasks never show a state older than the last event.
+
+On SQLite, :class:`SqliteTaskStore` serves ``save`` and ``get`` through the sqlite3 module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from a2a.server.agent_execution.active_task import INTERRUPTED_TASK_STATES, TERMINAL_TASK_STATES
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import DatabaseTaskStore, TaskStore
+from a2a.types import ListTasksRequest, ListTasksResponse, Task
+from sqlalchemy import JSON, DateTime
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.orm import class_mapper
+
+logger = logging.getLogger(__name__)
+
+FLUSH_SECONDS = 0.5
+"""A running task's latest state reaches the database at most this long after it changed."""
+DURABLE_STATES = frozenset(TERMINAL_TASK_STATES | INTERRUPTED_TASK_STATES)
+"""Saves into these states are written before ``save`` returns."""
+BUSY_TIMEOUT_S = 30.0
+"""How long SqliteTaskStore waits for another writer of the file (as the engine's connections do)."""
+
+
+@dataclass
+class _Live:
+    """A task saved at least once in this run: its latest version and whether the database lags."""
+
+    task: Task
+    context: ServerCallContext
+    dirty: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Orders this task's writes: asyncio.Lock is FIFO, so a later version is never overwritten."""
+
+
+class WriteBehindTaskStore(TaskStore):
+    """A :class:`DatabaseTaskStore` whose intermediate saves are held in memory (see the module doc)."""
+
+    def __init__(self, store: DatabaseTaskStore, *, interval: float = FLUSH_SECONDS) -> None:
+        self.store = store
+        self.interval = interval
+        self._owner: Callable[[ServerCallContext], str] = store.owner_resolver
+        self._live: dict[tuple[str, str], _Live] = {}
+        self._sleeper: asyncio.Task[None] | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def initialize(self) -> None:
+        await self.store.initialize()
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        key = (self._owner(context), task.id)
+        latest = Task()
+        latest.CopyFrom(task)  # the SDK keeps mutating the object it saved
+        durable = self._closed or latest.status.state in DURABLE_STATES
+        live = self._live.get(key)
+        if live is None:
+            live = _Live(latest, context)
+            if not durable:
+                self._live[key] = live
+            await self._write(live, latest, context)
+            return
+        live.task, live.context = latest, context
+        if not durable:
+            live.dirty = True
+            self._schedule_flush()
+            return
+        live.dirty = False
+        try:
+            await self._write(live, latest, context)
+        except BaseException:
+            live.dirty = live.task is latest or live.dirty
+            raise
+        if live.task is latest and self._live.get(key) is live:
+            del self._live[key]  # nothing newer arrived while it was written
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        live = self._live.get((self._owner(context), task_id))
+        if live is None:
+            return await self.store.get(task_id, context)
+        task = Task()
+        task.CopyFrom(live.task)
+        return task
+
+    async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        await self.flush()
+        return await self.store.list(params, context)
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        self._live.pop((self._owner(context), task_id), None)
+        await self.store.delete(task_id, context)
+
+    async def flush(self) -> None:
+        """Write every task whose latest version is not in the database yet."""
+        for live in list(self._live.values()):
+            if not live.dirty:
+                continue
+            live.dirty = False
+            task = live.task
+            try:
+                await self._write(live, task, live.context)
+            except BaseException:
+                live.dirty = True  # the next flush (or close) tries again
+                raise
+
+    async def close(self) -> None:
+        """Write what is held and write through from now on (the server is stopping)."""
+        self._closed = True
+        if self._sleeper is not None:
+            self._sleeper.cancel()
+        if self._flushes:
+            await asyncio.gather(*self._flushes, return_exceptions=True)
+        await self.flush()
+        if isinstance(self.store, SqliteTaskStore):
+            self.store.close()  # a save after this (written through) opens it again
+
+    async def _write(self, live: _Live, task: Task, context: ServerCallContext) -> None:
+        async with live.lock:
+            await self.store.save(task, context)
+
+    def _schedule_flush(self) -> None:
+        if self._sleeper is not None:
+            return
+        flush = asyncio.get_running_loop().create_task(self._flush_later())
+        self._sleeper = flush
+        self._flushes.add(flush)
+        flush.add_done_callback(self._flushes.discard)
+
+    async def _flush_later(self) -> None:
+        try:
+            await asyncio.sleep(self.interval)
+        finally:
+            self._sleeper = None  # a save from now on schedules the next flush
+        try:
+            await self.flush()
+        except Exception:
+            logger.exception("writing running tasks to the task store failed; trying again")
+            if not self._closed:
+                self._schedule_flush()
+
+
+class SqliteTaskStore(DatabaseTaskStore):
+    """DatabaseTaskStore whose ``save`` and ``get`` run on a plain sqlite3 connection to the same file.
+
+    Through SQLAlchemy's async engine each statement hops to aiosqlite's worker thread and back
+    through a greenlet: a save cost about 2 ms of CPU for well under 0.1 ms of SQLite work. The
+    rows are the SDK's own (its ``_to_orm``/``_from_orm`` map tasks; values are stored as
+    SQLAlchemy stores them on SQLite: JSON text, ``YYYY-MM-DD HH:MM:SS.ffffff`` times), so the
+    SDK's ``list`` and ``delete``, which stay on the engine, read and remove them as before.
+    Each statement holds the event loop while it runs, as the task table and the audit do.
+    """
+
+    def __init__(self, engine: AsyncEngine, path: Path) -> None:
+        super().__init__(engine)
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._columns = tuple(
+            (attr.key, attr.columns[0].name, _kind(attr.columns[0].type))
+            for attr in class_mapper(self.task_model).column_attrs
+        )
+        names = ", ".join(name for _, name, _ in self._columns)
+        marks = ", ".join("?" for _ in self._columns)
+        updates = ", ".join(f"{name} = excluded.{name}" for _, name, _ in self._columns if name != "id")
+        table = self.task_model.__tablename__
+        self._upsert = f"INSERT INTO {table} ({names}) VALUES ({marks}) ON CONFLICT(id) DO UPDATE SET {updates}"  # noqa: S608
+        self._select = f"SELECT {names} FROM {table} WHERE id = ? AND owner = ?"  # noqa: S608
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn = conn
+        return self._conn
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        await self._ensure_initialized()
+        model = self._to_orm(task, self.owner_resolver(context))
+        values = tuple(_to_column(kind, getattr(model, key)) for key, _, kind in self._columns)
+        self._connection().execute(self._upsert, values)
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        await self._ensure_initialized()
+        row = self._connection().execute(self._select, (task_id, self.owner_resolver(context))).fetchone()
+        if row is None:
+            return None
+        fields = {key: _from_column(kind, value) for (key, _, kind), value in zip(self._columns, row, strict=True)}
+        return self._from_orm(self.task_model(**fields))
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _kind(column_type: Any) -> str:
+    if isinstance(column_type, JSON):
+        return "json"
+    if isinstance(column_type, DateTime):
+        return "datetime"
+    return "plain"
+
+
+def _to_column(kind: str, value: Any) -> Any:
+    """A value as SQLAlchemy writes it to SQLite (its JSON type stores None as the text 'null')."""
+    if kind == "json":
+        return json.dumps(value)
+    if kind == "datetime" and value is not None:
+        return f"{value:%Y-%m-%d %H:%M:%S}.{value.microsecond:06d}"
+    return value
+
+
+def _from_column(kind: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind == "json":
+        return json.loads(value)
+    if kind == "datetime":
+        return datetime.fromisoformat(value)
+    return value
