@@ -67,7 +67,10 @@ _STORE_SCHEMES = ("sqlite", "sqlite+aiosqlite", "postgresql", "postgresql+asyncp
 
 
 class StoreConfig(Spec):
-    url: str = Field(default="sqlite:///.ca/state.db", description="Tasks, checkpoints and audit.")
+    url: str = Field(
+        default="sqlite:///.ca/state.db",
+        description="Where `ca serve` keeps A2A tasks: a SQLite file, or PostgreSQL to share them between servers.",
+    )
 
     @field_validator("url")
     @classmethod

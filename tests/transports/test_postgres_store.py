@@ -1,0 +1,125 @@
+"""`ca serve` with its A2A tasks in PostgreSQL (``store.url: postgresql://...``), end to end.
+
+Needs a real PostgreSQL server: ``CA_TEST_POSTGRES_URL`` (default
+``postgresql://127.0.0.1:5432/test``, the machine's trust-auth database). Where none answers,
+the tests skip and say so: a shared database cannot be faked with SQLite.
+
+Two `ca serve` processes of two projects share the database: a task one of them started is
+visible to the other, and a task waiting for approval when its server was SIGKILLed is still
+waiting after the restart and can be approved to completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SIDE_EFFECT
+from tests.transports.test_a2a_stdio import write_project
+from tests.transports.test_platform import Served, start_server
+
+pytestmark = pytest.mark.e2e
+
+URL = os.environ.get("CA_TEST_POSTGRES_URL", "postgresql://127.0.0.1:5432/test")
+
+
+def _reachable(url: str) -> str:
+    """Why PostgreSQL at ``url`` cannot be used, or '' when it can."""
+    try:
+        import asyncpg
+    except ImportError:
+        return "asyncpg is not installed (the 'postgres' extra)"
+
+    async def probe() -> None:
+        conn = await asyncpg.connect(url, timeout=3)
+        await conn.close()
+
+    try:
+        asyncio.run(probe())
+    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def postgres() -> str:
+    why = _reachable(URL)
+    if why:
+        pytest.skip(f"no PostgreSQL at {URL} ({why}); set CA_TEST_POSTGRES_URL to a database this test may write to")
+    return URL
+
+
+def _project(root: Path, url: str) -> Path:
+    return write_project(
+        root,
+        {
+            "ca.yaml": f"default_agent: echo\nstore: {{url: {url!r}}}\n",
+            "agents/echo.yaml": "name: echo\n",
+            "agents/writer.yaml": """
+                name: writer
+                profile: manual
+                model:
+                  provider: scripted
+                  replies:
+                    - tool_calls: [{name: append, args: {file: effects.log, text: hello}}]
+                    - done
+                tools:
+                  - python: tools/side.py:append
+            """,
+            "tools/side.py": SIDE_EFFECT,
+        },
+    )
+
+
+@pytest.fixture
+def servers(postgres: str) -> Iterator[list[Served]]:
+    started: list[Served] = []
+    yield started
+    for served in started:
+        served.stop()
+
+
+def _send(served: Served, agent: str, text: str, **ids: str) -> dict:
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}], **ids}
+    answer = served.rpc("SendMessage", {"message": message}, agent=agent)
+    assert "result" in answer, answer
+    task: dict = answer["result"]["task"]
+    return task
+
+
+def test_two_servers_share_tasks_and_a_paused_task_survives_sigkill(
+    tmp_path: Path, postgres: str, servers: list[Served]
+) -> None:
+    first_root, other_root = _project(tmp_path / "first", postgres), _project(tmp_path / "other", postgres)
+    first = start_server(first_root)
+    servers.append(first)
+    other = start_server(other_root)
+    servers.append(other)
+
+    done = _send(first, "echo", "kept in postgres")
+    seen = other.rpc("GetTask", {"id": done["id"]})["result"]  # another server, another project
+    assert seen["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert seen["artifacts"][0]["parts"] == [{"text": "[echo] You said: kept in postgres"}]
+    listed = other.rpc("ListTasks", {"contextId": done["contextId"]})["result"]["tasks"]
+    assert [t["id"] for t in listed] == [done["id"]]
+
+    paused = _send(first, "writer", "go")
+    assert paused["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait(timeout=10)
+
+    restarted = start_server(first_root)
+    servers.append(restarted)
+    waiting = restarted.rpc("GetTask", {"id": paused["id"]})["result"]
+    assert waiting["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert not (first_root / "effects.log").exists()
+    approved = _send(restarted, "writer", "approve", taskId=paused["id"], contextId=paused["contextId"])
+    assert approved["status"]["state"] == "TASK_STATE_COMPLETED", approved
+    assert (first_root / "effects.log").read_text() == "hello\n"
+    assert other.rpc("GetTask", {"id": paused["id"]})["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
