@@ -4,10 +4,17 @@ every other command goes through the Typer app."""
 
 from __future__ import annotations
 
+import os
 import sys
+
+SDK_TRACING = "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"
+"""a2a-sdk wraps its server and client in OpenTelemetry spans unless this is ``false``. With no
+tracer configured the spans go nowhere, cost time on every request, and log "Failed to detach
+context" tracebacks when a stream is dropped; ``ca`` turns them off unless the variable is set."""
 
 
 def main() -> None:
+    os.environ.setdefault(SDK_TRACING, "false")
     argv = sys.argv[1:]
     if argv[:1] == ["run"] and "--stdio" in argv:
         from framework.cli.stdio import parse_stdio_args

@@ -14,6 +14,7 @@ decisions and the audit.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -51,6 +52,26 @@ INTERRUPTED = (
 )
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+_CLIENT_ERRORS = ("Failed to validate base JSON-RPC request", "Failed to parse request params")
+
+
+class _ClientErrorsOnOneLine(logging.Filter):
+    """a2a-sdk logs a client's malformed JSON-RPC request with a traceback. The client gets a clear
+    JSON-RPC error; the server's log gets one line saying what was wrong, not a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None and record.getMessage() in _CLIENT_ERRORS:
+            record.msg, record.args = f"{record.getMessage()}: {record.exc_info[1]}", ()
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _quiet_client_errors() -> None:
+    logger = logging.getLogger("a2a.server.routes.jsonrpc_dispatcher")
+    if not any(isinstance(f, _ClientErrorsOnOneLine) for f in logger.filters):
+        logger.addFilter(_ClientErrorsOnOneLine())
 
 
 def store_url(runtime: Runtime) -> str:
@@ -180,6 +201,7 @@ class Agents:
 
 def build_app(runtime: Runtime) -> PlatformMiddleware:
     """The whole server: health, the agents of the current bundle, platform methods, limits."""
+    _quiet_client_errors()
     store = task_store(runtime)
     agents = Agents(runtime, store)
 
