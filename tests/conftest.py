@@ -53,6 +53,39 @@ SIDE_EFFECT = '''
 '''
 """``tools/side.py`` for tests: a python tool whose effect shows whether (and how often) it ran."""
 
+NAP = '''
+    import asyncio
+    from pathlib import Path
+
+
+    async def nap(seconds: float) -> str:
+        """Sleep for a while; leave a mark when the sleep is interrupted."""
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            Path("nap-interrupted").write_text("yes")
+            raise
+        return "rested"
+'''
+"""``tools/nap.py`` for tests: a slow python tool that leaves ``nap-interrupted`` behind when cancelled."""
+
+
+def writer_agent(name: str = "writer", file: str = "effects.log", extra: str = "") -> str:
+    """A manual-profile agent whose only tool call appends 'hello' to ``file`` (``tools/side.py``:
+    :data:`SIDE_EFFECT`), then answers "done": every call waits for an approval. ``extra``: more
+    YAML lines (e.g. a budget)."""
+    return f"""
+        name: {name}
+        profile: manual{extra}
+        model:
+          provider: scripted
+          replies:
+            - tool_calls: [{{name: append, args: {{file: {file}, text: hello}}}}]
+            - done
+        tools:
+          - python: tools/side.py:append
+    """
+
 
 ProjectFactory = Callable[[dict[str, str]], Path]
 

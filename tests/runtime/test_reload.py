@@ -10,13 +10,10 @@ server's stderr) until a deadline.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,7 +21,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from tests.conftest import CA, REPO, free_port
+from tests.conftest import NAP
+from tests.serving import ServeProcess, start_serve
 
 pytestmark = pytest.mark.e2e
 
@@ -33,21 +31,6 @@ T = TypeVar("T")
 HEADERS = {"A2A-Version": "1.0"}
 RELOAD_DEADLINE = 15.0
 """Seconds a reload may take to become observable before a test fails (it takes ~50 ms)."""
-
-NAP = '''
-    import asyncio
-    from pathlib import Path
-
-
-    async def nap(seconds: float) -> str:
-        """Sleep for a while; leave a mark when the sleep is interrupted."""
-        try:
-            await asyncio.sleep(seconds)
-        except asyncio.CancelledError:
-            Path("nap-interrupted").write_text("yes")
-            raise
-        return "rested"
-'''
 
 SIDE = '''
     from pathlib import Path
@@ -182,20 +165,7 @@ def eventually(probe: Callable[[], T | None], what: str, timeout: float = RELOAD
 # -- the server -----------------------------------------------------------------------------
 
 
-@dataclass
-class Server:
-    root: Path
-    port: int
-    proc: subprocess.Popen[bytes]
-    err: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stderr(self) -> str:
-        return self.err.read_text(errors="replace")
-
+class Server(ServeProcess):
     def stderr_with(self, text: str) -> str:
         """The server's stderr once it contains ``text``."""
         return eventually(lambda: text if text in self.stderr() else None, f"{text!r} on stderr") and self.stderr()
@@ -203,10 +173,6 @@ class Server:
     def reloads(self) -> int:
         """How many reloads the server has applied (its ``reloaded:`` lines)."""
         return self.stderr().count("\nreloaded: ") + self.stderr().startswith("reloaded: ")
-
-    def assert_alive(self) -> None:
-        assert self.proc.poll() is None, f"the server died:\n{self.stderr()}"
-        assert httpx.get(f"{self.url}/healthz", timeout=10).json()["status"] == "ok"
 
     # -- A2A ------------------------------------------------------------------------------
 
@@ -287,38 +253,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     for name, text in PROJECT.items():
         save(root / name, text, atomic=False)
     logs = tmp_path_factory.mktemp("logs")
-    port = free_port()
     # Bytecode caching on, as on a user's machine: a re-imported tool must not run stale bytecode.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env |= {"PYTHONPATH": str(REPO), "ANTHROPIC_API_KEY": ""}
-    err = logs / "serve.err"
-    with (logs / "serve.out").open("wb") as out, err.open("wb") as errors:
-        proc = subprocess.Popen(
-            [*CA, "serve", "--reload", "--port", str(port)],
-            cwd=root,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=errors,
-        )
-    srv = Server(root, port, proc, err)
+    srv = start_serve(
+        root, logs, "--reload", env={"ANTHROPIC_API_KEY": ""}, drop_env=["PYTHONDONTWRITEBYTECODE"], kind=Server
+    )
     try:
-        eventually(
-            lambda: proc.poll() is None and httpx.get(f"{srv.url}/healthz", timeout=2).status_code == 200,
-            "/healthz",
-            60,
-        )
         yield srv
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-    assert proc.returncode in (0, -signal.SIGTERM), srv.stderr()
-    assert "Traceback" not in srv.stderr(), srv.stderr()
+        srv.stop()
+    srv.assert_clean_exit()
 
 
 # -- tests ------------------------------------------------------------------------------------

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
 import textwrap
 import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,43 +39,14 @@ from a2a.types import (
 from a2a.utils.errors import UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from tests.conftest import CA, REPO, SIDE_EFFECT, ProjectFactory, free_port, run_ca
+from tests.conftest import NAP, SIDE_EFFECT, ProjectFactory, run_ca, writer_agent
+from tests.serving import ServeProcess, start_serve
 
 pytestmark = pytest.mark.e2e
 
 T = TypeVar("T")
 
 EXTENSION = "urn:cleveragents:extensions:v1"
-
-NAP = '''
-    import asyncio
-    from pathlib import Path
-
-
-    async def nap(seconds: float) -> str:
-        """Sleep for a while; leave a mark when the sleep is interrupted."""
-        try:
-            await asyncio.sleep(seconds)
-        except asyncio.CancelledError:
-            Path("nap-interrupted").write_text("yes")
-            raise
-        return "rested"
-'''
-
-
-def writer(name: str, file: str) -> str:
-    """A manual-profile agent whose only tool call appends 'hello' to ``file``."""
-    return f"""
-        name: {name}
-        profile: manual
-        model:
-          provider: scripted
-          replies:
-            - tool_calls: [{{name: append, args: {{file: {file}, text: hello}}}}]
-            - done
-        tools:
-          - python: tools/side.py:append
-    """
 
 
 PROJECT = {
@@ -107,9 +75,9 @@ PROJECT = {
         tools:
           - python: tools/nap.py:nap
     """,
-    "agents/approver.yaml": writer("approver", "approved.log"),
-    "agents/rejecter.yaml": writer("rejecter", "rejected.log"),
-    "agents/watched.yaml": writer("watched", "watched.log"),
+    "agents/approver.yaml": writer_agent("approver", "approved.log"),
+    "agents/rejecter.yaml": writer_agent("rejecter", "rejected.log"),
+    "agents/watched.yaml": writer_agent("watched", "watched.log"),
     "agents/broken.yaml": "name: broken\nmodel: anthropic:claude-sonnet-4-0\n",
     "agents/desk.yaml": """
         name: desk
@@ -149,65 +117,11 @@ PROJECT = {
 # -- the server process -------------------------------------------------------------------
 
 
-@dataclass
-class Server:
-    root: Path
-    port: int
-    proc: subprocess.Popen[bytes]
-    logs: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def output(self) -> str:
-        return "".join(
-            f"--- {p.name}\n{p.read_text(errors='replace')}" for p in sorted(self.logs.glob(f"serve-{self.port}.*"))
-        )
-
-    def assert_alive(self) -> None:
-        assert self.proc.poll() is None, f"the server died:\n{self.output()}"
-        assert httpx.get(f"{self.url}/healthz", timeout=10).json()["status"] == "ok"
+Server = ServeProcess
 
 
 def start_server(root: Path, logs: Path) -> Server:
-    """``ca serve --port PORT`` in ``root``; returns once /healthz answers."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "ANTHROPIC_API_KEY": ""}
-    with (logs / f"serve-{port}.out").open("wb") as out, (logs / f"serve-{port}.err").open("wb") as err:
-        proc = subprocess.Popen(
-            [*CA, "serve", "--port", str(port)], cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err
-        )
-    server = Server(root, port, proc, logs)
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"ca serve exited with {proc.returncode}:\n{server.output()}")
-        try:
-            if httpx.get(f"{server.url}/healthz", timeout=2).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            stop_server(server)
-            pytest.fail(f"ca serve did not answer /healthz in time:\n{server.output()}")
-        time.sleep(0.1)
-
-
-def stop_server(server: Server, sig: signal.Signals = signal.SIGTERM) -> None:
-    if server.proc.poll() is None:
-        server.proc.send_signal(sig)
-        try:
-            server.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.proc.kill()
-            server.proc.wait(timeout=10)
-
-
-def assert_clean_exit(server: Server) -> None:
-    """SIGTERM shuts down gracefully (uvicorn re-raises the signal after its shutdown); no request crashed."""
-    assert server.proc.returncode in (0, -signal.SIGTERM), server.output()
-    assert "Exception in ASGI application" not in server.output(), server.output()
+    return start_serve(root, logs, env={"ANTHROPIC_API_KEY": ""})
 
 
 def write_project(root: Path, files: dict[str, str]) -> Path:
@@ -226,8 +140,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     try:
         yield srv
     finally:
-        stop_server(srv)
-    assert_clean_exit(srv)
+        srv.stop()
+    srv.assert_clean_exit()
 
 
 # -- the client ---------------------------------------------------------------------------
@@ -774,7 +688,7 @@ def test_sigkill_keeps_a_waiting_task_and_fails_a_running_one_with_a_reason(
     root = make_project(
         {
             "ca.yaml": "default_agent: writer\n",
-            "agents/writer.yaml": writer("writer", "effects.log"),
+            "agents/writer.yaml": writer_agent(),
             "agents/slow.yaml": PROJECT["agents/slow.yaml"].replace("seconds: 5", "seconds: 60"),
             "tools/side.py": SIDE_EFFECT,
             "tools/nap.py": NAP,
@@ -793,7 +707,7 @@ def test_sigkill_keeps_a_waiting_task_and_fails_a_running_one_with_a_reason(
         paused, running = run(pause())
         assert_waits_for_approval(paused, "effects.log")
     finally:
-        stop_server(first, signal.SIGKILL)
+        first.stop(signal.SIGKILL)
     assert first.proc.returncode == -signal.SIGKILL
 
     second = start_server(root, logs)
@@ -809,7 +723,7 @@ def test_sigkill_keeps_a_waiting_task_and_fails_a_running_one_with_a_reason(
         after, interrupted, done = run(resume())
         listed = run_ca("tasks", "list", "--json", cwd=root)
     finally:
-        stop_server(second)
+        second.stop()
     assert after.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert status_data(after)["pending"][0]["tool"] == "append"
     assert done.status.state == TaskState.TASK_STATE_COMPLETED and reply(done) == "done"
@@ -820,4 +734,4 @@ def test_sigkill_keeps_a_waiting_task_and_fails_a_running_one_with_a_reason(
     assert error["code"] == "run_failed" and "server stopped while this task was running" in error["reason"]
     states = {t["id"]: t["state"] for t in json.loads(listed.stdout)}
     assert states == {paused.id: "completed", running.id: "failed"}
-    assert_clean_exit(second)
+    second.assert_clean_exit()

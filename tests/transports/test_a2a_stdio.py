@@ -22,21 +22,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CA, REPO, SIDE_EFFECT
+from tests.conftest import CA, NAP, REPO, SIDE_EFFECT, writer_agent
 
 pytestmark = pytest.mark.e2e
 
 Json = dict[str, Any]
-
-NAP = '''
-    import asyncio
-
-
-    async def nap(seconds: float) -> str:
-        """Sleep for a while."""
-        await asyncio.sleep(seconds)
-        return "rested"
-'''
 
 PROJECT = {
     "ca.yaml": "default_agent: echo\n",
@@ -47,17 +37,7 @@ PROJECT = {
           provider: scripted
           replies: ["first answer", "second answer"]
     """,
-    "agents/writer.yaml": """
-        name: writer
-        profile: manual
-        model:
-          provider: scripted
-          replies:
-            - tool_calls: [{name: append, args: {file: effects.log, text: hello}}]
-            - done
-        tools:
-          - python: tools/side.py:append
-    """,
+    "agents/writer.yaml": writer_agent(),
     "agents/slow.yaml": """
         name: slow
         profile: autonomous

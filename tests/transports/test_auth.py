@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import run_ca
+from tests.conftest import free_port, run_ca
 from tests.transports.test_a2a_stdio import Json, StdioPeer, reply_text, result_of, user_message, write_project
-from tests.transports.test_platform import Served, free_port, start_server
+from tests.transports.test_platform import Served, start_server
 
 pytestmark = pytest.mark.e2e
 

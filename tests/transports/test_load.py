@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
 import textwrap
 import time
 import uuid
@@ -43,7 +41,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import CA, REPO, free_port
+from tests.serving import ServeProcess, start_serve
 
 LOAD = int(os.environ.get("CA_LOAD_REQUESTS", "3000"))
 """The issue's 3000 (see the module docstring); ``CA_LOAD_REQUESTS=N`` runs another size."""
@@ -71,25 +69,7 @@ PROJECT = {
 # -- the server ---------------------------------------------------------------------------
 
 
-@dataclass
-class Server:
-    root: Path
-    port: int
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def rss_mib(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        raise AssertionError("no VmRSS for the server process")
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
+Server = ServeProcess
 
 
 @pytest.fixture
@@ -99,34 +79,11 @@ def server(tmp_path: Path) -> Iterator[Server]:
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    port = free_port()
-    log = tmp_path / "serve.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*CA, "serve", "--port", str(port)], cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
-        )
-    srv = Server(root, port, proc, log)
+    srv = start_serve(root, tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, f"ca serve exited with {proc.returncode}:\n{srv.output()}"
-            try:
-                if httpx.get(f"{srv.url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"ca serve did not answer /healthz in 60 s:\n{srv.output()}"
-            time.sleep(0.1)
         yield srv
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        srv.stop()
 
 
 # -- the client ---------------------------------------------------------------------------

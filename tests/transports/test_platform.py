@@ -7,21 +7,19 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import signal
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import CA, REPO, free_port
+from tests.conftest import writer_agent
+from tests.serving import ServeProcess, start_serve
 from tests.transports.test_a2a_stdio import SIDE_EFFECT, Json, reply_text, result_of, user_message, write_project
 
 pytestmark = pytest.mark.e2e
@@ -37,18 +35,7 @@ PROJECT = {
         skills:
           - {id: directions, name: Directions, description: How to get somewhere, tags: [travel, maps]}
     """,
-    "agents/writer.yaml": """
-        name: writer
-        profile: manual
-        budget: {max_tool_calls: 5, max_turns: 4}
-        model:
-          provider: scripted
-          replies:
-            - tool_calls: [{name: append, args: {file: effects.log, text: hello}}]
-            - done
-        tools:
-          - python: tools/side.py:append
-    """,
+    "agents/writer.yaml": writer_agent(extra="\n        budget: {max_tool_calls: 5, max_turns: 4}"),
     "tools/side.py": SIDE_EFFECT,
 }
 
@@ -62,21 +49,10 @@ def is_v1(method: str) -> bool:
 
 
 @dataclass
-class Served:
+class Served(ServeProcess):
     """A ``ca serve`` process on a loopback port, and a client for it."""
 
-    proc: subprocess.Popen[bytes]
-    port: int
-    log: IO[bytes]
     client: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=60))
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read().decode("utf-8", errors="replace")
 
     def post(
         self, body: Json | bytes, *, path: str = "/agents/echo/", headers: Mapping[str, str] | None = None
@@ -105,46 +81,14 @@ class Served:
         answer: Json = response.json()
         return answer
 
-    def stop(self) -> None:
+    def stop(self, sig: signal.Signals = signal.SIGINT, grace: float = 20) -> None:
         self.client.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.log.close()
+        super().stop(sig, grace)
 
 
-def start_server(root: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 60) -> Served:
-    """Start ``ca serve`` on a free port and wait until ``/healthz`` answers."""
-    port = free_port()
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by Served.stop()
-    proc = subprocess.Popen(
-        [*CA, "serve", "--port", str(port), *args],
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-    )
-    served = Served(proc, port, log)
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            output = served.output()
-            served.stop()
-            raise AssertionError(f"ca serve exited with {proc.returncode}:\n{output}")
-        try:
-            if httpx.get(f"{served.url}/healthz", timeout=1).status_code == 200:
-                return served
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            served.stop()
-            raise AssertionError(f"ca serve did not answer /healthz in {timeout} s:\n{served.output()}")
-        time.sleep(0.05)  # polling with a deadline
+def start_server(root: Path, *args: str, env: Mapping[str, str] | None = None) -> Served:
+    """Start ``ca serve`` on a free port (output in a temporary folder) and wait until ``/healthz`` answers."""
+    return start_serve(root, Path(tempfile.mkdtemp(prefix="ca-serve-")), *args, env=env, kind=Served)
 
 
 # -- fixtures ---------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SIDE_EFFECT
+from tests.conftest import SIDE_EFFECT, writer_agent
 from tests.transports.test_a2a_stdio import write_project
 from tests.transports.test_platform import Served, start_server
 
@@ -61,17 +61,7 @@ def _project(root: Path, url: str) -> Path:
         {
             "ca.yaml": f"default_agent: echo\nstore: {{url: {url!r}}}\n",
             "agents/echo.yaml": "name: echo\n",
-            "agents/writer.yaml": """
-                name: writer
-                profile: manual
-                model:
-                  provider: scripted
-                  replies:
-                    - tool_calls: [{name: append, args: {file: effects.log, text: hello}}]
-                    - done
-                tools:
-                  - python: tools/side.py:append
-            """,
+            "agents/writer.yaml": writer_agent(),
             "tools/side.py": SIDE_EFFECT,
         },
     )
