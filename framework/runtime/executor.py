@@ -288,8 +288,9 @@ class CleverAgentExecutor(AgentExecutor):
 
 class _ReplyStream:
     """Streams the reply as artifact chunks: the first at once (time to first token), then at most
-    one chunk every ``COALESCE_SECONDS``. Each chunk is a saved task event in a2a-sdk's store, so a
-    chunk per token made a short reply cost ten saves; clients see the same text, in fewer pieces.
+    one chunk every ``COALESCE_SECONDS``. Each chunk is a task event that a2a-sdk applies to the
+    task, queues and sends to every subscriber, so a chunk per token made a short reply cost ten of
+    them; clients see the same text, in fewer pieces.
     """
 
     def __init__(self, updater: TaskUpdater) -> None:
