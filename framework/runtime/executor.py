@@ -33,6 +33,7 @@ from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import Message, Part, Role, Task, TaskState, TaskStatus
 
+from framework.compiler.workflow import replies_with_message
 from framework.errors import CAError, RunError
 from framework.runtime.events import (
     ArtifactOut,
@@ -48,6 +49,7 @@ from framework.runtime.events import (
 )
 from framework.runtime.runtime import Runtime
 from framework.runtime.wire import EVENT_KEY, to_wire
+from framework.spec.agent import WorkflowAgent
 
 APPROVAL_EXTENSION = "urn:cleveragents:extensions:v1"
 """Data parts of input-required statuses and of decisions are defined by this extension."""
@@ -73,11 +75,19 @@ def failure_code(error: str) -> str:
     return "run_failed"
 
 
-def parse_decision(message: Message) -> dict[str, Any]:
-    """The decision a person sent to a paused task, from a data part or the text fallback."""
+def _data_decision(message: Message) -> dict[str, Any] | None:
+    """A decision (or an ask's answer) sent as a data part, if the message has one."""
     for data in get_data_parts(list(message.parts)):
         if isinstance(data, dict) and data.get("decision") in (*DECISIONS, "answer"):
             return {k: data[k] for k in ("decision", "reason", "args", "text") if k in data}
+    return None
+
+
+def parse_decision(message: Message) -> dict[str, Any]:
+    """The decision a person sent to a paused task, from a data part or the text fallback."""
+    decided = _data_decision(message)
+    if decided is not None:
+        return decided
     text = " ".join(get_text_parts(list(message.parts)))
     match = _TEXT_DECISION.match(text)
     if match is None:
@@ -158,12 +168,13 @@ class CleverAgentExecutor(AgentExecutor):
                     request=request,
                 )
             if deferred:
-                events, reply = await _settle(events)
+                seen, reply = await _settle(events)
                 if reply is not None:
                     await event_queue.enqueue_event(_agent_message("", context_id, [new_text_part(reply)]))
                     return
                 await event_queue.enqueue_event(submitted)
                 deferred = False
+                events = _replay(seen)
             await updater.start_work()
             await self._forward(events, updater, task_id, context_id)
         except CAError as exc:  # a user-facing failure before the run started (unknown agent, bad decision...)
@@ -181,9 +192,6 @@ class CleverAgentExecutor(AgentExecutor):
             raise
 
     def _may_reply_with_message(self) -> bool:
-        from framework.compiler.workflow import replies_with_message
-        from framework.spec.agent import WorkflowAgent
-
         spec = self.runtime.bundle.project.agents.get(self.agent)
         return isinstance(spec, WorkflowAgent) and replies_with_message(spec)
 
@@ -191,12 +199,8 @@ class CleverAgentExecutor(AgentExecutor):
         """A decision for every pending approval, or the text that answers a workflow's ``ask``."""
         pending = self.runtime.tasks.get(task_id).pending
         if pending and all(p.payload.get("kind") == "ask" for p in pending):
-            for data in get_data_parts(list(message.parts)):
-                if isinstance(data, dict) and data.get("decision") == "reject":
-                    return {"decision": "reject", "reason": data.get("reason")}
-                if isinstance(data, dict) and data.get("decision") == "answer":
-                    return {"decision": "answer", "text": str(data.get("text") or "")}
-            return {"decision": "answer", "text": "\n".join(get_text_parts(list(message.parts)))}
+            text = "\n".join(get_text_parts(list(message.parts)))
+            return _data_decision(message) or {"decision": "answer", "text": text}
         return parse_decision(message)
 
     async def _forward(self, events: Any, updater: TaskUpdater, task_id: str, context_id: str) -> None:
@@ -316,16 +320,16 @@ class _ReplyStream:
         self.last = time.monotonic()
 
 
-async def _settle(events: AsyncIterator[RunEvent]) -> tuple[AsyncIterator[RunEvent], str | None]:
-    """Run to the end: the text of its message steps when that is all the run produced (a
-    Message reply), else None and the same events to forward as a task."""
+async def _settle(events: AsyncIterator[RunEvent]) -> tuple[list[RunEvent], str | None]:
+    """Run to the end: its events, and the text of its message steps when that is all the run
+    produced (a Message reply), else None (the events go out as a task)."""
     seen = [event async for event in events]
     texts = [e.text for e in seen if isinstance(e, MessageOut) and not e.source]
     finished = next((e for e in seen if isinstance(e, RunFinished)), None)
     other = any(isinstance(e, ArtifactOut | ToolCallStarted | Paused) for e in seen)
     if texts and not other and finished is not None and finished.state == "completed":
-        return _replay([]), "\n\n".join(texts)
-    return _replay(seen), None
+        return seen, "\n\n".join(texts)
+    return seen, None
 
 
 async def _replay(events: list[RunEvent]) -> AsyncIterator[RunEvent]:
