@@ -74,7 +74,7 @@ class CallHooks(Protocol):
 
 
 RemoteCaller = Callable[[str, str], Awaitable[tuple[str, dict[str, Any]]]]
-MiddlewareFactory = Callable[[LlmAgent, Project], Sequence[AgentMiddleware[Any, Any]]]
+MiddlewareFactory = Callable[[AgentSpec, Project], Sequence[AgentMiddleware[Any, Any]]]
 
 
 def project_digest(project: Project) -> str:
@@ -159,13 +159,14 @@ class Bundle:
 
     def _compile(self, spec: AgentSpec, *, nested: bool) -> Graph:
         checkpointer = None if nested else self.checkpointer
+        middleware = self.middleware(spec, self.project) if self.middleware else ()
+        context = ToolContext(
+            root=self.project.root,
+            agent=spec.name,
+            capabilities=spec.capabilities or self.project.config.defaults.capabilities,
+        )
         if isinstance(spec, LlmAgent):
             config = spec.model or self.project.config.defaults.model
-            context = ToolContext(
-                root=self.project.root,
-                agent=spec.name,
-                capabilities=spec.capabilities or self.project.config.defaults.capabilities,
-            )
             tools: list[BaseTool] = [*build_tools(spec, context), *self._agent_tools(spec)]
             skills = {s.id: s for s in (self.project.skills[s] if isinstance(s, str) else s for s in spec.skills)}
             return compile_llm_agent(
@@ -173,19 +174,19 @@ class Bundle:
                 model=build_model(config, agent=spec.name, environ=self.environ, tools=[t.name for t in tools]),
                 tools=tools,
                 skills=skills,
-                middleware=self.middleware(spec, self.project) if self.middleware else (),
+                middleware=middleware,
                 checkpointer=checkpointer,
             )
-        return compile_workflow(
-            spec, call_agent=self.call_agent, tools=self._builtin_tools(spec.name), checkpointer=checkpointer
-        )
-
-    def _builtin_tools(self, agent: str) -> dict[str, BaseTool]:
-        """Every builtin tool, by spec name, for workflow tool steps."""
         from framework.compiler.builtin_tools import builtin_tools
 
-        context = ToolContext(root=self.project.root, agent=agent, capabilities=None)
-        return builtin_tools(context)
+        # Tool steps get the same tools, capabilities and policies as a model's tool calls.
+        return compile_workflow(
+            spec,
+            call_agent=self.call_agent,
+            tools=builtin_tools(context),
+            checkpointer=checkpointer,
+            middleware=middleware,
+        )
 
     async def call_agent(self, name: str, text: str) -> str:
         """Run another agent of the project in-process, nested in the current run; its answer."""
@@ -210,6 +211,11 @@ class Bundle:
                 hooks.finished(context, state="canceled" if canceled else "failed", error=str(exc))
             raise
         answer, usage = final_text(state), dict(state.get("ca_usage") or {})
+        failure = (state.get("ca_stop") or {}).get("failure")
+        if failure:  # the callee's policies ended it failed (its answer broke its contract)
+            if hooks is not None:
+                hooks.finished(context, state="failed", error=str(failure.get("message", "")), usage=usage)
+            raise RunError(str(failure.get("message", "")))
         if hooks is not None:
             hooks.finished(context, state="completed", output=answer, usage=usage)
         return answer, usage

@@ -8,18 +8,24 @@ Inside a parallel block each branch runs in its own *lane*: the "previous step's
 AgentStep without ``input`` receives is tracked per lane (``last`` for the top level, the
 private ``lanes`` channel for branches), so concurrent branches never overwrite each other's.
 A gate's output is ``approved``, but it passes its input on: the step after it sees what it saw.
+
+Tool steps go through the same policy middleware as a model's tool calls (``wrap_tool_call``):
+the runtime's governance checks, asks, audits and counts them exactly as it does for an llm
+agent, and the keys it keeps in graph state are added to the workflow's state. A tool step
+whose call is refused or fails fails the step, and with it the run.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict, TypeVar, cast
+from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict, TypeVar, cast, get_type_hints
 
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
+from langchain.agents.middleware import AgentMiddleware, ToolCallRequest
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.config import get_stream_writer
 from langgraph.errors import GraphBubbleUp
@@ -86,6 +92,47 @@ class _RunState(WorkflowState):
 
 
 _Update = dict[str, Any]
+_ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
+_AGENT_LOOP_KEYS = frozenset({"jump_to", "structured_response"})
+"""Keys of an agent's state that only its own model loop uses; a workflow does not take them."""
+
+
+def _state_schema(middleware: Sequence[AgentMiddleware[Any, Any]]) -> type[_RunState]:
+    """``_RunState`` plus the keys the middleware keep in graph state (e.g. governance counters)."""
+    fields = get_type_hints(_RunState, include_extras=True)
+    for layer in middleware:
+        for key, hint in get_type_hints(layer.state_schema, include_extras=True).items():
+            if key not in fields and key not in _AGENT_LOOP_KEYS:
+                fields[key] = hint
+    return cast("type[_RunState]", TypedDict("WorkflowRunState", fields))  # type: ignore[operator]
+
+
+def _wraps_tools(layer: AgentMiddleware[Any, Any]) -> bool:
+    return type(layer).awrap_tool_call is not AgentMiddleware.awrap_tool_call
+
+
+def _tool_chain(middleware: Sequence[AgentMiddleware[Any, Any]]) -> _ToolHandler:
+    """The tool call handler with every middleware's ``awrap_tool_call`` around it, first outermost."""
+
+    async def execute(request: ToolCallRequest) -> ToolMessage | Command[Any]:
+        assert request.tool is not None
+        result = await request.tool.ainvoke({**request.tool_call, "type": "tool_call"})
+        return (
+            result
+            if isinstance(result, ToolMessage)
+            else ToolMessage(_as_text(result), tool_call_id=request.tool_call["id"])
+        )
+
+    handler: _ToolHandler = execute
+    for layer in reversed([m for m in middleware if _wraps_tools(m)]):
+
+        def wrapped(
+            request: ToolCallRequest, layer: AgentMiddleware[Any, Any] = layer, inner: _ToolHandler = handler
+        ) -> Awaitable[ToolMessage | Command[Any]]:
+            return layer.awrap_tool_call(request, inner)
+
+        handler = wrapped
+    return handler
 
 
 class _Node(Protocol):
@@ -255,19 +302,23 @@ class _Builder:
         call_agent: AgentCall,
         tools: Mapping[str, BaseTool],
         classify: Classify | None,
+        middleware: Sequence[AgentMiddleware[Any, Any]] = (),
     ) -> None:
+        self.schema = _state_schema(middleware)
         self.graph: StateGraph[_RunState, None, WorkflowState, WorkflowState] = StateGraph(
-            _RunState, input_schema=WorkflowState, output_schema=WorkflowState
+            self.schema, input_schema=WorkflowState, output_schema=WorkflowState
         )
         self.call_agent = call_agent
         self.tools = tools
+        self.run_call = _tool_chain(middleware)
         self.classify = classify or first_label_in
         self.label_or_other = classify or label_or_other
         self.taken = _step_ids(agent.steps)
         self.generated = 0
 
     def add(self, name: str, node: _Node, destinations: dict[str, str] | None = None) -> str:
-        self.graph.add_node(name, node, destinations=destinations)
+        # Every node reads the whole state (the middleware's keys too), not just what its hints name.
+        self.graph.add_node(name, node, destinations=destinations, input_schema=self.schema)
         return name
 
     def step_id(self, step: Step) -> str:
@@ -305,43 +356,57 @@ class _Builder:
         kind = cast(StepKind, step_kind(step))
         report = _Reporter(step_id, kind, title)
 
-        async def work(state: _RunState) -> str:
+        async def work(state: _RunState) -> tuple[str, _Update]:
+            """The step's output and what else it adds to the state."""
             if isinstance(step, AgentStep):
                 text = _render(step.input, state) if step.input is not None else _read(state, lane)
-                return await self.call_agent(step.agent, text)
+                return await self.call_agent(step.agent, text), {}
             if isinstance(step, ToolStep):
                 return await self.run_tool(step, state)
             if isinstance(step, GateStep):
-                return self.gate(step, state)
+                return self.gate(step, state), {}
             if isinstance(step, AskStep):
-                return self.ask(step, state)
+                return self.ask(step, state), {}
             if isinstance(step, ArtifactStep):
-                return self.artifact(step, state)
+                return self.artifact(step, state), {}
             text = _render(step.message, state)
             get_stream_writer()({"ca_event": "message", "step": step.id, "text": text})
-            return text
+            return text, {}
 
         async def node(state: _RunState) -> _Update:
             report("started")
-            output = await report.guard(work(state))
+            output, extra = await report.guard(work(state))
             report("completed")
-            update: _Update = {"outputs": {step_id: output}}
+            update: _Update = {**extra, "outputs": {step_id: output}}
             return update if kind in _PASS_THROUGH else update | _write(lane, output)
 
         return node
 
-    async def run_tool(self, step: ToolStep, state: _RunState) -> str:
+    async def run_tool(self, step: ToolStep, state: _RunState) -> tuple[str, _Update]:
+        """Run the step's tool call through the middleware: its result, and the middleware's state update.
+
+        A refused, rejected or failed call (an error result) fails the step.
+        """
         tool = self.tools.get(step.tool)
         if tool is None:
             raise RunError(f"step {step.id!r}: tool {step.tool!r} is not available")
         args = {key: _render(value, state) if isinstance(value, str) else value for key, value in step.args.items()}
+        call = {"name": tool.name, "args": args, "id": f"step.{step.id}", "type": "tool_call"}
+        request = ToolCallRequest(tool_call=call, tool=tool, state=state, runtime=get_runtime())  # type: ignore[arg-type]
         try:
-            result = await tool.ainvoke(args)
-        except GraphBubbleUp:  # an approval asked for by a governed tool
+            result = await self.run_call(request)
+        except GraphBubbleUp:  # an approval asked for by governance
             raise
         except Exception as exc:
             raise RunError(f"step {step.id!r}: tool {step.tool!r} failed: {exc}") from exc
-        return _as_text(result)
+        update: _Update = {}
+        if isinstance(result, Command):
+            update = dict(result.update) if isinstance(result.update, Mapping) else {}
+            messages = update.pop("messages", [])
+            result = messages[-1] if messages else ToolMessage("", tool_call_id=call["id"])
+        if result.status == "error":
+            raise RunError(f"step {step.id!r}: tool {step.tool!r} failed: {result.text}")
+        return result.text, update
 
     @staticmethod
     def gate(step: GateStep, state: _RunState) -> str:
@@ -513,31 +578,43 @@ def compile_workflow(
     tools: Mapping[str, BaseTool],
     classify: Classify | None = None,
     checkpointer: Any = None,
+    middleware: Sequence[AgentMiddleware[Any, Any]] = (),
 ) -> CompiledStateGraph[Any, None, WorkflowState, WorkflowState]:
     """Compile a workflow agent into a graph whose input is ``{"messages": [HumanMessage(text)]}``.
 
     ``call_agent`` runs the agent steps; ``tools`` holds the builtin tools by spec name for tool
     steps; ``classify`` picks a label for routers with ``classify`` (default: the first label found
     in the text). Gates pause with ``interrupt()``, so resuming one needs a ``checkpointer``.
-    Progress goes to the custom stream: one ``plan`` event, then ``step`` events.
+    Progress goes to the custom stream: one ``plan`` event, then ``step`` events. ``middleware``
+    (the runtime's policies) wraps every tool step's call and starts each run (``before_agent``).
     """
-    builder = _Builder(agent, call_agent, tools, classify)
+    builder = _Builder(agent, call_agent, tools, classify, middleware)
     top = builder.chain(agent.steps, "")
+    starts = [m for m in middleware if type(m).abefore_agent is not AgentMiddleware.abefore_agent]
 
     async def plan(state: _RunState) -> _Update:
         # A fresh dict each run: a consumer may update the statuses in place.
         entries = [{"step": f.step, "title": f.title, "status": "pending"} for f in top]
         get_stream_writer()({"ca_event": "plan", "entries": entries})
         # A new turn on the same thread starts clean: no outputs or counts from the last one.
-        return {"outputs": None, "loops": None, "lanes": None, "last": input_text(state["messages"])}
+        update: _Update = {"outputs": None, "loops": None, "lanes": None, "last": input_text(state["messages"])}
+        for layer in starts:
+            update |= await layer.abefore_agent(state, get_runtime()) or {}
+        return update
+
+    ends = [m for m in middleware if type(m).aafter_agent is not AgentMiddleware.aafter_agent]
 
     async def output(state: _RunState) -> _Update:
         text = _render(agent.output, state) if agent.output is not None else state.get("last", "")
-        return {"messages": [AIMessage(content=text)]}
+        answer = AIMessage(content=text)
+        update: _Update = {"messages": [answer]}
+        for layer in ends:  # e.g. the contract's output rules; a violation raises
+            update |= await layer.aafter_agent({**state, "messages": [*state["messages"], answer]}, get_runtime()) or {}
+        return update
 
     graph = builder.graph
-    graph.add_node("plan", plan)
-    graph.add_node("output", output)
+    builder.add("plan", plan)
+    builder.add("output", output)
     graph.add_edge(START, "plan")
     graph.add_edge("plan", top[0].entry)
     graph.add_edge(top[-1].exit, "output")

@@ -29,29 +29,79 @@ from framework.runtime.events import (
     Usage,
     UsageUpdate,
 )
+from framework.runtime.governance.contracts import holds_output
 
 _PROVIDER_PACKAGES = {"openai", "anthropic", "httpx", "httpcore", "ollama", "langchain_openai", "langchain_anthropic"}
 STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
 
 
-class _Translator:
-    """State kept while translating one run's stream parts into events."""
+_Namespace = tuple[str, ...]
+_HOLD_SIGNALS = frozenset({"hold", "release", "withhold"})
 
-    def __init__(self) -> None:
+
+class _Translator:
+    """State kept while translating one run's stream parts into events.
+
+    Answers of agents with output rules are *held*: governance signals ``hold`` for a graph
+    namespace (and the runner holds the asked agent's from the start), and the text and thought
+    chunks of that namespace and every namespace below it (its callees) are kept back until
+    ``release`` (sent then, joined) or ``withhold`` (dropped). Whatever is still held when the
+    run ends was never released and is never sent.
+    """
+
+    def __init__(self, *, hold: bool = False) -> None:
         self.usage = Usage()
         self.tool_names: dict[str, str] = {}
         self.streamed_ids: set[str] = set()
+        self.turn_ids: set[str] = set()
+        """Model turns already counted: a message updated in place (marked withheld) comes by again."""
+        self.holds: set[_Namespace] = {()} if hold else set()
+        self.held: list[tuple[_Namespace, TextChunk | ThoughtChunk]] = []
 
     def part(self, part: Mapping[str, Any]) -> list[RunEvent]:
         kind, data = part["type"], part["data"]
-        source = tuple(segment.rsplit(":", 1)[0] for segment in part.get("ns", ()))
+        ns: _Namespace = tuple(part.get("ns", ()))
+        source = tuple(segment.rsplit(":", 1)[0] for segment in ns)
+        if kind == "custom" and isinstance(data, dict) and data.get("ca_event") in _HOLD_SIGNALS:
+            return self.signal(str(data["ca_event"]), ns)
+        events: list[RunEvent] = []
         if kind == "messages":
-            return self.message(data[0], source)
-        if kind == "updates":
-            return [e for node, update in data.items() for e in self.update(node, update, source)]
-        if kind == "custom" and isinstance(data, dict):
-            return self.custom(data, source)
-        return []
+            events = self.message(data[0], source)
+        elif kind == "updates":
+            events = [e for node, update in data.items() for e in self.update(node, update, source)]
+        elif kind == "custom" and isinstance(data, dict):
+            events = self.custom(data, source)
+        if self.holds and any(isinstance(e, TextChunk | ThoughtChunk) for e in events):
+            return self.keep_back(events, ns)
+        return events
+
+    def _held(self, ns: _Namespace) -> bool:
+        return any(ns[: len(root)] == root for root in self.holds)
+
+    def keep_back(self, events: list[RunEvent], ns: _Namespace) -> list[RunEvent]:
+        if not self._held(ns):
+            return events
+        shown: list[RunEvent] = []
+        for event in events:
+            if isinstance(event, TextChunk | ThoughtChunk):
+                self.held.append((ns, event))
+            else:
+                shown.append(event)
+        return shown
+
+    def signal(self, signal: str, ns: _Namespace) -> list[RunEvent]:
+        """Apply a hold signal of namespace ``ns``; the chunks it lets go."""
+        if signal == "hold":
+            self.holds.add(ns)
+            return []
+        below = [item for item in self.held if item[0][: len(ns)] == ns]
+        if signal == "release":
+            self.holds.discard(ns)
+            below = [item for item in below if not self._held(item[0])]  # an outer hold still keeps them
+        self.held = [item for item in self.held if item not in below]
+        if signal == "withhold":
+            return []
+        return _joined([event for _, event in below])
 
     def message(self, message: BaseMessage, source: tuple[str, ...]) -> list[RunEvent]:
         if isinstance(message, AIMessageChunk):
@@ -96,6 +146,10 @@ class _Translator:
         return events
 
     def model_turn(self, message: AIMessage, source: tuple[str, ...]) -> list[RunEvent]:
+        if message.id:
+            if message.id in self.turn_ids:
+                return []
+            self.turn_ids.add(message.id)
         events: list[RunEvent] = []
         for call in message.tool_calls:
             name = spec_tool_name(call["name"])
@@ -146,6 +200,18 @@ class _Translator:
         if kind == "child":  # a remote callee's progress: nested under the tool that called it
             return _child_event(data.get("event"), (*source, str(data.get("agent") or "remote")))
         return []
+
+
+def _joined(chunks: list[TextChunk | ThoughtChunk]) -> list[RunEvent]:
+    """Consecutive chunks of one kind and source as one chunk."""
+    out: list[RunEvent] = []
+    for chunk in chunks:
+        last = out[-1] if out else None
+        if isinstance(last, type(chunk)) and last.source == chunk.source:
+            out[-1] = replace(chunk, text=last.text + chunk.text)
+        else:
+            out.append(chunk)
+    return out
 
 
 def _child_event(event: Any, source: tuple[str, ...]) -> list[RunEvent]:
@@ -230,6 +296,8 @@ class Runner:
         context = replace(context or RunContext(), skill=skill, conversation_id=thread_id)
         try:
             graph = self.bundle.graph(agent)
+            # A resumed run starts its stream again: the asked agent's answer is held from the start.
+            translator = _Translator(hold=holds_output(self.bundle.agent(agent).contract))
             config: RunnableConfig = {
                 "configurable": {"thread_id": thread_id},
                 "metadata": {"agent": agent},
@@ -259,6 +327,9 @@ class Runner:
             yield RunFinished("input-required", usage=translator.usage)
             return
         stop = state.values.get("ca_stop") or {}
+        if stop.get("failure"):  # governance ended the task failed (a contract violation)
+            yield RunFinished("failed", error=str(stop["failure"].get("message", "")), usage=translator.usage)
+            return
         yield RunFinished(
             "completed",
             output=final_text(state.values),

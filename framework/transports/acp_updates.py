@@ -296,12 +296,15 @@ async def replay(runtime: Any, agent: str, session_id: str) -> list[dict[str, An
     """The whole conversation as session/update payloads, oldest first."""
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
+    from framework.runtime.governance.middleware import WITHHELD
     from framework.runtime.runner import spec_tool_name
 
     state = await runtime.bundle.graph(agent).aget_state({"configurable": {"thread_id": session_id}})
     updates: list[dict[str, Any]] = []
     names: dict[str, str] = {}
     for message in (state.values or {}).get("messages", []):
+        if message.response_metadata.get(WITHHELD):  # an answer that broke the contract, and its feedback
+            continue
         if isinstance(message, HumanMessage):
             updates.append({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": message.text}})
         elif isinstance(message, AIMessage):

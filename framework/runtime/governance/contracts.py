@@ -8,9 +8,12 @@ Two checks, at the two moments DESIGN.md §5 names:
   ``must_always`` required calls, ``output_schema`` and ``output_matches``. It returns one
   human-readable sentence per violation; an empty list means the contract holds.
 
-Output patterns are regular expressions *searched* anywhere in the output. A forbidden match is
-quoted in the violation, cut to 80 characters, so a leaked secret is not copied whole into
-logs (the runtime masks known secret values on top of that).
+Output patterns are regular expressions *searched* anywhere in the output. A violation names
+where a forbidden match is (its character span), never its text: the message reaches the client
+and the audit, and the match is exactly what must not leave the process.
+
+:func:`holds_output` says whether an agent has output rules at all: the runner then holds the
+text of its answer back until the answer passed them.
 """
 
 from __future__ import annotations
@@ -23,9 +26,6 @@ from typing import Any
 from framework.runtime.governance.calls import Decision, ToolCall, allow, deny
 from framework.runtime.governance.matching import call_matches, describe
 from framework.spec.contract import Contract, MustAlways
-
-MATCH_QUOTE_LIMIT = 80
-"""Most characters of a forbidden match ever quoted back."""
 
 _FENCE = re.compile(r"```[ \t]*(?:json)?[ \t]*\r?\n(.*?)\r?\n[ \t]*```", re.DOTALL | re.IGNORECASE)
 
@@ -48,6 +48,13 @@ def check_call_contract(contract: Contract, call: ToolCall) -> Decision:
     return allow("no contract.must_not rule forbids this call", "contract")
 
 
+def holds_output(contract: Contract) -> bool:
+    """Whether ``contract`` judges the text of the final answer (``output_matches``, ``output_schema``)."""
+    return any(rule.output_matches is not None for rule in contract.must_not) or any(
+        must.output_matches is not None or must.output_schema is not None for must in contract.must_always
+    )
+
+
 def check_output_contract(contract: Contract, output: str, calls_made: Sequence[ToolCall]) -> list[str]:
     """Every way ``output`` (the final answer) and ``calls_made`` (in order) break ``contract``."""
     violations: list[str] = []
@@ -58,18 +65,13 @@ def check_output_contract(contract: Contract, output: str, calls_made: Sequence[
         if found:
             violations.append(
                 f"contract.must_not[{index}]: the output matches the forbidden pattern "
-                f"{rule.output_matches.pattern!r} at {_quoted_match(found.group())}; the answer must not contain it"
+                f"{rule.output_matches.pattern!r} at characters {found.start()}-{found.end()}; "
+                "the answer must not contain it"
             )
     for index, must in enumerate(contract.must_always):
         if problem := _must_always_problem(must, output, calls_made):
             violations.append(f"contract.must_always[{index}]: {problem}")
     return violations
-
-
-def _quoted_match(text: str) -> str:
-    if len(text) <= MATCH_QUOTE_LIMIT:
-        return repr(text)
-    return repr(text[:MATCH_QUOTE_LIMIT]) + f"… ({len(text)} characters)"
 
 
 def _must_always_problem(must: MustAlways, output: str, calls_made: Sequence[ToolCall]) -> str | None:

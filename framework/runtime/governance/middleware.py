@@ -12,6 +12,12 @@ Before each model call the budgets are checked (``on_exceed``: stop / fail / ask
 extension); after it, usage and cost are accounted; a final answer is checked against
 the contract (fail, or explain the violation and let the model retry).
 
+An agent with output rules holds its answer back: the custom stream carries ``hold`` before each
+model call, then ``release`` once a final answer passed (or a budget stopped the task) or
+``withhold`` when it broke the contract; the runner sends no text of a held answer until it is
+released. A withheld answer stays in the conversation (the model sees what it said) marked
+:data:`WITHHELD`, so a replay of the conversation skips it.
+
 All of it lives in graph state (``ca_*`` keys), so it is checkpointed with the
 conversation: a paused run resumes in another process with the same counters.
 """
@@ -26,6 +32,7 @@ from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest, hook_config
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
@@ -34,13 +41,16 @@ from framework.errors import CAError
 from framework.runtime.governance import budgets
 from framework.runtime.governance.calls import Decision, ToolCall
 from framework.runtime.governance.capabilities import check_agent, check_capabilities
-from framework.runtime.governance.contracts import check_call_contract, check_output_contract
+from framework.runtime.governance.contracts import check_call_contract, check_output_contract, holds_output
 from framework.runtime.governance.profiles import decide
-from framework.spec.agent import LlmAgent
+from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.loader import Project
 from framework.spec.profile import Profile
 
 APPROVAL_OPTIONS = ("approve", "reject", "edit", "always")
+WITHHELD = "ca_withheld"
+"""``response_metadata`` key of a message never shown: an answer that broke the contract, and
+the explanation the model got for it."""
 
 
 class BudgetExceeded(CAError):
@@ -91,7 +101,7 @@ class GovernanceState(AgentState[Any]):
 class Policy:
     """What governs one agent, resolved from its spec and the project's defaults."""
 
-    agent: LlmAgent
+    agent: AgentSpec
     project: Project
     profile: Profile | None
 
@@ -104,8 +114,14 @@ class Policy:
         return self.agent.budget or self.project.config.defaults.budget
 
     @property
+    def holds_output(self) -> bool:
+        """Whether the agent's answers are judged by output rules (and so held back until they pass)."""
+        return holds_output(self.agent.contract)
+
+    @property
     def model_label(self) -> str:
-        model = self.agent.model or self.project.config.defaults.model
+        model = self.agent.model if isinstance(self.agent, LlmAgent) else None
+        model = model or self.project.config.defaults.model
         return model.label() if model else "offline"
 
 
@@ -115,7 +131,7 @@ DEFAULT_PROFILE = "supervised"
 """The profile of an agent that names none when the project sets no default either."""
 
 
-def policy_for(agent: LlmAgent, project: Project) -> Policy:
+def policy_for(agent: AgentSpec, project: Project) -> Policy:
     name = agent.profile or project.config.defaults.profile or DEFAULT_PROFILE
     return Policy(agent, project, project.profiles.get(name))
 
@@ -200,9 +216,15 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
 
     # -- before each model call: budgets ---------------------------------------
 
+    def _signal(self, event: str) -> None:
+        """Tell the runner about the held answer: ``hold``, ``release`` or ``withhold``."""
+        if self.policy.holds_output:
+            get_stream_writer()({"ca_event": event})
+
     @hook_config(can_jump_to=["end"])
     def before_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
         context = _context(runtime)
+        self._signal("hold")
         overrun = self._overrun(state, context)
         if overrun is None:
             return None
@@ -228,6 +250,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             self.audit(context, "decision", about="budget", decision="reject", limit=overrun.limit)
         elif action == "fail":
             raise BudgetExceeded(f"{overrun.describe()} (on_exceed: fail)")
+        self._signal("release")  # what came before is shown with the stop, as for any answer
         return {
             "jump_to": "end",
             "messages": [AIMessage(f"Stopped: {overrun.describe()}.")],
@@ -239,7 +262,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
 
     # -- after each model call: usage, cost, the contract on a final answer ------
 
-    @hook_config(can_jump_to=["model"])
+    @hook_config(can_jump_to=["model", "end"])
     def after_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
         context = _context(runtime)
         message = state["messages"][-1] if state["messages"] else None
@@ -264,19 +287,50 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         ]
         problems = check_output_contract(self.policy.agent.contract, message.text, calls)
         if not problems:
+            self._signal("release")
             return update
+        self._signal("withhold")
         rules = self.policy.agent.contract.on_violation
         retries = (state.get("ca_counts") or {}).get(f"retry:{task_id}", 0)
         self.audit(context, "contract", severity="high", violations=problems, retry=retries)
+        withheld = message.model_copy(update={"response_metadata": {**message.response_metadata, WITHHELD: True}})
         if rules.action == "retry" and retries < rules.max_retries:
             explanation = "Your answer breaks the agent's contract:\n" + "\n".join(f"- {p}" for p in problems)
+            feedback = HumanMessage(
+                explanation + "\nPlease answer again, fixing this.", response_metadata={WITHHELD: True}
+            )
             return {
                 **update,
                 "ca_counts": {f"retry:{task_id}": 1},
-                "messages": [HumanMessage(explanation + "\nPlease answer again, fixing this.")],
+                "messages": [withheld, feedback],
                 "jump_to": "model",
             }
+        # Not raised: the update marks the answer withheld in the conversation; the runner fails the task.
+        failure = ContractViolation("contract violated: " + "; ".join(problems))
+        return {**update, "messages": [withheld], "ca_stop": stopped_by(failure), "jump_to": "end"}
+
+    def after_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        """A workflow's answer against its contract (an llm agent's is checked after each model call)."""
+        if isinstance(self.policy.agent, LlmAgent):
+            return None
+        message = state["messages"][-1] if state["messages"] else None
+        output = message.text if isinstance(message, AIMessage) else ""
+        _, _, _, task_id = self._usage(state)
+        calls = [
+            ToolCall(c["tool"], c["capability"], c.get("args", {}))
+            for c in state.get("ca_calls") or []
+            if c.get("task") == task_id
+        ]
+        problems = check_output_contract(self.policy.agent.contract, output, calls)
+        if not problems:
+            self._signal("release")
+            return None
+        self._signal("withhold")
+        self.audit(_context(runtime), "contract", severity="high", violations=problems, retry=0)
         raise ContractViolation("contract violated: " + "; ".join(problems))
+
+    async def aafter_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        return self.after_agent(state, runtime)
 
     async def aafter_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
         return self.after_model(state, runtime)
@@ -430,6 +484,11 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         return self._finish(runnable, result, extra)
 
 
+def stopped_by(failure: CAError) -> dict[str, Any]:
+    """``ca_stop`` for a task that ends failed with ``failure`` (its class name and message)."""
+    return {"reason": "refusal", "failure": {"kind": type(failure).__name__, "message": str(failure)}}
+
+
 def _calls_ahead(state: GovernanceState, call_id: str) -> int:
     """How many tool calls of the last model turn come before ``call_id`` (0 if it is not there)."""
     messages = state.get("messages") or []
@@ -485,9 +544,9 @@ def _decimal(value: float) -> Any:
     return Decimal(str(value))
 
 
-def governance_middleware(agent: LlmAgent, project: Project) -> list[AgentMiddleware[Any, Any]]:
-    """The middleware every llm agent of a governed bundle gets."""
+def governance_middleware(agent: AgentSpec, project: Project) -> list[AgentMiddleware[Any, Any]]:
+    """The middleware every agent of a governed bundle gets (a workflow's wraps its tool steps)."""
     return [GovernanceMiddleware(policy_for(agent, project))]
 
 
-__all__ = ["BudgetExceeded", "ContractViolation", "GovernanceMiddleware", "governance_middleware"]
+__all__ = ["WITHHELD", "BudgetExceeded", "ContractViolation", "GovernanceMiddleware", "governance_middleware"]

@@ -46,21 +46,21 @@ def test_a_must_not_path_rule_is_not_dodged_by_spelling_the_path_differently() -
         assert check_call_contract(rules, ToolCall.builtin("fs.write", path=path, content="")).denied, path
 
 
-def test_a_forbidden_output_pattern_is_reported_with_the_match_cut_short() -> None:
+def test_a_forbidden_output_pattern_is_reported_by_position_never_by_its_text() -> None:
     rules = contract(must_not=[{"output_matches": r"(?i)api[_-]?key\s*[:=]\s*\S+"}])
     output = "here: API_KEY=" + "k" * 200
     [violation] = check_output_contract(rules, output, [])
     assert violation.startswith("contract.must_not[0]: the output matches the forbidden pattern ")
     assert "'(?i)api[_-]?key\\\\s*[:=]\\\\s*\\\\S+'" in violation
-    assert "k" * 81 not in violation
-    assert "'API_KEY=" + "k" * 72 + "'… (208 characters)" in violation
+    assert "kkkk" not in violation and "API_KEY" not in violation
+    assert "at characters 6-214" in violation
     assert violation.endswith("; the answer must not contain it")
 
 
-def test_a_short_forbidden_match_is_quoted_whole() -> None:
+def test_a_short_forbidden_match_is_named_by_its_span() -> None:
     rules = contract(must_not=[{"output_matches": "password"}])
     assert check_output_contract(rules, "my password is", []) == [
-        "contract.must_not[0]: the output matches the forbidden pattern 'password' at 'password'; "
+        "contract.must_not[0]: the output matches the forbidden pattern 'password' at characters 3-11; "
         "the answer must not contain it"
     ]
 
