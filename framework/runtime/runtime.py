@@ -27,6 +27,7 @@ from framework.errors import CAError, Diagnostic, RunError
 from framework.runtime.audit import AuditLog
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.middleware import governance_middleware
+from framework.runtime.governance.secrets import KNOWN, mask_logs, project_secrets
 from framework.runtime.registry import Discovery
 from framework.runtime.runner import Runner
 from framework.runtime.stores import open_checkpointer
@@ -62,10 +63,13 @@ class Runtime:
         base_url: str | None = None,
     ) -> Runtime:
         """Open the project's stores (closed by ``stack``) and build its bundle."""
+        mask_logs()
         saver = await stack.enter_async_context(open_checkpointer(project.root))
         tasks = TaskStore.open(project.root)
         stack.callback(tasks.close)
-        audit = AuditLog.open(project.root, secrets=project.secrets)
+        dotenv = load_dotenv(project.root)
+        KNOWN.add(project_secrets(project, {**dotenv, **os.environ}, dotenv))
+        audit = AuditLog.open(project.root, secrets=KNOWN.values)
         stack.callback(audit.close)
         environ = {**load_dotenv(project.root), **os.environ}
         current: dict[str, Any] = {"project": project, "environ": environ}
@@ -92,7 +96,9 @@ class Runtime:
         hooks = ChildTasks(tasks, audit)
 
         async def compile_project(project: Project) -> Bundle:
-            environ = {**load_dotenv(project.root), **os.environ}
+            dotenv = load_dotenv(project.root)
+            environ = {**dotenv, **os.environ}
+            KNOWN.add(project_secrets(project, environ, dotenv))
             current.update(project=project, environ=environ)
             found = Discovery()
             if project.config.registries:
@@ -142,7 +148,7 @@ class Runtime:
         if errors:
             self.diagnostics = errors
             return False
-        self.audit.add_secrets(project.secrets)
+        self.audit.add_secrets(KNOWN.values)  # compile_project added the new project's
         self.bundle = bundle
         self.diagnostics = []
         for listener in list(self.listeners):
@@ -305,7 +311,8 @@ class Runtime:
         self.tasks.update(task.id, state="working")
         self._audit_task(task, "working")
         pauses: list[Paused] = []
-        async for event in events:
+        async for raw in events:
+            event = KNOWN.value(raw)  # what any transport shows, stores or logs: never a secret
             if isinstance(event, Paused):
                 pauses.append(event)
             if isinstance(event, RunFinished):

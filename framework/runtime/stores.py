@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Send
+
+from framework.runtime.governance.secrets import KNOWN
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -76,6 +81,34 @@ class LoopSqliteSaver(SqliteSaver):
         return self.get_delta_channel_history(config=config, channels=channels)
 
 
+def _rebuilt(item: Any, mask: Callable[[Any], Any]) -> Any:
+    """Checkpoint objects that are neither dataclasses nor models: a pending ``Send`` to the tools."""
+    if isinstance(item, Send):
+        return Send(item.node, mask(item.arg))
+    return item
+
+
+class MaskingSerializer:
+    """LangGraph's serializer, with known secrets masked out of what it writes.
+
+    A checkpoint is serialised as usual; only when a secret's bytes occur in the result is the
+    object masked (messages, tool calls and results included) and serialised again, so the
+    common case costs one search of the bytes.
+    """
+
+    def __init__(self, inner: SerializerProtocol | None = None) -> None:
+        self.inner = inner or JsonPlusSerializer()
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        kind, data = self.inner.dumps_typed(obj)
+        if KNOWN.found_in(data):
+            kind, data = self.inner.dumps_typed(KNOWN.value(obj, other=_rebuilt))
+        return kind, data
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        return self.inner.loads_typed(data)
+
+
 @asynccontextmanager
 async def open_checkpointer(root: Path) -> AsyncIterator[LoopSqliteSaver]:
     """The conversation store of a project: SQLite in WAL mode with a busy timeout."""
@@ -86,7 +119,7 @@ async def open_checkpointer(root: Path) -> AsyncIterator[LoopSqliteSaver]:
         # process (SIGKILL included) and never corrupts the file; a power cut may lose the last
         # commits. It spares an fsync per checkpoint, which would hold the event loop.
         conn.execute("PRAGMA synchronous=NORMAL")
-        saver = LoopSqliteSaver(conn)
+        saver = LoopSqliteSaver(conn, serde=MaskingSerializer())
         saver.setup()
         yield saver
     finally:

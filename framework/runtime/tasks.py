@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from framework.errors import RunError
+from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.stores import state_dir
 
 TaskState = Literal["submitted", "working", "input-required", "completed", "failed", "canceled", "rejected"]
@@ -116,6 +117,7 @@ class TaskStore:
     ) -> Task:
         """Record a new task (``task_id``: a transport's own id, e.g. an A2A task id)."""
         stamp = now().isoformat()
+        input = KNOWN.text(input)
         task = Task(
             id=task_id or uuid.uuid4().hex,
             agent=agent,
@@ -150,10 +152,10 @@ class TaskStore:
         for column, value in (("output", output), ("error", error)):
             if value is not None:
                 sets.append(f"{column} = ?")
-                values.append(value)
+                values.append(KNOWN.text(value))
         if pending is not None:
             sets.append("pending = ?")
-            values.append(json.dumps([p.__dict__ for p in pending]))
+            values.append(json.dumps(KNOWN.value([p.__dict__ for p in pending])))
         if usage is not None:
             sets.append("usage = ?")
             values.append(json.dumps(usage))

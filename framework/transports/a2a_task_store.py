@@ -37,6 +37,8 @@ from sqlalchemy import JSON, DateTime
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import class_mapper
 
+from framework.runtime.governance.secrets import KNOWN
+
 logger = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 0.5
@@ -58,6 +60,21 @@ class _Live:
     """Orders this task's writes: asyncio.Lock is FIFO, so a later version is never overwritten."""
 
 
+def _masked(task: Task) -> Task:
+    """A copy of ``task`` to store (the SDK keeps mutating the object it saved), known secrets masked.
+
+    The user's own message is part of the task; masking it costs a search of the serialised task,
+    and a round trip through JSON only when a secret is in it.
+    """
+    latest = Task()
+    latest.CopyFrom(task)
+    if KNOWN.found_in(latest.SerializeToString()):
+        from google.protobuf import json_format
+
+        latest = json_format.ParseDict(KNOWN.value(json_format.MessageToDict(latest)), Task())
+    return latest
+
+
 class WriteBehindTaskStore(TaskStore):
     """A :class:`DatabaseTaskStore` whose intermediate saves are held in memory (see the module doc)."""
 
@@ -75,8 +92,7 @@ class WriteBehindTaskStore(TaskStore):
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
         key = (self._owner(context), task.id)
-        latest = Task()
-        latest.CopyFrom(task)  # the SDK keeps mutating the object it saved
+        latest = _masked(task)
         durable = self._closed or latest.status.state in DURABLE_STATES
         live = self._live.get(key)
         if live is None:

@@ -1,20 +1,41 @@
-"""Masking secret values (those interpolated from ``${VAR}`` secrets) out of text before it is shown.
+"""Secret values, and masking them out of everything the process emits or stores.
 
-Secrets come from ``Project.secrets``. Every occurrence of a secret value becomes ``***``. The
-longest values are replaced first, in one pass, so a secret containing another is masked whole
-rather than leaving a recognisable remainder. Values shorter than :data:`MIN_SECRET_CHARS` are
-left alone: masking ``"1"`` or ``"on"`` everywhere would mangle ordinary text while hiding
-nothing worth hiding.
+A value is secret when it comes from a variable whose name looks secret (``*KEY*``,
+``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, …) — in the project's ``.env``, in the process
+environment, or interpolated into the YAML as ``${VAR}`` — or from a variable the project
+names as holding a credential whatever its name: ``server.auth`` tokens and keys, registry
+``headers_env``, a model's ``api_key_env``.
+
+:data:`KNOWN` is the process's one set of them: the runtime adds a project's values when it
+opens or reloads it, and every way out masks through it — the run events every transport
+shows (terminal, ``--json``, A2A, ACP), the task rows, the conversation checkpoints, the audit
+log, log records and error messages. Every occurrence becomes ``***``; the longest values are
+replaced first, in one pass, so a secret containing another is masked whole. Values shorter
+than :data:`MIN_SECRET_CHARS` are left alone (masking ``"1"`` or ``"on"`` would mangle ordinary
+text while hiding nothing), and so are ambient values — secret-looking variables of the
+environment the project does not name — shorter than :data:`MIN_AMBIENT_CHARS`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import logging
 import re
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from framework.spec.loader import Project
 
 MASK = "***"
 MIN_SECRET_CHARS = 4
+MIN_AMBIENT_CHARS = 8
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE", re.IGNORECASE)
+"""A variable whose name matches this holds a secret."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -31,3 +52,126 @@ def mask(text: str, secrets: Iterable[str]) -> str:
     if pattern is None:
         return text
     return pattern.sub(MASK, text)
+
+
+class SecretValues:
+    """A growing set of secret values that masks text, JSON-like values and dataclasses."""
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self._lock = threading.Lock()
+        self._values: frozenset[str] = frozenset()
+        self._regex: re.Pattern[str] | None = None
+        self.add(values)
+
+    def add(self, values: Iterable[str]) -> None:
+        """Mask these values too from now on."""
+        with self._lock:
+            grown = self._values | {v for v in values if len(v) >= MIN_SECRET_CHARS}
+            if grown != self._values:
+                self._values = grown
+                self._regex = _pattern(grown)
+
+    @property
+    def values(self) -> frozenset[str]:
+        """The values masked now."""
+        return self._values
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._values
+
+    def __bool__(self) -> bool:
+        return self._regex is not None
+
+    def text(self, value: str) -> str:
+        """``value`` with every secret in it masked."""
+        regex = self._regex
+        return regex.sub(MASK, value) if regex is not None else value
+
+    def value(self, value: Any, *, other: Callable[[Any, Callable[[Any], Any]], Any] | None = None) -> Any:
+        """A copy of ``value`` with every string in it masked: dict keys and values, lists, tuples,
+        dataclasses (the run events) and pydantic models (langchain messages). ``other(item, mask)``
+        may rebuild objects of further types (returning ``item`` itself leaves one as it is)."""
+        if self._regex is None:
+            return value
+
+        def walk(item: Any) -> Any:
+            if isinstance(item, str):
+                return self.text(item)
+            if isinstance(item, Mapping):
+                return {walk(k) if isinstance(k, str) else k: walk(v) for k, v in item.items()}
+            if isinstance(item, list):
+                return [walk(v) for v in item]
+            if isinstance(item, tuple) and not hasattr(item, "_fields"):
+                return tuple(walk(v) for v in item)
+            if dataclasses.is_dataclass(item) and not isinstance(item, type):
+                changes = {f.name: walk(getattr(item, f.name)) for f in dataclasses.fields(item) if f.init}
+                return dataclasses.replace(item, **changes)
+            if isinstance(item, BaseModel):
+                return item.model_copy(update={name: walk(getattr(item, name)) for name in type(item).model_fields})
+            return other(item, walk) if other is not None else item
+
+        return walk(value)
+
+    def found_in(self, data: str | bytes) -> bool:
+        """Whether any secret occurs in ``data`` (text, or UTF-8 bytes such as a serialised record)."""
+        regex = self._regex
+        if regex is None:
+            return False
+        text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+        return regex.search(text) is not None
+
+
+KNOWN = SecretValues()
+"""Every secret value this process knows of (see the module docstring)."""
+
+
+def _named(environ: Mapping[str, str], name: str | None) -> list[str]:
+    """The value(s) of variable ``name``: comma-separated lists (``server.auth``) count one by one."""
+    raw = environ.get(name or "", "")
+    return [raw, *(part.strip() for part in raw.split(","))] if raw else []
+
+
+def project_secrets(project: Project, environ: Mapping[str, str], dotenv: Mapping[str, str]) -> set[str]:
+    """Every secret value of ``project`` run in ``environ`` (the process environment over ``dotenv``)."""
+    found = set(project.secrets)
+    found |= {value for name, value in dotenv.items() if SECRET_NAME.search(name)}
+    found |= {value for name, value in environ.items() if SECRET_NAME.search(name) and len(value) >= MIN_AMBIENT_CHARS}
+    config = project.config
+    auth = config.server.auth
+    if auth is not None:
+        found.update(_named(environ, auth.bearer_tokens_env), _named(environ, auth.api_keys_env))
+    for registry in config.registries:
+        for variable in registry.headers_env.values():
+            found.update(_named(environ, variable))
+    models = [config.defaults.model, *(getattr(a, "model", None) for a in project.agents.values())]
+    for model in models:
+        if model is not None and model.api_key_env:
+            found.update(_named(environ, model.api_key_env))
+    return {value for value in found if len(value) >= MIN_SECRET_CHARS}
+
+
+_installed: list[bool] = []
+
+
+def mask_logs() -> None:
+    """Mask known secrets in every log record of the process, whatever logger and handler it meets.
+
+    Installed once as the log record factory: a record's message (and its traceback) is formatted
+    and masked when it is made, before any handler sees it.
+    """
+    if _installed:
+        return
+    _installed.append(True)
+    make = logging.getLogRecordFactory()
+
+    def masked_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        if KNOWN:
+            message = record.getMessage()
+            if KNOWN.found_in(message):
+                record.msg, record.args = KNOWN.text(message), None
+            if record.exc_info and record.exc_info[1] is not None:
+                record.exc_text = KNOWN.text(logging.Formatter().formatException(record.exc_info))
+        return record
+
+    logging.setLogRecordFactory(masked_record)
