@@ -31,7 +31,6 @@ from framework.compiler.exec_tools import _SHELL_DEFAULTS, ahttp_get, http_get, 
 from framework.compiler.exec_tools import HTTP_BODY_LIMIT as HTTP_BODY_LIMIT  # re-exported
 from framework.compiler.exec_tools import HTTP_MAX_REDIRECTS as HTTP_MAX_REDIRECTS
 from framework.compiler.exec_tools import HTTP_TIMEOUT as HTTP_TIMEOUT
-from framework.compiler.exec_tools import scrubbed_env as scrubbed_env
 from framework.spec.capabilities import Capabilities
 
 ToolCapability = Literal["fs.read", "fs.write", "shell", "network", "python", "agent"]
@@ -420,6 +419,8 @@ def _fs_search(ctx: ToolContext) -> BaseTool:
 
 def _shell(ctx: ToolContext) -> BaseTool:
     limits = ctx.capabilities.shell if ctx.capabilities else _SHELL_DEFAULTS
+    # The model should know why a variable it expects is missing: say what the command sees.
+    passed = "".join(f", {name}" for name in limits.env)
 
     async def arun(command: str) -> str:
         return await run_command(ctx, command)
@@ -433,6 +434,7 @@ def _shell(ctx: ToolContext) -> BaseTool:
         "Run one command in the project root; returns its combined stdout and stderr and its exit code. "
         "The line is split into words like a shell would, but no shell runs it: pipes, redirections, "
         "';', '&&', globs and $VARIABLES are passed to the program literally. "
+        f"Its environment holds only PATH, HOME, TERM, TZ, the locale (LANG and the LC_ categories){passed}. "
         f"Killed after {limits.timeout:g} s; output capped at {limits.max_output_bytes} bytes.",
         _ShellArgs,
         run,

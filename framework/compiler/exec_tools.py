@@ -8,17 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import shlex
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
 from langchain_core.tools import ToolException
 
-from framework.spec.capabilities import ShellCapabilities
+from framework.spec.capabilities import SHELL_BASE_ENV, ShellCapabilities
 
 if TYPE_CHECKING:
     from framework.compiler.builtin_tools import ToolContext
@@ -27,7 +26,6 @@ HTTP_TIMEOUT = 20.0
 HTTP_MAX_REDIRECTS = 5
 HTTP_BODY_LIMIT = 256 * 1024
 _SHELL_DEFAULTS = ShellCapabilities()
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE", re.IGNORECASE)
 
 
 def _failure(exc: BaseException) -> str:
@@ -38,10 +36,16 @@ def _failure(exc: BaseException) -> str:
 # --- shell ------------------------------------------------------------------------------------
 
 
-def scrubbed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for commands: ``os.environ`` without variables whose names look secret."""
+def command_env(names: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a command: only :data:`SHELL_BASE_ENV` and ``names``, taken from ``environ``.
+
+    An allowlist, not a filter: a credential reaches the command only when the agent's
+    ``capabilities.shell.env`` names it. ``environ`` defaults to the ``ca`` process's own
+    environment (not ``.env``, whose values are for ``${VAR}`` in the YAML). Names that are
+    not set are left out, as a shell would.
+    """
     source = os.environ if environ is None else environ
-    return {name: value for name, value in source.items() if not _SECRET_NAME.search(name)}
+    return {name: source[name] for name in dict.fromkeys((*SHELL_BASE_ENV, *names)) if name in source}
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:
@@ -78,7 +82,7 @@ async def run_command(ctx: ToolContext, command: str) -> str:
         proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=ctx.root,
-            env=scrubbed_env(),
+            env=command_env(limits.env),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,

@@ -54,6 +54,38 @@ def _check_host(value: str) -> str:
 HostPattern = Annotated[str, AfterValidator(_check_host), WithJsonSchema({"type": "string"})]
 
 
+SHELL_BASE_ENV = (
+    "PATH",
+    "HOME",
+    "LANG",
+    *("LC_ALL", "LC_CTYPE", "LC_COLLATE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME"),
+    *("LC_ADDRESS", "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_NAME", "LC_PAPER", "LC_TELEPHONE"),
+    "TERM",
+    "TZ",
+)
+"""The variables every command gets (when set): where programs are, the user's home, the locale
+(its POSIX and glibc categories by name, not every ``LC_*``), the terminal type and the time zone.
+None of them holds a credential; everything else must be named in ``capabilities.shell.env``."""
+
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_env_name(value: str) -> str:
+    if not _ENV_NAME_RE.fullmatch(value):
+        raise fail(
+            "env_name",
+            "{value!r} is not an environment variable name: use letters, digits and '_', not starting with a digit",
+            hint="name each variable exactly as the environment spells it, like 'DATABASE_URL' (no wildcards)",
+            value=value,
+        )
+    return value
+
+
+EnvName = Annotated[
+    str, AfterValidator(_check_env_name), WithJsonSchema({"type": "string", "pattern": _ENV_NAME_RE.pattern})
+]
+
+
 class FsCapabilities(Spec):
     read: list[PathGlob] = Field(default_factory=list, description="Globs the agent may read.")
     write: list[PathGlob] = Field(default_factory=list, description="Globs the agent may write.")
@@ -63,6 +95,11 @@ class ShellCapabilities(Spec):
     allow: list[str] = Field(
         default_factory=list,
         description="Command-line patterns ('pytest *'); metacharacters are refused unless a pattern has them.",
+    )
+    env: list[EnvName] = Field(
+        default_factory=list,
+        description="Environment variables passed to commands, besides "
+        "PATH, HOME, LANG, the LC_ locale categories, TERM and TZ; no other variable reaches them.",
     )
     timeout: Duration = Field(default=60.0, description="Per command.")
     max_output_bytes: PositiveInt = Field(default=65536, le=16 * 1024 * 1024)

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from framework.errors import Diagnostic, Severity
 from framework.spec.agent import AgentSpec, LlmAgent, WorkflowAgent
+from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
 from framework.spec.model import ModelConfig
 from framework.spec.prices import price_for
+from framework.spec.shell_risks import shell_risk
 from framework.spec.source import LMap, format_path, locate
 from framework.spec.tools import BUILTIN_TOOLS, AgentTool, PythonTool
 from framework.spec.validation import shift
@@ -105,8 +107,16 @@ class _Checker:
             self.unknown("project", ("default_agent",), "agent", config.default_agent, self.project.agents)
         if config.defaults.profile and config.defaults.profile not in self.project.profiles:
             self.unknown("project", ("defaults", "profile"), "profile", config.defaults.profile, self.project.profiles)
+        self.check_shell_patterns("project", ("defaults", "capabilities"), config.defaults.capabilities)
         for name, agent in self.project.agents.items():
             self.check_agent(f"agent:{name}", agent)
+
+    def check_shell_patterns(self, owner: str, base: Path_, caps: Capabilities | None) -> None:
+        """Warn about each allow pattern that lets a program run others or leave the project."""
+        for i, pattern in enumerate(caps.shell.allow if caps else []):
+            if risk := shell_risk(pattern):
+                path = (*base, "shell", "allow", i)
+                self.report(owner, path, risk.message, hint=risk.hint, severity="warning", offset=risk.offset)
 
     # -- one agent -------------------------------------------------------------
 
@@ -120,6 +130,8 @@ class _Checker:
         for i, name in enumerate(caps.agents if caps else []):
             if name not in self.project.agents:
                 self.unknown(owner, ("capabilities", "agents", i), "agent", name, self.project.agents)
+        # An agent without capabilities uses the project's defaults, checked once in check_config.
+        self.check_shell_patterns(owner, ("capabilities",), caps)
         if isinstance(agent, LlmAgent):
             self.check_tools(owner, agent)
             self.check_model(owner, agent)

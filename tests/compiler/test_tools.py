@@ -325,15 +325,21 @@ def test_shell_reports_a_missing_command_and_a_bad_line(root: Path) -> None:
     assert error(call(builtin(root, "shell"), command="   ")) == "the command line is empty"
 
 
-def test_shell_hides_secret_environment_variables(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FOO_API_KEY", "sk-123")
-    monkeypatch.setenv("my_token", "t")
-    monkeypatch.setenv("DB_PASSWORD", "p")
+def test_shell_passes_a_variable_only_when_shell_env_names_it(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CA_VISIBLE", "yes")
-    text = ok(call(builtin(root, "shell"), command="env"))
+    monkeypatch.setenv("CA_UNLISTED", "no")
+    monkeypatch.setenv("FOO_API_KEY", "sk-123")
+    text = ok(call(builtin(root, "shell", env=["CA_VISIBLE"]), command="env"))
     assert "CA_VISIBLE=yes" in text
-    for name in ("FOO_API_KEY", "my_token", "DB_PASSWORD", "sk-123"):
+    for name in ("CA_UNLISTED", "FOO_API_KEY", "sk-123"):
         assert name not in text
+
+
+def test_shell_tells_the_model_which_variables_the_command_sees(root: Path) -> None:
+    tool = builtin(root, "shell", env=["DATABASE_URL"])
+    assert "environment holds only PATH, HOME, TERM, TZ, the locale (LANG and the LC_ categories), DATABASE_URL." in (
+        tool.description
+    )
 
 
 # --- http.get ---------------------------------------------------------------------------------
@@ -599,7 +605,7 @@ def test_a_failing_tool_gives_the_agent_an_error_result_and_the_run_continues(ro
 
 
 def test_environment_is_left_untouched(root: Path) -> None:
-    """The scrubbed environment is a copy: running a command never edits os.environ."""
+    """The command's environment is a copy: running a command never edits os.environ."""
     before = dict(os.environ)
     call(builtin(root, "shell"), command="true")
     assert dict(os.environ) == before
