@@ -17,7 +17,8 @@ from framework.spec.source import Loc, diag, read_text
 
 _REF = re.compile(r"\$\$\{|\$\{([^}]*)\}?")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE", re.IGNORECASE)
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE", re.IGNORECASE)
+"""A variable whose name matches this holds a secret: its value is masked wherever text leaves the process."""
 
 
 def load_dotenv(root: Path) -> dict[str, str]:
@@ -84,7 +85,7 @@ class Interpolator:
                 f"set {name} in the environment or in .env, or give a default: ${{{name}:-value}}",
             )
             return token
-        if result and _SECRET_NAME.search(name):
+        if result and SECRET_NAME.search(name):
             self.secrets.add(result)
         return result
 

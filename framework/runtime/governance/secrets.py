@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from framework.spec.interpolate import SECRET_NAME
+
 if TYPE_CHECKING:
     from framework.spec.loader import Project
 
 MASK = "***"
 MIN_SECRET_CHARS = 4
 MIN_AMBIENT_CHARS = 8
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE", re.IGNORECASE)
-"""A variable whose name matches this holds a secret."""
 
 
 @functools.lru_cache(maxsize=64)
