@@ -57,18 +57,30 @@ async def call(options: CallOptions) -> int:
     from a2a.types import Message, Role, SendMessageRequest, TaskState
     from google.protobuf import json_format
 
+    from framework.runtime.origins import OriginRefused, origin_of, pinned_card, pinned_client
+
     url = resolve_target(options.target, options.project)
     text = options.message if options.message is not None else sys.stdin.read()
     if not text.strip():
         raise UsageError("no message: pass one as an argument or on standard input")
-    http = httpx.AsyncClient(timeout=httpx.Timeout(options.timeout, connect=10.0), follow_redirects=True)
+    try:
+        origin = origin_of(url)
+    except OriginRefused as exc:
+        raise UsageError(str(exc)) from exc
+    # Like an agent tool's call: every request stays on the origin of the URL the user named.
+    http = pinned_client(origin, dict, timeout=httpx.Timeout(options.timeout, connect=10.0))
     async with http:
         try:
             card = await A2ACardResolver(http, url).get_agent_card()
         except Exception as exc:
             sys.stderr.write(f"error: cannot read the agent card at {url}: {exc}\n")
             return EXIT_FAILED
-        client = ClientFactory(ClientConfig(streaming=card.capabilities.streaming, httpx_client=http)).create(card)
+        try:
+            config = ClientConfig(streaming=card.capabilities.streaming, httpx_client=http)
+            client = ClientFactory(config).create(pinned_card(card, url))
+        except (OriginRefused, ValueError) as exc:  # ValueError: a2a-sdk finds no interface it can use
+            sys.stderr.write(f"error: {exc}\n")
+            return EXIT_FAILED
         if not options.as_json:
             sys.stderr.write(f"→ {card.name}: {card.description}\n")
         parts = [new_text_part(text)]

@@ -1,7 +1,9 @@
 """Remote agents: calls over A2A with a2a-sdk's client, as tools of local agents.
 
 * Cards are cached and revalidated with their ETag.
-* Headers come from ``ca.yaml`` ``registries[].headers_env`` for URLs under a registry.
+* Every request of a call stays on the origin of the agent's URL, and carries the headers of
+  ``ca.yaml`` ``registries[].headers_env`` of exactly that origin (:mod:`.origins`): one pinned
+  HTTP client per origin does the card fetches, the registry queries and the JSON-RPC calls.
 * Every call has a deadline (``ca.yaml`` ``remote.timeout``). Fetching a card is retried
   with backoff on connection failures and 502/503/504; a message is never sent twice
   (that could start the remote task twice). Anything that goes wrong becomes a tool
@@ -33,6 +35,7 @@ from langgraph.types import interrupt
 
 from framework.compiler.agent import CALL_CONTEXT, RunContext
 from framework.compiler.bundle import remote_tool_name
+from framework.runtime.origins import Origin, credentials_for, origin_of, pinned_card, pinned_client
 from framework.runtime.tasks import TaskStore
 from framework.runtime.wire import EVENT_KEY, from_wire
 from framework.spec.loader import Project
@@ -73,27 +76,32 @@ class Peers:
         self.tasks = tasks
         self.environ = environ
         self.timeout = timeout
-        self.http = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0), follow_redirects=True)
+        self.clients: dict[Origin, httpx.AsyncClient] = {}
         self.cards: dict[str, tuple[str, AgentCard]] = {}
 
     async def close(self) -> None:
-        await self.http.aclose()
+        clients, self.clients = list(self.clients.values()), {}
+        for client in clients:
+            await client.aclose()
 
-    def headers_for(self, url: str) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        for registry in self.project.config.registries:
-            if url.startswith(registry.url):
-                for header, variable in registry.headers_env.items():
-                    value = self.environ.get(variable)
-                    if value:
-                        headers[header] = value
-        return headers
+    def client_for(self, url: str) -> httpx.AsyncClient:
+        """The HTTP client of ``url``'s origin: its requests go nowhere else and carry that origin's credentials."""
+        origin = origin_of(url)
+        client = self.clients.get(origin)
+        if client is None:
+
+            def credentials() -> dict[str, str]:  # read per request: a reload replaces project and environ
+                return credentials_for(origin, self.project.config.registries, self.environ)
+
+            client = pinned_client(origin, credentials, timeout=httpx.Timeout(self.timeout, connect=5.0))
+            self.clients[origin] = client
+        return client
 
     async def _get(self, url: str, headers: dict[str, str]) -> httpx.Response:
         delay = 0.2
         for attempt in range(ATTEMPTS):
             try:
-                response = await self.http.get(url, headers=headers)
+                response = await self.client_for(url).get(url, headers=headers)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if attempt == ATTEMPTS - 1:
                     raise ToolException(f"cannot reach {url}: {type(exc).__name__}") from exc
@@ -109,10 +117,8 @@ class Peers:
     async def card(self, url: str) -> AgentCard:
         """The agent card at ``url`` (cached; revalidated with If-None-Match)."""
         base = url if url.endswith("/") else url + "/"
-        headers = self.headers_for(base)
         cached = self.cards.get(base)
-        if cached is not None and cached[0]:
-            headers["If-None-Match"] = cached[0]
+        headers = {"If-None-Match": cached[0]} if cached is not None and cached[0] else {}
         response = await self._get(base + CARD_PATH, headers)
         if response.status_code == 304 and cached is not None:
             known: AgentCard = cached[1]
@@ -130,16 +136,13 @@ class Peers:
         return card
 
     async def _client(self, url: str) -> Any:
-        card = await self.card(url)
-        http = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.timeout, connect=5.0), headers=self.headers_for(url), follow_redirects=True
-        )
+        """a2a-sdk's client for the agent at ``url``, on its origin's pinned HTTP client."""
+        card = pinned_card(await self.card(url), url)
+        config = ClientConfig(streaming=card.capabilities.streaming, httpx_client=self.client_for(url))
         try:
-            client = ClientFactory(ClientConfig(streaming=card.capabilities.streaming, httpx_client=http)).create(card)
+            return ClientFactory(config).create(card)
         except Exception as exc:  # a card without an interface a2a-sdk's client can use
-            await http.aclose()
             raise ToolException(f"{url}: its agent card offers no usable interface: {exc}") from exc
-        return client, http
 
     async def send(
         self,
@@ -151,7 +154,7 @@ class Peers:
         metadata: dict[str, Any] | None = None,
     ) -> RemoteOutcome:
         """Send one message and follow the task until it ends or waits for input."""
-        client, http = await self._client(url)
+        client = await self._client(url)
         message = Message(
             message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=parts, task_id=task_id, context_id=context_id
         )
@@ -171,19 +174,17 @@ class Peers:
             raise
         except Exception as exc:  # a2a-sdk's client errors (garbage answers, protocol errors)
             raise ToolException(f"remote agent {url} answered with an error: {type(exc).__name__}: {exc}") from exc
-        finally:
-            await http.aclose()
         return outcome
 
     async def status(self, url: str, task_id: str) -> RemoteOutcome:
-        client, http = await self._client(url)
+        client = await self._client(url)
         try:
             async with asyncio.timeout(self.timeout):
                 task = await client.get_task(GetTaskRequest(id=task_id))
+        except ToolException:
+            raise
         except Exception as exc:
             raise ToolException(f"remote agent {url}: cannot read task {task_id}: {exc}") from exc
-        finally:
-            await http.aclose()
         outcome = RemoteOutcome(task_id=task_id)
         event = StreamResponse()
         event.task.CopyFrom(task)

@@ -27,7 +27,7 @@ class Discovery:
 
 async def _from_server(peers: Peers, name: str, url: str) -> list[RemoteAgent] | None:
     request = {"jsonrpc": "2.0", "id": 1, "method": "_cleveragents/registry/list"}
-    response = await peers.http.post(url + "/", json=request, headers=peers.headers_for(url), timeout=TIMEOUT)
+    response = await peers.client_for(url).post(url + "/", json=request, timeout=TIMEOUT)
     if response.status_code != 200:
         return None
     body: Any = response.json()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, field_validator
 
@@ -31,6 +32,30 @@ def _check_url(value: str) -> str:
 
 
 HttpUrl = Annotated[str, AfterValidator(_check_url)]
+
+
+def _check_origin_url(value: str) -> str:
+    """An http(s) URL with a host and a valid port, and no credentials in it (its origin is where headers go)."""
+    value = _check_url(value)
+    parts = urlsplit(value)
+    if parts.username is not None or parts.password is not None:  # the message must not repeat a password
+        raise fail(
+            "url",
+            "a registry URL must not hold a user name or password (before '@'): name the variable "
+            "holding the credential in headers_env instead",
+        )
+    try:
+        port = parts.port  # urlsplit checks the port only when it is read
+    except ValueError:
+        port = 0  # out of range or not a number: reported just below
+    if port == 0:
+        raise fail("url", "{value!r} has no valid port (a number from 1 to 65535 after the host)", value=value)
+    if not parts.hostname:
+        raise fail("url", "{value!r} has no host", value=value)
+    return value
+
+
+OriginUrl = Annotated[str, AfterValidator(_check_origin_url)]
 
 
 class Defaults(Spec):
@@ -90,8 +115,11 @@ class Registry(Spec):
     """A remote source of agents: a CleverAgents server or a single A2A agent."""
 
     name: Name
-    url: HttpUrl
-    headers_env: dict[str, EnvName] = Field(default_factory=dict, description="Header -> variable with its value.")
+    url: OriginUrl
+    headers_env: dict[str, EnvName] = Field(
+        default_factory=dict,
+        description="Header -> variable with its value; sent only to the URL's origin (scheme, host and port).",
+    )
 
 
 class RemoteCalls(Spec):

@@ -724,7 +724,7 @@ def test_cards_are_cached_and_revalidated_with_their_etag(net: Net, tmp_path: Pa
         async def seen(response: httpx.Response) -> None:
             statuses.append(response.status_code)
 
-        peers.http.event_hooks["response"] = [seen]
+        peers.client_for(net.a.url).event_hooks["response"] = [seen]
         try:
             first = await peers.card(net.agent_url(net.a, "echo"))
             second = await peers.card(net.agent_url(net.a, "echo"))
