@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.errors import UsageError
+from framework.errors import StoreError, UsageError
 from framework.runtime.audit import AuditLog, AuditRecord, VerifyResult, format_record, record_hash
 
 REPO = Path(__file__).resolve().parents[2]
@@ -248,6 +248,19 @@ def test_truncation_with_a_rewritten_head_needs_an_outside_anchor(tmp_path: Path
         result = audit.verify()
     assert result.ok
     assert result.head_hash != anchored  # only the copy kept elsewhere shows it
+
+
+# -- a damaged database -----------------------------------------------------------------------------
+
+
+def test_a_table_dropped_while_the_log_is_open_is_reported_as_corrupt(tmp_path: Path) -> None:
+    with AuditLog.open(tmp_path) as audit:
+        audit.append("decision", source="cli", task_id="t")
+        raw_sql(tmp_path, "DROP TABLE audit")
+        with pytest.raises(
+            StoreError, match=re.escape(f"{db_file(tmp_path)} is corrupt (its table 'audit' is missing)")
+        ):
+            audit.append("decision", source="cli", task_id="t")
 
 
 # -- concurrency -----------------------------------------------------------------------------------
