@@ -1,8 +1,12 @@
 """The tables behind the audit log, and the one transaction that appends to them.
 
     audit       seq INTEGER PRIMARY KEY, ts, kind, source, task_id, conversation_id, agent,
-                data (canonical JSON text), prev_hash, hash; indexed on task_id and conversation_id
+                data (canonical JSON text), prev_hash, hash, chain ('sha256' or 'hmac-sha256'),
+                key_id ('' when unkeyed); indexed on task_id and conversation_id
     audit_head  one row (id = 1): the seq and hash of the last record appended
+
+A log written before records had a kind gains ``chain`` and ``key_id`` on open, with the
+defaults 'sha256' and '' that describe its rows.
 
 Appends are serialised: the head row is read and rewritten in the same transaction as the
 insert. On SQLite that transaction starts with ``BEGIN IMMEDIATE`` (the write lock is taken
@@ -49,6 +53,7 @@ from sqlalchemy import (
 from sqlalchemy import inspect as inspect_schema
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.schema import CreateColumn
 
 from framework.errors import StoreError, UsageError
 
@@ -82,6 +87,8 @@ audit_table = Table(
     Column("data", Text, nullable=False),
     Column("prev_hash", String(64), nullable=False),
     Column("hash", String(64), nullable=False),
+    Column("chain", String(16), nullable=False, server_default="sha256"),
+    Column("key_id", String(16), nullable=False, server_default=""),
     Index("ix_audit_task_id", "task_id"),
     Index("ix_audit_conversation_id", "conversation_id"),
 )
@@ -141,6 +148,8 @@ def _create_engine(url: str) -> Engine:
 
 _DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 """SQLite's primary result codes for a file that is not a database or whose pages are damaged."""
+_ADDED_COLUMNS = ("chain", "key_id")
+"""Columns added after the first release; their server defaults describe the rows written before."""
 _COLUMNS = tuple(column.name for column in audit_table.columns)
 _INSERT = f"INSERT INTO audit ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"  # noqa: S608
 
@@ -222,6 +231,11 @@ class AuditStore:
             if len(missing) == 1:  # both missing is a new log; one missing is a damaged one
                 raise self._corrupt(f"its table {missing[0]!r} is missing")
             metadata.create_all(conn)
+            columns = {column["name"] for column in inspect_schema(conn).get_columns("audit")}
+            for name in _ADDED_COLUMNS:
+                if name not in columns:  # the column as the table declares it, server default included
+                    column = CreateColumn(audit_table.c[name]).compile(dialect=conn.dialect)
+                    conn.execute(text(f"ALTER TABLE audit ADD COLUMN {column}"))
             if conn.execute(select(head_table.c.id)).first() is None:
                 last = conn.execute(
                     select(audit_table.c.seq, audit_table.c.hash).order_by(audit_table.c.seq.desc()).limit(1)
@@ -287,6 +301,13 @@ class AuditStore:
             query = query.where(audit_table.c.seq > since_seq)
         with self._reported(), self._transaction(write=False) as conn:
             return [dict(row) for row in conn.execute(query).mappings()]
+
+    def last(self) -> Row | None:
+        """The row with the highest seq, or None for an empty log."""
+        query = select(audit_table).order_by(audit_table.c.seq.desc()).limit(1)
+        with self._reported(), self._transaction(write=False) as conn:
+            row = conn.execute(query).mappings().first()
+        return dict(row) if row else None
 
     def head(self) -> tuple[int, str] | None:
         """The (seq, hash) the last append left in ``audit_head``; None if that row was removed."""

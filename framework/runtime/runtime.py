@@ -25,6 +25,7 @@ from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
 from framework.errors import CAError, Diagnostic, RunError
 from framework.runtime.audit import AuditLog
+from framework.runtime.audit_chain import chain_key
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.middleware import governance_middleware
 from framework.runtime.registry import Discovery
@@ -62,11 +63,13 @@ class Runtime:
         base_url: str | None = None,
     ) -> Runtime:
         """Open the project's stores (closed by ``stack``) and build its bundle."""
+        key = chain_key(project.config.audit, project.root)  # a missing key stops us before anything opens
         saver = await stack.enter_async_context(open_checkpointer(project.root))
         tasks = TaskStore.open(project.root)
         stack.callback(tasks.close)
-        audit = AuditLog.open(project.root, secrets=project.secrets)
+        audit = AuditLog.open(project.root, secrets=project.secrets, key=key)
         stack.callback(audit.close)
+        audit.check_extendable()
         environ = {**load_dotenv(project.root), **os.environ}
         current: dict[str, Any] = {"project": project, "environ": environ}
         opened: list[Any] = []  # the A2A client side, created on first use (a2a's client costs ~50 ms)
