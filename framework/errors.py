@@ -6,7 +6,9 @@
     ├── ModelError               a model cannot be built or called (missing extra, unset key, server down)
     ├── ToolError                a tool cannot be loaded (bad python tool); at run time tool failures
     │                            go back to the model as error results instead
-    └── RunError                 a run failed (unknown agent, workflow step failed, ...)
+    ├── RunError                 a run failed (unknown agent, workflow step failed, ...)
+    └── StoreError               a state database under .ca/ is damaged (not a database, corrupt,
+                                 a table missing); the message names the file and what to do
 
 Foreign exceptions are translated where they enter (``raise SpecError(...) from exc``);
 the CLI maps this tree to messages and exit codes in one place.
@@ -88,6 +90,15 @@ class ToolError(CAError):
 
 class RunError(CAError):
     """A run cannot start or failed for a reason the user can act on."""
+
+    exit_code = 1
+
+
+class StoreError(CAError):
+    """A state database cannot be used as it is (corrupt, not a database, a table missing).
+
+    Raised where the database driver's error enters, so no caller sees ``sqlite3`` errors.
+    """
 
     exit_code = 1
 

@@ -377,13 +377,19 @@ def audit(
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many records.")] = 1000,
     project: ProjectOpt = Path(),
 ) -> None:
-    """Print the audit log (every task transition, tool call, decision, denial, budget and contract event)."""
+    """Print the audit log (every task transition, tool call, decision, denial, budget and contract event).
+
+    `--verify` needs the key of a keyed chain in the variable `ca.yaml` `audit.key_env` names.
+    """
     from framework.runtime.audit import AuditLog, format_record
+    from framework.runtime.audit_chain import UNKEYED, chain_key, describe
     from framework.runtime.tasks import TaskStore
     from framework.spec import load_project
 
-    root = load_project(project).root
-    log = AuditLog.open(root)
+    loaded = load_project(project)
+    root = loaded.root
+    key = chain_key(loaded.config.audit, root) if verify else None  # listing records needs no key
+    log = AuditLog.open(root, key=key)
     try:
         if verify:
             result = log.verify()
@@ -391,10 +397,13 @@ def audit(
                 typer.echo(problem, err=True)
             if not result.ok:
                 typer.echo(
-                    f"audit log TAMPERED: {len(result.problems)} problem(s) in {result.checked} records", err=True
+                    f"audit log TAMPERED: {len(result.problems)} problem(s) in {result.checked} records,"
+                    f" {describe(result)}",
+                    err=True,
                 )
                 raise typer.Exit(1)
-            typer.echo(f"audit log ok: {result.checked} records, head {result.head_hash}")
+            caveat = ": detects edits, not a rewrite of the whole chain" if result.chain == UNKEYED else ""
+            typer.echo(f"audit log ok: {result.checked} records, {describe(result)}{caveat}; head {result.head_hash}")
             return
         task_id = None
         if task:

@@ -1,8 +1,12 @@
 """The tables behind the audit log, and the one transaction that appends to them.
 
     audit       seq INTEGER PRIMARY KEY, ts, kind, source, task_id, conversation_id, agent,
-                data (canonical JSON text), prev_hash, hash; indexed on task_id and conversation_id
+                data (canonical JSON text), prev_hash, hash, chain ('sha256' or 'hmac-sha256'),
+                key_id ('' when unkeyed); indexed on task_id and conversation_id
     audit_head  one row (id = 1): the seq and hash of the last record appended
+
+A log written before records had a kind gains ``chain`` and ``key_id`` on open, with the
+defaults 'sha256' and '' that describe its rows.
 
 Appends are serialised: the head row is read and rewritten in the same transaction as the
 insert. On SQLite that transaction starts with ``BEGIN IMMEDIATE`` (the write lock is taken
@@ -14,6 +18,10 @@ cost five times the work of the statements themselves, on every record.
 
 The store knows rows, not hashes: the caller builds each row from the seq and prev_hash it is
 given while the lock is held (see :mod:`framework.runtime.audit`).
+
+A damaged database (not a database, corrupt pages, one of the two tables missing) is reported
+as a :class:`~framework.errors.StoreError` naming the file and what to do, wherever the driver
+meets it: opening, appending, reading.
 """
 
 from __future__ import annotations
@@ -42,10 +50,12 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy import inspect as inspect_schema
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.schema import CreateColumn
 
-from framework.errors import UsageError
+from framework.errors import StoreError, UsageError
 
 GENESIS = "0" * 64
 """The prev_hash of the first record, and the head of an empty log."""
@@ -77,6 +87,8 @@ audit_table = Table(
     Column("data", Text, nullable=False),
     Column("prev_hash", String(64), nullable=False),
     Column("hash", String(64), nullable=False),
+    Column("chain", String(16), nullable=False, server_default="sha256"),
+    Column("key_id", String(16), nullable=False, server_default=""),
     Index("ix_audit_task_id", "task_id"),
     Index("ix_audit_conversation_id", "conversation_id"),
 )
@@ -134,8 +146,17 @@ def _create_engine(url: str) -> Engine:
     return engine
 
 
+_DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+"""SQLite's primary result codes for a file that is not a database or whose pages are damaged."""
+_ADDED_COLUMNS = ("chain", "key_id")
+"""Columns added after the first release; their server defaults describe the rows written before."""
 _COLUMNS = tuple(column.name for column in audit_table.columns)
 _INSERT = f"INSERT INTO audit ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"  # noqa: S608
+
+
+def _missing_tables(conn: Connection) -> list[str]:
+    names = set(inspect_schema(conn).get_table_names())
+    return [table for table in (audit_table.name, head_table.name) if table not in names]
 
 
 def _connect_sqlite(path: str) -> sqlite3.Connection:
@@ -156,9 +177,17 @@ class AuditStore:
     def __init__(self, url: str) -> None:
         self._engine = _create_engine(url)
         self._lock = threading.Lock()
-        self._setup()
-        database = self._engine.url.database
-        self._sqlite = _connect_sqlite(database) if self._engine.dialect.name == "sqlite" and database else None
+        database = self._engine.url.database if self._engine.dialect.name == "sqlite" else None
+        self.where = database or self._engine.url.render_as_string(hide_password=True)
+        """The file (or URL, password hidden) of the log, for messages."""
+        self._file = database
+        try:
+            with self._reported():
+                self._setup()
+                self._sqlite = _connect_sqlite(database) if database else None
+        except BaseException:
+            self._engine.dispose()
+            raise
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Connection]:
@@ -167,11 +196,46 @@ class AuditStore:
             with conn.begin():
                 yield conn
 
+    @contextmanager
+    def _reported(self) -> Iterator[None]:
+        """Turn the driver's word for a damaged database into a StoreError; let every other error pass."""
+        try:
+            yield
+        except (DBAPIError, sqlite3.Error) as exc:
+            error = exc.orig if isinstance(exc, DBAPIError) else exc
+            # The primary result code (the low byte of an extended one); only the sqlite3 driver sets it.
+            code = getattr(error, "sqlite_errorcode", -1) & 0xFF if isinstance(error, sqlite3.Error) else None
+            if code in _DAMAGED:
+                raise self._corrupt(str(error)) from exc
+            if code == sqlite3.SQLITE_ERROR:  # e.g. "no such table": a table dropped while the log is open
+                with self._engine.connect() as conn:
+                    missing = _missing_tables(conn)
+                if missing:
+                    raise self._corrupt(f"its table {missing[0]!r} is missing") from exc
+            raise
+
+    def _corrupt(self, detail: str) -> StoreError:
+        if self._file:
+            todo = (
+                f"move {self.where} and its -wal and -shm files aside (keep them as evidence); ca then starts a new log"
+            )
+        else:
+            todo = "restore the audit tables from a backup, or drop both to start a new log"
+        return StoreError(f"the audit log {self.where} is corrupt ({detail}): {todo}")
+
     def _setup(self) -> None:
         with self._transaction(write=True) as conn:
             if conn.dialect.name == "postgresql":  # replicas starting together must not race on CREATE TABLE
                 conn.execute(text("SELECT pg_advisory_xact_lock(7412290141)"))
+            missing = _missing_tables(conn)
+            if len(missing) == 1:  # both missing is a new log; one missing is a damaged one
+                raise self._corrupt(f"its table {missing[0]!r} is missing")
             metadata.create_all(conn)
+            columns = {column["name"] for column in inspect_schema(conn).get_columns("audit")}
+            for name in _ADDED_COLUMNS:
+                if name not in columns:  # the column as the table declares it, server default included
+                    column = CreateColumn(audit_table.c[name]).compile(dialect=conn.dialect)
+                    conn.execute(text(f"ALTER TABLE audit ADD COLUMN {column}"))
             if conn.execute(select(head_table.c.id)).first() is None:
                 last = conn.execute(
                     select(audit_table.c.seq, audit_table.c.hash).order_by(audit_table.c.seq.desc()).limit(1)
@@ -181,6 +245,10 @@ class AuditStore:
 
     def append(self, build: Callable[[int, str], Row]) -> Row:
         """Insert ``build(seq, prev_hash)`` as the next row, extending the head in the same transaction."""
+        with self._reported():
+            return self._append(build)
+
+    def _append(self, build: Callable[[int, str], Row]) -> Row:
         if self._sqlite is not None:
             with self._lock:
                 if self._sqlite is not None:  # not closed meanwhile
@@ -188,20 +256,21 @@ class AuditStore:
         with self._transaction(write=True) as conn:
             head = conn.execute(
                 select(head_table.c.seq, head_table.c.hash).where(head_table.c.id == _HEAD_ID).with_for_update()
-            ).one()
+            ).first()
+            if head is None:
+                raise self._corrupt("its audit_head row is missing, so the log cannot be extended")
             row = build(head.seq + 1, head.hash)
             conn.execute(insert(audit_table).values(**row))
             conn.execute(update(head_table).where(head_table.c.id == _HEAD_ID).values(seq=row["seq"], hash=row["hash"]))
         return row
 
-    @staticmethod
-    def _append_sqlite(conn: sqlite3.Connection, build: Callable[[int, str], Row]) -> Row:
+    def _append_sqlite(self, conn: sqlite3.Connection, build: Callable[[int, str], Row]) -> Row:
         """:meth:`append` on a plain sqlite3 connection; the caller holds the lock."""
         conn.execute("BEGIN IMMEDIATE")
         try:
             head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = ?", (_HEAD_ID,)).fetchone()
             if head is None:
-                raise RuntimeError("the audit_head row is missing: the log cannot be extended")
+                raise self._corrupt("its audit_head row is missing, so the log cannot be extended")
             row = build(head[0] + 1, head[1])
             conn.execute(_INSERT, tuple(row[name] for name in _COLUMNS))
             conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = ?", (row["seq"], row["hash"], _HEAD_ID))
@@ -230,12 +299,19 @@ class AuditStore:
             query = query.where(audit_table.c.kind == kind)
         if since_seq is not None:
             query = query.where(audit_table.c.seq > since_seq)
-        with self._transaction(write=False) as conn:
+        with self._reported(), self._transaction(write=False) as conn:
             return [dict(row) for row in conn.execute(query).mappings()]
+
+    def last(self) -> Row | None:
+        """The row with the highest seq, or None for an empty log."""
+        query = select(audit_table).order_by(audit_table.c.seq.desc()).limit(1)
+        with self._reported(), self._transaction(write=False) as conn:
+            row = conn.execute(query).mappings().first()
+        return dict(row) if row else None
 
     def head(self) -> tuple[int, str] | None:
         """The (seq, hash) the last append left in ``audit_head``; None if that row was removed."""
-        with self._transaction(write=False) as conn:
+        with self._reported(), self._transaction(write=False) as conn:
             row = conn.execute(select(head_table.c.seq, head_table.c.hash).where(head_table.c.id == _HEAD_ID)).first()
         return (row.seq, row.hash) if row else None
 

@@ -98,7 +98,14 @@ def print_report(ok: bool, errors: list[Diagnostic]) -> None:
     sys.stderr.write(f"reload failed: {len(errors)} error(s); still serving the last good version\n")
 
 
-RESTART_ONLY = ("server.host", "server.port", "server.public_url", "server.max_request_bytes", "store.url")
+RESTART_ONLY = (
+    "server.host",
+    "server.port",
+    "server.public_url",
+    "server.max_request_bytes",
+    "store.url",
+    "audit.key_env",
+)
 """ca.yaml settings read once at start-up: a reload cannot apply them."""
 
 

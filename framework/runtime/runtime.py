@@ -25,6 +25,7 @@ from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
 from framework.errors import CAError, Diagnostic, RunError
 from framework.runtime.audit import AuditLog
+from framework.runtime.audit_chain import chain_key
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.middleware import governance_middleware
 from framework.runtime.governance.secrets import KNOWN, mask_logs, project_secrets
@@ -64,13 +65,17 @@ class Runtime:
     ) -> Runtime:
         """Open the project's stores (closed by ``stack``) and build its bundle."""
         mask_logs()
+        key = chain_key(project.config.audit, project.root)  # a missing key stops us before anything opens
         saver = await stack.enter_async_context(open_checkpointer(project.root))
         tasks = TaskStore.open(project.root)
         stack.callback(tasks.close)
         dotenv = load_dotenv(project.root)
         KNOWN.add(project_secrets(project, {**dotenv, **os.environ}, dotenv))
-        audit = AuditLog.open(project.root, secrets=KNOWN.values)
+        if key is not None:
+            KNOWN.add([key.secret.decode("utf-8")])
+        audit = AuditLog.open(project.root, secrets=KNOWN.values, key=key)
         stack.callback(audit.close)
+        audit.check_extendable()
         environ = {**load_dotenv(project.root), **os.environ}
         current: dict[str, Any] = {"project": project, "environ": environ}
         opened: list[Any] = []  # the A2A client side, created on first use (a2a's client costs ~50 ms)

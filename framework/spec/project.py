@@ -128,6 +128,15 @@ class RemoteCalls(Spec):
     timeout: Duration = Field(default=60.0, description="Deadline of one call (card, message, answer).")
 
 
+class AuditConfig(Spec):
+    """The audit log. Its key is never written here (nor in .env beside the log), only the variable's name."""
+
+    key_env: EnvName | None = Field(
+        default=None,
+        description="Variable holding the key of a keyed (HMAC-SHA256) audit chain; unset: an unkeyed (SHA-256) chain.",
+    )
+
+
 class ProjectConfig(Spec):
     version: Version = 1
     name: str | None = None
@@ -139,3 +148,4 @@ class ProjectConfig(Spec):
     store: StoreConfig = Field(default_factory=StoreConfig)
     registries: list[Registry] = Field(default_factory=list)
     remote: RemoteCalls = Field(default_factory=RemoteCalls)
+    audit: AuditConfig = Field(default_factory=AuditConfig)

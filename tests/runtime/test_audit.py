@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import importlib.util
 import json
 import os
@@ -13,15 +14,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from framework.errors import UsageError
-from framework.runtime.audit import AuditLog, AuditRecord, VerifyResult, format_record, record_hash
+from framework.errors import StoreError, UsageError
+from framework.runtime.audit import AuditLog, AuditRecord, format_record
+from framework.runtime.audit_chain import ChainKey, VerifyResult, chain_key, record_hash
+from framework.runtime.reload import needs_restart
+from framework.spec.project import AuditConfig, ProjectConfig
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-live-0123456789abcdef"
+KEY = ChainKey(b"audit-key-0123456789abcdef", "CA_AUDIT_KEY")
 
 
 def db_file(root: Path) -> Path:
@@ -35,9 +41,9 @@ def log(tmp_path: Path) -> Iterator[AuditLog]:
     audit.close()
 
 
-def fill(root: Path, n: int = 10) -> None:
-    """Write ``n`` records to the project's log and close it, leaving the file for raw SQL."""
-    with AuditLog.open(root) as audit:
+def fill(root: Path, n: int = 10, key: ChainKey | None = None) -> None:
+    """Write ``n`` records to the project's log (keyed with ``key``) and close it, leaving the file for raw SQL."""
+    with AuditLog.open(root, key=key) as audit:
         for i in range(n):
             audit.append("tool.call", source="cli", task_id=f"t{i % 3}", agent="helper", data={"i": i})
 
@@ -48,8 +54,8 @@ def raw_sql(root: Path, *statements: str) -> None:
             conn.execute(statement)
 
 
-def verify(root: Path) -> list[str]:
-    with AuditLog.open(root) as audit:
+def verify(root: Path, key: ChainKey | None = None) -> list[str]:
+    with AuditLog.open(root, key=key) as audit:
         result = audit.verify()
     assert result.ok is (not result.problems)
     return result.problems
@@ -68,10 +74,11 @@ def test_append_returns_the_record_as_stored_and_query_reads_it_back(log: AuditL
     assert log.query() == [record]
 
 
-def test_the_hash_is_sha256_of_the_canonical_json_of_every_other_field(log: AuditLog) -> None:
+def test_an_unkeyed_hash_is_sha256_of_the_canonical_json_of_every_field_but_the_chain_kind(log: AuditLog) -> None:
     first = log.append("decision", source="cli", task_id="t", data={"b": "é", "a": [1, 2]})
     second = log.append("decision", source="cli", task_id="t")
-    fields = {k: v for k, v in first.__dict__.items() if k != "hash"}
+    assert (first.chain, first.key_id) == ("sha256", "")
+    fields = {k: v for k, v in first.__dict__.items() if k not in ("hash", "chain", "key_id")}
     canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert first.hash == hashlib.sha256(canonical.encode()).hexdigest()
     assert first.prev_hash == "0" * 64
@@ -177,7 +184,7 @@ def test_an_edited_record_with_a_recomputed_hash_breaks_the_next_link(tmp_path: 
     with AuditLog.open(tmp_path) as audit:
         original = audit.query(since_seq=4, limit=1)[0]
     forged = AuditRecord(**{**original.__dict__, "data": {"i": 999}})
-    forged_hash = record_hash(forged)
+    forged_hash = record_hash(asdict(forged))
     raw_sql(tmp_path, f"""UPDATE audit SET data = '{{"i":999}}', hash = '{forged_hash}' WHERE seq = 5""")
     assert verify(tmp_path) == [
         "record 6 does not follow record 5: prev_hash mismatch — a record was deleted or reordered"
@@ -228,7 +235,7 @@ def test_a_replaced_last_record_is_detected_by_the_head(tmp_path: Path) -> None:
     fill(tmp_path)
     with AuditLog.open(tmp_path) as audit:
         last = audit.query(since_seq=9)[0]
-    forged_hash = record_hash(AuditRecord(**{**last.__dict__, "data": {"i": 0}}))
+    forged_hash = record_hash(asdict(AuditRecord(**{**last.__dict__, "data": {"i": 0}})))
     raw_sql(tmp_path, f"""UPDATE audit SET data = '{{"i":0}}', hash = '{forged_hash}' WHERE seq = 10""")
     assert verify(tmp_path) == ["record 10 does not match the head hash: the last record was replaced"]
 
@@ -248,6 +255,144 @@ def test_truncation_with_a_rewritten_head_needs_an_outside_anchor(tmp_path: Path
         result = audit.verify()
     assert result.ok
     assert result.head_hash != anchored  # only the copy kept elsewhere shows it
+
+
+# -- the keyed chain -------------------------------------------------------------------------------
+
+
+def test_a_keyed_hash_is_hmac_sha256_of_the_canonical_json_of_every_other_field(tmp_path: Path) -> None:
+    with AuditLog.open(tmp_path, key=KEY) as audit:
+        record = audit.append("decision", source="cli", task_id="t", data={"b": "é"})
+    key_id = hmac.new(KEY.secret, b"ca-audit-key-id", hashlib.sha256).hexdigest()[:8]
+    assert (record.chain, record.key_id) == ("hmac-sha256", key_id)
+    fields = {k: v for k, v in record.__dict__.items() if k != "hash"}
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert record.hash == hmac.new(KEY.secret, canonical.encode(), hashlib.sha256).hexdigest()
+
+
+def test_the_audit_key_is_masked_in_what_a_record_stores(tmp_path: Path) -> None:
+    with AuditLog.open(tmp_path, key=KEY) as audit:
+        record = audit.append("tool.call", source="cli", task_id="t", data={"cmd": f"echo {KEY.secret.decode()}"})
+    assert record.data == {"cmd": "echo ***"}
+    assert KEY.secret not in b"".join(p.read_bytes() for p in (tmp_path / ".ca").glob("audit.db*"))
+
+
+def test_a_keyed_chain_checked_without_a_key_says_which_setting_is_missing(tmp_path: Path) -> None:
+    fill(tmp_path, 6, KEY)
+    assert verify(tmp_path) == [
+        f"6 records (1–6) are keyed (hmac-sha256, key id {KEY.id}), but ca.yaml names no audit.key_env"
+        " to check them with: set it to the variable holding that key"
+    ]
+
+
+def test_a_record_naming_an_unknown_kind_of_chain_is_reported_as_edited(tmp_path: Path) -> None:
+    fill(tmp_path, 3)
+    raw_sql(tmp_path, "UPDATE audit SET chain = 'md5' WHERE seq = 2")
+    assert verify(tmp_path) == ["record 2 names an unknown chain 'md5': it was edited"]
+
+
+def test_appending_to_a_keyed_chain_without_its_key_is_refused(tmp_path: Path) -> None:
+    fill(tmp_path, 2, KEY)
+    with AuditLog.open(tmp_path) as audit, pytest.raises(UsageError, match=re.escape(f"key id {KEY.id}), but ca")):
+        audit.append("decision", source="cli", task_id="t")
+    assert verify(tmp_path, KEY) == []
+
+
+def test_a_keyed_part_rewritten_unkeyed_then_extended_only_moves_where_the_keyed_part_starts(
+    tmp_path: Path,
+) -> None:
+    """The documented limit of turning the key on later: the start of the keyed part must be noted."""
+    fill(tmp_path, 2)
+    fill(tmp_path, 3, KEY)
+    with AuditLog.open(tmp_path, key=KEY) as audit:
+        noted = audit.verify().keyed_from
+        keyed = [r for r in audit.query() if r.chain == "hmac-sha256"]
+    with sqlite3.connect(db_file(tmp_path)) as conn:
+        prev_hash = conn.execute("SELECT hash FROM audit WHERE seq = 2").fetchone()[0]
+        for record in keyed:  # recompute them as an unkeyed chain: anyone can
+            forged = {**asdict(record), "chain": "sha256", "key_id": "", "prev_hash": prev_hash}
+            prev_hash = record_hash(forged)
+            conn.execute(
+                "UPDATE audit SET chain = 'sha256', key_id = '', prev_hash = ?, hash = ? WHERE seq = ?",
+                (forged["prev_hash"], prev_hash, record.seq),
+            )
+        conn.execute("UPDATE audit_head SET hash = ?", (prev_hash,))
+    fill(tmp_path, 1, KEY)
+    with AuditLog.open(tmp_path, key=KEY) as audit:
+        result = audit.verify()
+    assert (result.ok, noted, result.keyed_from) == (True, 3, 6)
+
+
+def test_an_audit_key_shorter_than_16_characters_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="CA_AUDIT_KEY holds 5 characters; an audit key needs at least 16"):
+        chain_key(AuditConfig(key_env="CA_AUDIT_KEY"), tmp_path, {"CA_AUDIT_KEY": "short"})
+
+
+def test_changing_the_audit_key_variable_asks_for_a_restart() -> None:
+    before, after = ProjectConfig(), ProjectConfig(audit=AuditConfig(key_env="CA_AUDIT_KEY"))
+    assert needs_restart(before, after) == ["audit.key_env (None -> CA_AUDIT_KEY)"]
+
+
+OLD_SCHEMA = (
+    "CREATE TABLE audit (seq INTEGER NOT NULL, ts VARCHAR(32) NOT NULL, kind VARCHAR(64) NOT NULL,"
+    " source VARCHAR(16) NOT NULL, task_id VARCHAR(255) NOT NULL, conversation_id VARCHAR(255) NOT NULL,"
+    " agent VARCHAR(255) NOT NULL, data TEXT NOT NULL, prev_hash VARCHAR(64) NOT NULL,"
+    " hash VARCHAR(64) NOT NULL, PRIMARY KEY (seq))",
+    "CREATE TABLE audit_head (id INTEGER NOT NULL, seq INTEGER NOT NULL, hash VARCHAR(64) NOT NULL, PRIMARY KEY (id))",
+)
+
+
+def write_old_log(root: Path, n: int) -> None:
+    """A log as the first release wrote it: no chain kind, sha256 over the ten original fields."""
+    db_file(root).parent.mkdir(parents=True, exist_ok=True)
+    prev = "0" * 64
+    with sqlite3.connect(db_file(root)) as conn:
+        for statement in OLD_SCHEMA:
+            conn.execute(statement)
+        for seq in range(1, n + 1):
+            row = {"seq": seq, "ts": f"2025-01-01T00:00:0{seq}.000000+00:00", "kind": "decision", "source": "cli"}
+            row |= {"task_id": "t", "conversation_id": "", "agent": "a", "data": {"i": seq}, "prev_hash": prev}
+            canonical = json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            prev = hashlib.sha256(canonical.encode()).hexdigest()
+            conn.execute(
+                "INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    *[row[k] for k in ("seq", "ts", "kind", "source", "task_id", "conversation_id", "agent")],
+                    json.dumps(row["data"]),
+                    row["prev_hash"],
+                    prev,
+                ),
+            )
+        conn.execute("INSERT INTO audit_head VALUES (1, ?, ?)", (n, prev))
+
+
+def test_a_log_written_before_records_had_a_kind_still_verifies(tmp_path: Path) -> None:
+    write_old_log(tmp_path, 3)
+    with AuditLog.open(tmp_path) as audit:
+        result = audit.verify()
+        assert (result.ok, result.checked, result.chain) == (True, 3, "sha256")
+        assert {(r.chain, r.key_id) for r in audit.query()} == {("sha256", "")}
+
+
+def test_a_log_written_before_records_had_a_kind_can_turn_keyed(tmp_path: Path) -> None:
+    write_old_log(tmp_path, 3)
+    fill(tmp_path, 2, KEY)
+    with AuditLog.open(tmp_path, key=KEY) as audit:
+        result = audit.verify()
+    assert (result.ok, result.checked, result.chain, result.keyed_from) == (True, 5, "hmac-sha256", 4)
+
+
+# -- a damaged database -----------------------------------------------------------------------------
+
+
+def test_a_table_dropped_while_the_log_is_open_is_reported_as_corrupt(tmp_path: Path) -> None:
+    with AuditLog.open(tmp_path) as audit:
+        audit.append("decision", source="cli", task_id="t")
+        raw_sql(tmp_path, "DROP TABLE audit")
+        with pytest.raises(
+            StoreError, match=re.escape(f"{db_file(tmp_path)} is corrupt (its table 'audit' is missing)")
+        ):
+            audit.append("decision", source="cli", task_id="t")
 
 
 # -- concurrency -----------------------------------------------------------------------------------
