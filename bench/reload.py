@@ -150,10 +150,11 @@ def measure(root: Path, edits: int, atomic: bool) -> list[float]:
 
 async def breakdown(root: Path, runs: int = 20) -> dict[str, float]:
     """Median milliseconds of each step of a reload, in this process."""
+    from framework.protocols.a2a import open_remote
+    from framework.protocols.a2a.http import Agents, AgentsApp, task_store
     from framework.runtime.reload import compile_graphs
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
-    from framework.transports.a2a_http import Agents, AgentsApp, task_store
 
     steps: dict[str, list[float]] = {
         "load + validate": [],
@@ -162,7 +163,7 @@ async def breakdown(root: Path, runs: int = 20) -> dict[str, float]:
         "routes + cards": [],
     }
     async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(load_project(root), source="a2a-http", stack=stack)
+        runtime = await Runtime.open(load_project(root), source="a2a-http", stack=stack, remote=open_remote)
         assert runtime.compile_project is not None
         agents = Agents(runtime, task_store(runtime))
         for _ in range(3):

@@ -124,7 +124,7 @@ def bare_server(port: int, store: str) -> None:
         from sqlalchemy import event
         from sqlalchemy.ext.asyncio import create_async_engine
 
-        # The engine settings of `ca serve` (framework.transports.a2a_http.task_store), repeated
+        # The engine settings of `ca serve` (framework.protocols.a2a.http.task_store), repeated
         # here so the bare server imports nothing of ours: one connection, WAL.
         engine = create_async_engine(store, connect_args={"timeout": 30}, pool_size=1, max_overflow=0)
 

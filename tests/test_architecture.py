@@ -1,6 +1,6 @@
 """The one-way layer rule of DESIGN.md §3, checked on the source of every framework module.
 
-    base (errors, resources, settings) ← spec ← compiler ← runtime ← transports ← cli
+    base (errors, resources, settings) ← spec ← compiler ← runtime ← protocols ← cli
 
 A module may import its own layer and the layers to its left, never to its right.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 FRAMEWORK = Path(__file__).resolve().parents[1] / "framework"
-LAYERS = ["base", "spec", "compiler", "runtime", "transports", "cli"]
+LAYERS = ["base", "spec", "compiler", "runtime", "protocols", "cli"]
 HEAVY = ("langgraph", "langchain", "langchain_core", "starlette", "a2a", "uvicorn", "watchfiles", "acp")
 
 

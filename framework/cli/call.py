@@ -57,7 +57,7 @@ async def call(options: CallOptions) -> int:
     from a2a.types import Message, Role, SendMessageRequest, TaskState
     from google.protobuf import json_format
 
-    from framework.runtime.origins import OriginRefused, origin_of, pinned_card, pinned_client
+    from framework.protocols.a2a.origins import OriginRefused, origin_of, pinned_card, pinned_client
 
     url = resolve_target(options.target, options.project)
     text = options.message if options.message is not None else sys.stdin.read()

@@ -259,6 +259,7 @@ async def run_command(options: RunOptions) -> int:
     """Load, compile, run one turn (answering pauses at a terminal), print; the exit code."""
     from contextlib import AsyncExitStack
 
+    from framework.protocols.a2a import open_remote
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
@@ -266,7 +267,7 @@ async def run_command(options: RunOptions) -> int:
     text = read_prompt(options.prompt)
     session = options.session or uuid.uuid4().hex[:12]
     async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(project, stack=stack)
+        runtime = await Runtime.open(project, stack=stack, remote=open_remote)
         runtime.bundle.agent(options.agent)  # unknown agent: a clear error before anything runs
         events = runtime.send(options.agent, text, conversation=session, skill=options.skill)
         return await drive(runtime, events, as_json=options.as_json, session=session)
@@ -276,12 +277,13 @@ async def approve_command(project_dir: Path, task_id: str, decision: dict[str, A
     """``ca approve``: answer a paused task from any process and run it on from there."""
     from contextlib import AsyncExitStack
 
+    from framework.protocols.a2a import open_remote
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
     project = load_project(project_dir)
     async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(project, stack=stack)
+        runtime = await Runtime.open(project, stack=stack, remote=open_remote)
         task = runtime.tasks.get(task_id)
         events = runtime.decide(task.id, decision)
         return await drive(runtime, events, as_json=as_json, session=task.conversation)

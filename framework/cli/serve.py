@@ -34,9 +34,10 @@ def is_loopback(host: str) -> bool:
 async def serve(options: ServeOptions) -> int:
     import uvicorn
 
+    from framework.protocols.a2a import open_remote
+    from framework.protocols.a2a.http import build_app, describe
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
-    from framework.transports.a2a_http import build_app, describe
 
     project = load_project(options.project)
     server = project.config.server
@@ -49,7 +50,7 @@ async def serve(options: ServeOptions) -> int:
         )
     base_url = (options.public_url or server.public_url or f"http://{host}:{port}").rstrip("/")
     async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(project, source="a2a-http", stack=stack, base_url=base_url)
+        runtime = await Runtime.open(project, source="a2a-http", stack=stack, base_url=base_url, remote=open_remote)
         app = build_app(runtime)
         config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=10

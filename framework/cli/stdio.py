@@ -74,10 +74,10 @@ def main(options: StdioOptions) -> int:
     if protocol == "auto":
         protocol = "acp" if isinstance(message, dict) and message.get("method") == "initialize" else "a2a"
     if protocol == "acp":
-        from framework.transports.acp_hello import answer_first
+        from framework.protocols.acp.hello import answer_first
 
         first_answered = answer_first(message, out, options.project, options.agent)
-        from framework.transports.acp import run_acp
+        from framework.protocols.acp.server import run_acp
 
         return run_acp(
             options.project, options.agent, out, first_answered=first_answered, first=first, reload=options.reload
@@ -108,16 +108,17 @@ async def _a2a(options: StdioOptions, first: str, out: TextIO) -> int:
     from contextlib import AsyncExitStack
 
     from framework.errors import UsageError
+    from framework.protocols.a2a import open_remote
+    from framework.protocols.a2a.stdio import serve_stdio
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
-    from framework.transports.a2a_stdio import serve_stdio
 
     project = load_project(options.project)
     name = options.agent or project.default_agent
     if name is None:
         raise UsageError("the project has no agents to serve")
     async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(project, source="a2a-stdio", stack=stack)
+        runtime = await Runtime.open(project, source="a2a-stdio", stack=stack, remote=open_remote)
         watcher = None
         if options.reload:
             from framework.runtime.reload import watch

@@ -29,7 +29,7 @@ from framework.runtime.audit_chain import chain_key
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.middleware import governance_middleware
 from framework.runtime.governance.secrets import KNOWN, mask_logs, project_secrets
-from framework.runtime.registry import Discovery
+from framework.runtime.remote import Discovery, RemoteFactory
 from framework.runtime.runner import Runner
 from framework.runtime.stores import open_checkpointer
 from framework.runtime.tasks import Pending, Task, TaskState, TaskStore, expiry, now
@@ -46,7 +46,7 @@ class Runtime:
         self.audit = audit
         self.source = source
         self.listeners: list[Callable[[], None]] = []
-        """Called after each successful reload (transports rebuild what depends on the bundle)."""
+        """Called after each successful reload (protocols rebuild what depends on the bundle)."""
         self.compile_project: Callable[[Project], Awaitable[Bundle]] | None = None
         self.profiles: dict[str, str] = {}
         """Conversation -> automation profile chosen for it (ACP session modes)."""
@@ -62,8 +62,13 @@ class Runtime:
         stack: AsyncExitStack,
         governed: bool = True,
         base_url: str | None = None,
+        remote: RemoteFactory | None = None,
     ) -> Runtime:
-        """Open the project's stores (closed by ``stack``) and build its bundle."""
+        """Open the project's stores (closed by ``stack``) and build its bundle.
+
+        ``remote`` builds the client side for remote agents and registries (the protocol layer's
+        A2A client); without it remote calls are refused and registries are not read.
+        """
         mask_logs()
         key = chain_key(project.config.audit, project.root)  # a missing key stops us before anything opens
         saver = await stack.enter_async_context(open_checkpointer(project.root))
@@ -81,18 +86,14 @@ class Runtime:
         opened: list[Any] = []  # the A2A client side, created on first use (a2a's client costs ~50 ms)
 
         def peers() -> Any:
+            if remote is None:
+                raise RunError("remote agents need the A2A client, which this runtime was opened without")
             if not opened:
-                from framework.runtime.peers import Peers
-
-                opened.append(
-                    Peers(
-                        current["project"], tasks, current["environ"], timeout=current["project"].config.remote.timeout
-                    )
-                )
+                opened.append(remote(current["project"], tasks, current["environ"]))
                 stack.push_async_callback(opened[0].close)
-            remote = opened[0]
-            remote.project, remote.environ = current["project"], current["environ"]
-            return remote
+            client = opened[0]
+            client.project, client.environ = current["project"], current["environ"]
+            return client
 
         async def call_remote(url: str, text: str) -> tuple[str, dict[str, Any]]:
             result: tuple[str, dict[str, Any]] = await peers().call_tool(url, text)
@@ -106,10 +107,10 @@ class Runtime:
             KNOWN.add(project_secrets(project, environ, dotenv))
             current.update(project=project, environ=environ)
             found = Discovery()
-            if project.config.registries:
-                from framework.runtime.registry import discover
-
-                found = await discover(peers())
+            if project.config.registries and remote is None:
+                found.problems.append("registries are not read: this runtime has no A2A client")
+            elif project.config.registries:
+                found = await peers().discover()
             for problem in found.problems:
                 print(f"warning: {problem}", file=sys.stderr)
             return build_bundle(

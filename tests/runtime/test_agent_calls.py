@@ -32,7 +32,7 @@ from a2a.helpers.proto_helpers import get_text_parts, new_text_part
 from a2a.types import Message, Role, SendMessageRequest, TaskState
 from langchain_core.tools import ToolException
 
-from framework.runtime.peers import Peers
+from framework.protocols.a2a.client import Peers
 from framework.runtime.tasks import TaskStore
 from framework.spec import load_project
 from tests.cli.test_run import events

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from a2a.types import AgentCard, AgentInterface
 
-from framework.runtime.origins import Origin, OriginRefused, credentials_for, origin_of, pinned_card
+from framework.protocols.a2a.origins import Origin, OriginRefused, credentials_for, origin_of, pinned_card
 from framework.spec.project import Registry
 
 ENVIRON = {"TEAM_KEY": "k-123", "OTHER_KEY": "k-456"}

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from framework.runtime.origins import OriginRefused
-from framework.runtime.peers import Peers
+from framework.protocols.a2a.client import Peers
+from framework.protocols.a2a.origins import OriginRefused
 from framework.runtime.tasks import TaskStore
 from framework.spec import load_project
 from tests.cli.test_run import events

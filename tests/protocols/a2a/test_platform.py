@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from tests.conftest import writer_agent
+from tests.protocols.a2a.test_stdio import SIDE_EFFECT, Json, reply_text, result_of, user_message, write_project
 from tests.serving import ServeProcess, start_serve
-from tests.transports.test_a2a_stdio import SIDE_EFFECT, Json, reply_text, result_of, user_message, write_project
 
 pytestmark = pytest.mark.e2e
 

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 import pytest
 
-from tests.transports.test_a2a_stdio import PROJECT, Json, StdioPeer, user_message, write_project
-from tests.transports.test_platform import Served, is_v1, start_server
+from tests.protocols.a2a.test_platform import Served, is_v1, start_server
+from tests.protocols.a2a.test_stdio import PROJECT, Json, StdioPeer, user_message, write_project
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ A message sent to a task in INPUT_REQUIRED is its decision: a data part
 ``{"decision": "approve" | "reject" | "edit" | "always", "reason": ..., "args": ...}`` or
 the text ``approve`` / ``reject: REASON``; to a workflow's ``ask``, its text is the answer.
 Workflows see the message's ``messageId`` and ``metadata`` (``{{ request.* }}`` templates).
-Our field names on the wire are camelCase, as A2A's are (``framework.runtime.wire``).
+Our field names on the wire are camelCase, as A2A's are (``framework.protocols.a2a.wire``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from a2a.types import Message, Part, Role, Task, TaskState, TaskStatus
 
 from framework.compiler.workflow import replies_with_message
 from framework.errors import CAError, RunError
+from framework.protocols.a2a.wire import EVENT_KEY, to_wire
 from framework.runtime.events import (
     ArtifactOut,
     MessageOut,
@@ -48,7 +49,6 @@ from framework.runtime.events import (
     event_to_json,
 )
 from framework.runtime.runtime import Runtime
-from framework.runtime.wire import EVENT_KEY, to_wire
 from framework.spec.agent import WorkflowAgent
 
 APPROVAL_EXTENSION = "urn:cleveragents:extensions:v1"

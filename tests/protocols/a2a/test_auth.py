@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from tests.conftest import free_port, run_ca
-from tests.transports.test_a2a_stdio import Json, StdioPeer, reply_text, result_of, user_message, write_project
-from tests.transports.test_platform import Served, start_server
+from tests.protocols.a2a.test_platform import Served, start_server
+from tests.protocols.a2a.test_stdio import Json, StdioPeer, reply_text, result_of, user_message, write_project
 
 pytestmark = pytest.mark.e2e
 

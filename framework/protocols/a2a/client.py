@@ -35,9 +35,10 @@ from langgraph.types import interrupt
 
 from framework.compiler.agent import CALL_CONTEXT, RunContext
 from framework.compiler.bundle import remote_tool_name
-from framework.runtime.origins import Origin, credentials_for, origin_of, pinned_card, pinned_client
+from framework.protocols.a2a.origins import Origin, credentials_for, origin_of, pinned_card, pinned_client
+from framework.protocols.a2a.wire import EVENT_KEY, from_wire
+from framework.runtime.remote import Discovery
 from framework.runtime.tasks import TaskStore
-from framework.runtime.wire import EVENT_KEY, from_wire
 from framework.spec.loader import Project
 
 CARD_PATH = ".well-known/agent-card.json"
@@ -78,6 +79,12 @@ class Peers:
         self.timeout = timeout
         self.clients: dict[Origin, httpx.AsyncClient] = {}
         self.cards: dict[str, tuple[str, AgentCard]] = {}
+
+    async def discover(self) -> Discovery:
+        """The agents of the project's registries (see :mod:`framework.protocols.a2a.registry`)."""
+        from framework.protocols.a2a.registry import discover
+
+        return await discover(self)
 
     async def close(self) -> None:
         clients, self.clients = list(self.clients.values()), {}

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from framework.transports.acp_hello import initialize_result
-from framework.transports.jsonrpc import Code, JsonRpcError
+from framework.protocols.acp.hello import initialize_result
+from framework.protocols.jsonrpc import Code, JsonRpcError
 
 AUTH_REQUIRED = -32000
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -159,6 +159,7 @@ class AcpServer:
 
     async def _load(self) -> None:
         from framework.errors import SpecError
+        from framework.protocols.a2a import open_remote
         from framework.runtime.runtime import Runtime
         from framework.spec import load_project
 
@@ -167,7 +168,7 @@ class AcpServer:
         except SpecError as exc:
             self.load_error = "the project is invalid:\n" + "\n".join(d.render() for d in exc.errors)
             return
-        self.runtime = await Runtime.open(project, source="acp", stack=self.stack)
+        self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote)
         self.agent_name = self.agent_name or project.default_agent
         if self.reload:
             from framework.runtime.reload import watch
@@ -277,7 +278,7 @@ class AcpServer:
         session = Session(session_id, params["cwd"], saved["mode"] or self._default_mode())
         self.sessions[session_id] = session
         self.runtime.profiles[session_id] = session.mode
-        from framework.transports.acp_updates import replay
+        from framework.protocols.acp.prompt import replay
 
         for update in await replay(self.runtime, str(self.agent_name), session_id):
             self.update(session_id, update)
@@ -306,7 +307,7 @@ class AcpServer:
         blocks = _require(params, "prompt", list)
         if session.prompt is not None and not session.prompt.done():
             raise JsonRpcError(Code.INVALID_REQUEST, f"session {session.id} is busy with a prompt; cancel it first")
-        from framework.transports.acp_updates import PromptTurn
+        from framework.protocols.acp.prompt import PromptTurn
 
         self._warn_if_broken(session)
         turn = PromptTurn(self, session, blocks)

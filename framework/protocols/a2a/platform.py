@@ -19,10 +19,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 from framework.compiler.card import agent_skills, card_to_json
 from framework.errors import RunError
+from framework.protocols.a2a.auth import Credentials, refuse, send_refusal
+from framework.protocols.a2a.wire import to_wire
+from framework.protocols.jsonrpc import Code, JsonRpcError, Request, error, parse_request, result
 from framework.runtime.runtime import Runtime
-from framework.runtime.wire import to_wire
-from framework.transports.auth import Credentials, refuse, send_refusal
-from framework.transports.jsonrpc import Code, JsonRpcError, Request, error, parse_request, result
 
 PREFIX = "_cleveragents/"
 Decider = Callable[[str, str, dict[str, Any]], Awaitable[dict[str, Any]]]

@@ -8,21 +8,15 @@ unreachable registry is reported, not fatal: its agents are simply absent.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from framework.compiler.bundle import RemoteAgent
+from framework.runtime.remote import Discovery
 
 if TYPE_CHECKING:
-    from framework.runtime.peers import Peers
+    from framework.protocols.a2a.client import Peers
 
 TIMEOUT = 5.0
-
-
-@dataclass
-class Discovery:
-    agents: list[RemoteAgent] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
 
 
 async def _from_server(peers: Peers, name: str, url: str) -> list[RemoteAgent] | None:

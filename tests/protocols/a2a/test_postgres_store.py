@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SIDE_EFFECT, writer_agent
-from tests.transports.test_a2a_stdio import write_project
-from tests.transports.test_platform import Served, start_server
+from tests.protocols.a2a.test_platform import Served, start_server
+from tests.protocols.a2a.test_stdio import write_project
 
 pytestmark = pytest.mark.e2e
 

@@ -36,7 +36,7 @@ from a2a.types import (
 )
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from framework.transports.a2a_task_store import SqliteTaskStore, WriteBehindTaskStore
+from framework.protocols.a2a.task_store import SqliteTaskStore, WriteBehindTaskStore
 
 CALLER = ServerCallContext()
 SUBMITTED, WORKING = TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING

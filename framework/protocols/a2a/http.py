@@ -35,13 +35,13 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from framework.compiler.card import public_card
-from framework.runtime.executor import CleverAgentExecutor
+from framework.protocols.a2a.auth import AuthMiddleware, Credentials
+from framework.protocols.a2a.executor import CleverAgentExecutor
+from framework.protocols.a2a.platform import Platform, PlatformMiddleware
+from framework.protocols.a2a.task_store import SqliteTaskStore, WriteBehindTaskStore
+from framework.protocols.jsonrpc import Code, JsonRpcError
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
-from framework.transports.a2a_task_store import SqliteTaskStore, WriteBehindTaskStore
-from framework.transports.auth import AuthMiddleware, Credentials
-from framework.transports.jsonrpc import Code, JsonRpcError
-from framework.transports.platform import Platform, PlatformMiddleware
 
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"

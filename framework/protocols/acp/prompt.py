@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from framework.protocols.jsonrpc import Code, JsonRpcError
 from framework.runtime.events import (
     ArtifactOut,
     Paused,
@@ -20,10 +21,9 @@ from framework.runtime.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from framework.transports.jsonrpc import Code, JsonRpcError
 
 if TYPE_CHECKING:
-    from framework.transports.acp import AcpServer, Session
+    from framework.protocols.acp.server import AcpServer, Session
 
 KINDS = {
     "fs.read": "read",

@@ -30,10 +30,10 @@ from typing import Any, TextIO
 import httpx
 from starlette.types import Receive, Scope, Send
 
+from framework.protocols.a2a.auth import LOCAL_CALLER
+from framework.protocols.a2a.http import build_app
+from framework.protocols.jsonrpc import Code, JsonRpcError, error, result
 from framework.runtime.runtime import Runtime
-from framework.transports.a2a_http import build_app
-from framework.transports.auth import LOCAL_CALLER
-from framework.transports.jsonrpc import Code, JsonRpcError, error, result
 
 JSON = {"content-type": "application/json"}
 SENDS = {"SendMessage", "message/send"}

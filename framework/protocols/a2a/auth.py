@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from framework.errors import UsageError
+from framework.protocols.jsonrpc import Code
 from framework.spec.project import AuthConfig
-from framework.transports.jsonrpc import Code
 
 PUBLIC_SUFFIXES = ("/.well-known/agent-card.json", "/.well-known/agent.json", "/healthz")
 LOCAL_CALLER = "cleveragents.local_caller"

@@ -1,1 +1,0 @@
-"""Protocol surfaces: thin layers that parse, frame, map errors and call the Runtime."""
