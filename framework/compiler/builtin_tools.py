@@ -27,6 +27,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, Field
 
+from framework.compiler.confine import PathRefused, confine
 from framework.compiler.exec_tools import _SHELL_DEFAULTS, ahttp_get, http_get, run_command
 from framework.compiler.exec_tools import HTTP_BODY_LIMIT as HTTP_BODY_LIMIT  # re-exported
 from framework.compiler.exec_tools import HTTP_MAX_REDIRECTS as HTTP_MAX_REDIRECTS
@@ -43,7 +44,6 @@ SEARCH_LIMIT = 200
 SEARCH_FILE_LIMIT = 4 * 1024 * 1024
 SEARCH_LINE_CHARS = 400
 SEARCH_SKIP_DIRS = frozenset({".git", ".venv", ".ca", "node_modules"})
-_DRIVE = re.compile(r"^[A-Za-z]:")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -141,24 +141,14 @@ def make_tool(
 
 
 def resolve_path(root: Path, path: str) -> Path:
-    """The real path of ``path`` (relative to ``root``), refused unless it stays inside ``root``.
+    """The real path of ``path`` (relative to ``root``, already real), refused unless it stays inside.
 
-    Backslashes count as separators; absolute, drive-letter and ``~`` paths are refused; symbolic
-    links are resolved before the check, so a link pointing outside the root is refused too.
+    :func:`framework.compiler.confine.confine` decides; its refusal becomes a ``ToolException``.
     """
-    if "\0" in path:
-        raise ToolException(f"path {path!r} contains a NUL byte")
-    rel = path.replace("\\", "/")
-    if rel.startswith("/") or _DRIVE.match(rel):
-        raise ToolException(f"path {path!r} is absolute; give a path relative to the project root")
-    if rel.startswith("~"):
-        raise ToolException(f"path {path!r} starts with '~'; give a path relative to the project root")
-    if not Path(os.path.normpath(root / rel)).is_relative_to(root):
-        raise ToolException(f"path {path!r} is outside the project root; '..' may not climb out of it")
-    real = Path(os.path.realpath(root / rel))
-    if not real.is_relative_to(root):
-        raise ToolException(f"path {path!r} leads outside the project root through a symbolic link")
-    return real
+    try:
+        return root / confine(root, path)
+    except PathRefused as exc:
+        raise ToolException(str(exc)) from exc
 
 
 def _shown(ctx: ToolContext, target: Path) -> str:
