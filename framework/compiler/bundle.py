@@ -26,11 +26,13 @@ from pydantic import BaseModel, Field
 
 from framework import __version__
 from framework.compiler.agent import CALL_CONTEXT, RunContext, compile_llm_agent
+from framework.compiler.confine import Access
 from framework.compiler.models import build_model, model_facing_name
 from framework.compiler.tools import ToolContext, build_tools
 from framework.compiler.workflow import compile_workflow
 from framework.errors import RunError
 from framework.spec.agent import AgentSpec, LlmAgent
+from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
 from framework.spec.interpolate import load_dotenv
 from framework.spec.loader import Project
@@ -75,6 +77,8 @@ class CallHooks(Protocol):
 
 RemoteCaller = Callable[[str, str], Awaitable[tuple[str, dict[str, Any]]]]
 MiddlewareFactory = Callable[[LlmAgent, Project], Sequence[AgentMiddleware[Any, Any]]]
+AccessFactory = Callable[[Capabilities | None], Access]
+"""An agent's capabilities -> the rules its builtin tools apply to every file they reach."""
 
 
 def project_digest(project: Project) -> str:
@@ -109,6 +113,8 @@ class Bundle:
     digest: str
     base_url: str | None = None
     middleware: MiddlewareFactory | None = field(default=None, repr=False)
+    access: AccessFactory | None = field(default=None, repr=False)
+    """The capability rules for each llm agent's builtin tools (the runtime's governance provides them)."""
     remote: RemoteCaller | None = field(default=None, repr=False)
     call_hooks: CallHooks | None = field(default=None, repr=False)
     directory: tuple[RemoteAgent, ...] = ()
@@ -161,10 +167,12 @@ class Bundle:
         checkpointer = None if nested else self.checkpointer
         if isinstance(spec, LlmAgent):
             config = spec.model or self.project.config.defaults.model
+            capabilities = spec.capabilities or self.project.config.defaults.capabilities
             context = ToolContext(
                 root=self.project.root,
                 agent=spec.name,
-                capabilities=spec.capabilities or self.project.config.defaults.capabilities,
+                capabilities=capabilities,
+                access=self.access(capabilities) if self.access else None,
             )
             tools: list[BaseTool] = [*build_tools(spec, context), *self._agent_tools(spec)]
             skills = {s.id: s for s in (self.project.skills[s] if isinstance(s, str) else s for s in spec.skills)}
@@ -288,6 +296,7 @@ def build_bundle(
     project: Project,
     *,
     middleware: MiddlewareFactory | None = None,
+    access: AccessFactory | None = None,
     remote: RemoteCaller | None = None,
     call_hooks: CallHooks | None = None,
     directory: Sequence[RemoteAgent] = (),
@@ -307,6 +316,7 @@ def build_bundle(
         digest=project_digest(project),
         base_url=base_url,
         middleware=middleware,
+        access=access,
         remote=remote,
         call_hooks=call_hooks,
         directory=tuple(directory),

@@ -26,6 +26,7 @@ from framework.compiler.bundle import Bundle, build_bundle
 from framework.errors import CAError, Diagnostic, RunError
 from framework.runtime.audit import AuditLog
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
+from framework.runtime.governance.access import CapabilityAccess
 from framework.runtime.governance.middleware import governance_middleware
 from framework.runtime.registry import Discovery
 from framework.runtime.runner import Runner
@@ -105,6 +106,7 @@ class Runtime:
                 project,
                 checkpointer=saver,
                 middleware=governance_middleware if governed else None,
+                access=CapabilityAccess if governed else None,
                 remote=call_remote,
                 call_hooks=hooks,
                 directory=found.agents,

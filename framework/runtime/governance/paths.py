@@ -4,6 +4,9 @@ Confinement is :func:`framework.compiler.confine.confine`, the function the tool
 when they run (see its module for what it refuses), so governance judges the file the tool
 will touch. The *real* path, relative to the root, is matched against the globs — what will be
 touched, not how it was spelt, so a link inside the root is judged by where it leads.
+:func:`check_real_path` is that match alone: the tools ask it (through
+:class:`~framework.runtime.governance.access.CapabilityAccess`) about every file they reach
+below a folder argument, so a search or a listing is bound by the same globs as a read.
 
 Path globs: ``*`` matches within one folder name, ``?`` one character of a name, ``**`` any
 number of folders (``src/**`` matches ``src`` itself and all below it, ``**/*.md`` matches
@@ -76,20 +79,26 @@ def _suggestion(rel: str) -> str:
 
 def check_fs(call: ToolCall, caps: Capabilities | None, root: Path) -> Decision:
     """The file capability check for ``fs.read``, ``fs.write``, ``fs.list`` and ``fs.search``."""
-    op = "write" if call.capability == "fs.write" else "read"
-    rule = f"capabilities.fs.{op}"
+    write = call.capability == "fs.write"
+    rule = f"capabilities.fs.{'write' if write else 'read'}"
     default = "." if call.tool in ("fs.list", "fs.search") else None
     path = call.args.get("path", default)
     if path is None:
         return deny(f"{call.tool} needs a 'path' argument", rule)
-    real_root = Path(os.path.realpath(root))
     try:
-        rel = confine(real_root, path)
+        rel = confine(Path(os.path.realpath(root)), path)
     except PathRefused as exc:
         return deny(f"{exc} (no capability can allow a path outside the project root)", rule)
+    return check_real_path(rel, caps, write=write)
+
+
+def check_real_path(rel: str, caps: Capabilities | None, *, write: bool) -> Decision:
+    """Whether the real path ``rel`` (relative to the root, from ``confine``) may be read or written."""
+    op = "write" if write else "read"
+    rule = f"capabilities.fs.{op}"
     lists: dict[str, list[str]] = {}
     if caps is not None:  # a write glob allows reading too
-        lists = {"write": caps.fs.write} if op == "write" else {"read": caps.fs.read, "write": caps.fs.write}
+        lists = {"write": caps.fs.write} if write else {"read": caps.fs.read, "write": caps.fs.write}
     for key, globs in lists.items():
         for pattern in globs:
             if path_matches(pattern, rel):
