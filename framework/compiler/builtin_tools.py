@@ -57,7 +57,7 @@ class ToolContext:
     """What a tool needs to know about where it runs: the project, the agent, its capabilities.
 
     ``root`` is resolved (symbolic links included) on construction. ``access`` is the agent's
-    capability rules, which the tools apply to every file they reach (the runtime's
+    capability rules, which the tools apply to every file and URL they reach (the runtime's
     governance provides them); None: only the project root confines them.
     """
 
@@ -325,7 +325,8 @@ def _http_get(ctx: ToolContext) -> BaseTool:
     return make_tool(
         "http.get",
         "network",
-        f"Fetch a URL with HTTP GET (http and https only, redirects followed). Returns the status line, "
+        f"Fetch a URL with HTTP GET (http and https only; up to {HTTP_MAX_REDIRECTS} redirects followed, each "
+        f"allowed like the URL itself). Returns the status line, "
         f"the content type and the body as text, capped at {HTTP_BODY_LIMIT // 1024} KiB.",
         _UrlArgs,
         run,

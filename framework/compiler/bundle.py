@@ -78,7 +78,7 @@ class CallHooks(Protocol):
 RemoteCaller = Callable[[str, str], Awaitable[tuple[str, dict[str, Any]]]]
 MiddlewareFactory = Callable[[LlmAgent, Project], Sequence[AgentMiddleware[Any, Any]]]
 AccessFactory = Callable[[Capabilities | None], Access]
-"""An agent's capabilities -> the rules its builtin tools apply to every file they reach."""
+"""An agent's capabilities -> the rules its builtin tools apply to every file and URL they reach."""
 
 
 def project_digest(project: Project) -> str:

@@ -18,9 +18,9 @@ never following a symbolic link (``O_NOFOLLOW`` with ``dir_fd``): ``confine`` re
 so a link met on the way was swapped in after the check, and the open fails with
 :class:`PathChanged` instead of reaching wherever the new link points.
 
-:class:`Access` is what governance adds on top: whether a real path may be read or written
-under the agent's capabilities. Tools ask it about every file they reach, not only about
-their arguments.
+:class:`Access` is what governance adds on top: whether a real path may be read or written and
+a URL fetched under the agent's capabilities. Tools ask it about every file and every URL they
+reach, not only about their arguments.
 
 This module imports nothing heavy: governance (which must not load langchain) uses it too.
 """
@@ -65,6 +65,10 @@ class Access(Protocol):
 
     def path(self, rel: str, *, write: bool) -> str | None:
         """Whether the real path ``rel`` (from :func:`confine`) may be read, or written."""
+        ...
+
+    def url(self, url: str) -> str | None:
+        """Whether ``url`` may be fetched (the first URL of a request and every redirect)."""
         ...
 
 
