@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import re
-import stat
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -27,22 +25,27 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, Field
 
+from framework.compiler.confine import Access, PathRefused, confine
 from framework.compiler.exec_tools import _SHELL_DEFAULTS, ahttp_get, http_get, run_command
 from framework.compiler.exec_tools import HTTP_BODY_LIMIT as HTTP_BODY_LIMIT  # re-exported
 from framework.compiler.exec_tools import HTTP_MAX_REDIRECTS as HTTP_MAX_REDIRECTS
 from framework.compiler.exec_tools import HTTP_TIMEOUT as HTTP_TIMEOUT
+from framework.compiler.fs_tools import LIST_LIMIT as LIST_LIMIT  # re-exported
+from framework.compiler.fs_tools import READ_LIMIT as READ_LIMIT
+from framework.compiler.fs_tools import SEARCH_LIMIT as SEARCH_LIMIT
+from framework.compiler.fs_tools import (
+    SEARCH_SKIP_DIRS,
+    SEARCH_TIMEOUT,
+    list_folder,
+    reach,
+    read_file,
+    search_files,
+    write_file,
+)
 from framework.spec.capabilities import Capabilities
 
 ToolCapability = Literal["fs.read", "fs.write", "shell", "network", "python", "agent"]
 """What a built tool touches; carried in ``tool.metadata["capability"]`` for governance."""
-
-READ_LIMIT = 256 * 1024
-LIST_LIMIT = 1000
-SEARCH_LIMIT = 200
-SEARCH_FILE_LIMIT = 4 * 1024 * 1024
-SEARCH_LINE_CHARS = 400
-SEARCH_SKIP_DIRS = frozenset({".git", ".venv", ".ca", "node_modules"})
-_DRIVE = re.compile(r"^[A-Za-z]:")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -52,12 +55,15 @@ T = TypeVar("T")
 class ToolContext:
     """What a tool needs to know about where it runs: the project, the agent, its capabilities.
 
-    ``root`` is resolved (symbolic links included) on construction.
+    ``root`` is resolved (symbolic links included) on construction. ``access`` is the agent's
+    capability rules, which the tools apply to every file and URL they reach (the runtime's
+    governance provides them); None: only the project root confines them.
     """
 
     root: Path
     agent: str
     capabilities: Capabilities | None = None
+    access: Access | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(os.path.realpath(self.root)))
@@ -140,28 +146,14 @@ def make_tool(
 
 
 def resolve_path(root: Path, path: str) -> Path:
-    """The real path of ``path`` (relative to ``root``), refused unless it stays inside ``root``.
+    """The real path of ``path`` (relative to ``root``, already real), refused unless it stays inside.
 
-    Backslashes count as separators; absolute, drive-letter and ``~`` paths are refused; symbolic
-    links are resolved before the check, so a link pointing outside the root is refused too.
+    :func:`framework.compiler.confine.confine` decides; its refusal becomes a ``ToolException``.
     """
-    if "\0" in path:
-        raise ToolException(f"path {path!r} contains a NUL byte")
-    rel = path.replace("\\", "/")
-    if rel.startswith("/") or _DRIVE.match(rel):
-        raise ToolException(f"path {path!r} is absolute; give a path relative to the project root")
-    if rel.startswith("~"):
-        raise ToolException(f"path {path!r} starts with '~'; give a path relative to the project root")
-    if not Path(os.path.normpath(root / rel)).is_relative_to(root):
-        raise ToolException(f"path {path!r} is outside the project root; '..' may not climb out of it")
-    real = Path(os.path.realpath(root / rel))
-    if not real.is_relative_to(root):
-        raise ToolException(f"path {path!r} leads outside the project root through a symbolic link")
-    return real
-
-
-def _shown(ctx: ToolContext, target: Path) -> str:
-    return target.relative_to(ctx.root).as_posix() or "."
+    try:
+        return root / confine(root, path)
+    except PathRefused as exc:
+        raise ToolException(str(exc)) from exc
 
 
 class _PathArgs(BaseModel):
@@ -190,124 +182,6 @@ class _UrlArgs(BaseModel):
     url: str = Field(description="An http:// or https:// URL.")
 
 
-# --- fs ---------------------------------------------------------------------------------------
-
-
-def read_file(ctx: ToolContext, path: str) -> str:
-    """Implementation of ``fs.read``."""
-    target = resolve_path(ctx.root, path)
-    shown = _shown(ctx, target)
-    try:
-        info = target.stat()
-        if stat.S_ISDIR(info.st_mode):
-            raise ToolException(f"{shown!r} is a folder; use fs.list to see its entries")
-        if not stat.S_ISREG(info.st_mode):
-            raise ToolException(f"{shown!r} is not a regular file")
-        with target.open("rb") as fh:
-            data = fh.read(READ_LIMIT)
-    except FileNotFoundError as exc:
-        raise ToolException(f"no such file: {shown!r}") from exc
-    except OSError as exc:
-        raise ToolException(f"cannot read {shown!r}: {exc.strerror or exc}") from exc
-    text = data.decode("utf-8", errors="replace")
-    if info.st_size > READ_LIMIT:
-        text += f"\n[truncated: showing the first {READ_LIMIT} of {info.st_size} bytes]"
-    return text
-
-
-def write_file(ctx: ToolContext, path: str, content: str) -> str:
-    """Implementation of ``fs.write``."""
-    target = resolve_path(ctx.root, path)
-    shown = _shown(ctx, target)
-    if target.is_dir():
-        raise ToolException(f"{shown!r} is a folder; give a file path")
-    try:
-        data = content.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ToolException(f"content for {shown!r} is not valid text: {exc.reason}") from exc
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    except OSError as exc:
-        raise ToolException(f"cannot write {shown!r}: {exc.strerror or exc}") from exc
-    return f"wrote {len(data)} bytes to {shown}"
-
-
-def list_folder(ctx: ToolContext, path: str = ".") -> str:
-    """Implementation of ``fs.list``."""
-    target = resolve_path(ctx.root, path)
-    shown = _shown(ctx, target)
-    try:
-        with os.scandir(target) as entries:
-            names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
-    except FileNotFoundError as exc:
-        raise ToolException(f"no such folder: {shown!r}") from exc
-    except NotADirectoryError as exc:
-        raise ToolException(f"{shown!r} is a file, not a folder; use fs.read to read it") from exc
-    except OSError as exc:
-        raise ToolException(f"cannot list {shown!r}: {exc.strerror or exc}") from exc
-    if not names:
-        return "(empty folder)"
-    lines = names[:LIST_LIMIT]
-    if len(names) > LIST_LIMIT:
-        lines.append(f"[{len(names) - LIST_LIMIT} more entries not shown]")
-    return "\n".join(lines)
-
-
-def _search_files(ctx: ToolContext, target: Path) -> Iterator[Path]:
-    if not target.is_dir():
-        yield target
-        return
-    for folder, dirs, files in os.walk(target):  # symlinked folders are not followed
-        dirs[:] = sorted(d for d in dirs if d not in SEARCH_SKIP_DIRS)
-        for name in sorted(files):
-            real = Path(os.path.realpath(Path(folder) / name))
-            if real.is_relative_to(ctx.root) and real.is_file():
-                yield real
-
-
-def _text_of(file: Path) -> str | None:
-    """The file's text, or None for binary and oversized files."""
-    if file.stat().st_size > SEARCH_FILE_LIMIT:
-        return None
-    data = file.read_bytes()
-    if b"\0" in data[:8192]:
-        return None
-    return data.decode("utf-8", errors="replace")
-
-
-def search_files(ctx: ToolContext, pattern: str, path: str = ".") -> str:
-    """Implementation of ``fs.search``."""
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        raise ToolException(f"invalid regular expression {pattern!r}: {exc}") from exc
-    target = resolve_path(ctx.root, path)
-    shown = _shown(ctx, target)
-    if not target.exists():
-        raise ToolException(f"no such file or folder: {shown!r}")
-    found: list[str] = []
-    unreadable = 0
-    for file in _search_files(ctx, target):
-        try:
-            text = _text_of(file)
-        except OSError:
-            unreadable += 1
-            continue
-        for number, line in enumerate((text or "").splitlines(), start=1):
-            if regex.search(line):
-                snippet = line if len(line) <= SEARCH_LINE_CHARS else line[:SEARCH_LINE_CHARS] + "…"
-                found.append(f"{_shown(ctx, file)}:{number}: {snippet}")
-                if len(found) >= SEARCH_LIMIT:
-                    found.append(f"[stopped after {SEARCH_LIMIT} matches; narrow the pattern or the path]")
-                    break
-        if len(found) > SEARCH_LIMIT:
-            break
-    if unreadable:
-        found.append(f"[{unreadable} file(s) could not be read]")
-    return "\n".join(found) if found else f"no matches for {pattern!r} in {shown}"
-
-
 # --- the client's file system (ACP) -------------------------------------------------------------
 
 
@@ -324,20 +198,20 @@ CLIENT_FS: ContextVar[FileSystem | None] = ContextVar("ca_client_fs", default=No
 
 
 async def client_read(ctx: ToolContext, fs: FileSystem, path: str) -> str:
-    target = resolve_path(ctx.root, path)  # still confined to the project root
+    rel = reach(ctx, path)  # still confined to the project root and to the capabilities
     try:
-        return await fs.read(target)
+        return await fs.read(ctx.root / rel)
     except Exception as exc:  # the client's error becomes the tool's
-        raise ToolException(f"cannot read {_shown(ctx, target)!r} through the editor: {exc}") from exc
+        raise ToolException(f"cannot read {rel!r} through the editor: {exc}") from exc
 
 
 async def client_write(ctx: ToolContext, fs: FileSystem, path: str, content: str) -> str:
-    target = resolve_path(ctx.root, path)
+    rel = reach(ctx, path, write=True)
     try:
-        await fs.write(target, content)
+        await fs.write(ctx.root / rel, content)
     except Exception as exc:
-        raise ToolException(f"cannot write {_shown(ctx, target)!r} through the editor: {exc}") from exc
-    return f"wrote {len(content.encode())} bytes to {_shown(ctx, target)}"
+        raise ToolException(f"cannot write {rel!r} through the editor: {exc}") from exc
+    return f"wrote {len(content.encode())} bytes to {rel}"
 
 
 # --- the tools --------------------------------------------------------------------------------
@@ -411,7 +285,8 @@ def _fs_search(ctx: ToolContext) -> BaseTool:
         "fs.search",
         "fs.read",
         f"Search the project's text files for a Python regular expression; returns 'file:line: text' "
-        f"lines (at most {SEARCH_LIMIT}). Skips {', '.join(sorted(SEARCH_SKIP_DIRS))} and binary files.",
+        f"lines (at most {SEARCH_LIMIT}). Skips {', '.join(sorted(SEARCH_SKIP_DIRS))} and binary files; "
+        f"gives up after {SEARCH_TIMEOUT:g} s.",
         _SearchArgs,
         *_threaded(ctx, search_files),
     )
@@ -452,7 +327,8 @@ def _http_get(ctx: ToolContext) -> BaseTool:
     return make_tool(
         "http.get",
         "network",
-        f"Fetch a URL with HTTP GET (http and https only, redirects followed). Returns the status line, "
+        f"Fetch a URL with HTTP GET (http and https only; up to {HTTP_MAX_REDIRECTS} redirects followed, each "
+        f"allowed like the URL itself). Returns the status line, "
         f"the content type and the body as text, capped at {HTTP_BODY_LIMIT // 1024} KiB.",
         _UrlArgs,
         run,

@@ -26,11 +26,13 @@ from pydantic import BaseModel, Field
 
 from framework import __version__
 from framework.compiler.agent import CALL_CONTEXT, RunContext, compile_llm_agent
+from framework.compiler.confine import Access
 from framework.compiler.models import build_model, model_facing_name
 from framework.compiler.tools import ToolContext, build_tools
 from framework.compiler.workflow import compile_workflow
 from framework.errors import RunError
 from framework.spec.agent import AgentSpec, LlmAgent
+from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
 from framework.spec.interpolate import load_dotenv
 from framework.spec.loader import Project
@@ -75,6 +77,8 @@ class CallHooks(Protocol):
 
 RemoteCaller = Callable[[str, str], Awaitable[tuple[str, dict[str, Any]]]]
 MiddlewareFactory = Callable[[AgentSpec, Project], Sequence[AgentMiddleware[Any, Any]]]
+AccessFactory = Callable[[Capabilities | None], Access]
+"""An agent's capabilities -> the rules its builtin tools apply to every file and URL they reach."""
 
 
 def project_digest(project: Project) -> str:
@@ -109,6 +113,8 @@ class Bundle:
     digest: str
     base_url: str | None = None
     middleware: MiddlewareFactory | None = field(default=None, repr=False)
+    access: AccessFactory | None = field(default=None, repr=False)
+    """The capability rules for each llm agent's builtin tools (the runtime's governance provides them)."""
     remote: RemoteCaller | None = field(default=None, repr=False)
     call_hooks: CallHooks | None = field(default=None, repr=False)
     directory: tuple[RemoteAgent, ...] = ()
@@ -160,10 +166,12 @@ class Bundle:
     def _compile(self, spec: AgentSpec, *, nested: bool) -> Graph:
         checkpointer = None if nested else self.checkpointer
         middleware = self.middleware(spec, self.project) if self.middleware else ()
+        capabilities = spec.capabilities or self.project.config.defaults.capabilities
         context = ToolContext(
             root=self.project.root,
             agent=spec.name,
-            capabilities=spec.capabilities or self.project.config.defaults.capabilities,
+            capabilities=capabilities,
+            access=self.access(capabilities) if self.access else None,
         )
         if isinstance(spec, LlmAgent):
             config = spec.model or self.project.config.defaults.model
@@ -294,6 +302,7 @@ def build_bundle(
     project: Project,
     *,
     middleware: MiddlewareFactory | None = None,
+    access: AccessFactory | None = None,
     remote: RemoteCaller | None = None,
     call_hooks: CallHooks | None = None,
     directory: Sequence[RemoteAgent] = (),
@@ -313,6 +322,7 @@ def build_bundle(
         digest=project_digest(project),
         base_url=base_url,
         middleware=middleware,
+        access=access,
         remote=remote,
         call_hooks=call_hooks,
         directory=tuple(directory),

@@ -1,5 +1,11 @@
 """The builtin tools that leave the process: ``shell`` (argv, no shell) and ``http.get``.
 
+``http.get`` follows redirects itself, one hop at a time: every URL it is about to request, the
+first and each ``Location``, passes the same check (the agent's ``network.allow`` through
+``ToolContext.access``, then the scheme and host), so a redirect cannot lead where a direct
+call could not go. A refused hop fails the call with the denial a direct call would get, and
+names the redirect that led there.
+
 Split from :mod:`framework.compiler.builtin_tools`, which builds them into tools.
 """
 
@@ -13,11 +19,13 @@ import signal
 import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import httpx
 from langchain_core.tools import ToolException
 
 from framework.spec.capabilities import SHELL_BASE_ENV, ShellCapabilities
+from framework.spec.common import shown
 
 if TYPE_CHECKING:
     from framework.compiler.builtin_tools import ToolContext
@@ -25,6 +33,8 @@ if TYPE_CHECKING:
 HTTP_TIMEOUT = 20.0
 HTTP_MAX_REDIRECTS = 5
 HTTP_BODY_LIMIT = 256 * 1024
+REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
+"""Statuses whose ``Location`` ``http.get`` follows (every one with GET: the tool only reads)."""
 _SHELL_DEFAULTS = ShellCapabilities()
 
 
@@ -124,15 +134,45 @@ def _check_url(url: str) -> httpx.URL:
     return parsed
 
 
+def _admit(ctx: ToolContext, url: str) -> httpx.URL:
+    """``url``, parsed, if it may be requested: one check for the first URL and for every redirect."""
+    if ctx.access is not None and (refusal := ctx.access.url(url)):
+        raise ToolException(f"denied: {refusal}")
+    return _check_url(url)
+
+
+def _next_hop(ctx: ToolContext, start: str, current: httpx.URL, response: httpx.Response, hop: int) -> httpx.URL | None:
+    """Where the redirect ``response`` (the answer to hop number ``hop``) leads, admitted like the
+    first URL; None when it is not a redirect to follow."""
+    location = response.headers.get("location")
+    if response.status_code not in REDIRECT_CODES or location is None:
+        return None
+    if hop == HTTP_MAX_REDIRECTS:
+        raise ToolException(f"GET {start} failed: more than {HTTP_MAX_REDIRECTS} redirects")
+    try:
+        # An absolute Location is checked as written (the text a direct call would give), a
+        # relative one once resolved against the current URL.
+        target = location if urlsplit(location).scheme else str(current.join(location))
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ToolException(
+            f"GET {start} failed: redirect {hop + 1} ({response.status_code}) has an invalid Location "
+            f"{shown(location)}: {exc}"
+        ) from exc
+    try:
+        return _admit(ctx, target)
+    except ToolException as exc:
+        raise ToolException(f"{exc} (redirect {hop + 1} of GET {start}: {response.status_code} to {target})") from exc
+
+
 def _http_failure(url: str, exc: httpx.HTTPError) -> ToolException:
     if isinstance(exc, httpx.TimeoutException):
         return ToolException(f"GET {url} timed out after {HTTP_TIMEOUT:g} s")
-    if isinstance(exc, httpx.TooManyRedirects):
-        return ToolException(f"GET {url} failed: more than {HTTP_MAX_REDIRECTS} redirects")
     return ToolException(f"GET {url} failed: {_failure(exc)}")
 
 
-def _http_result(url: httpx.URL, response: httpx.Response, body: bytes, truncated: bool) -> str:
+def _http_result(url: httpx.URL, response: httpx.Response, body: bytes) -> str:
+    truncated = len(body) > HTTP_BODY_LIMIT
+    body = body[:HTTP_BODY_LIMIT]
     try:
         text = body.decode(response.charset_encoding or "utf-8", errors="replace")
     except LookupError:  # an unknown charset name in Content-Type
@@ -146,35 +186,47 @@ def _http_result(url: httpx.URL, response: httpx.Response, body: bytes, truncate
     return "\n".join(head) + "\n\n" + text + note
 
 
-def _client_options() -> dict[str, Any]:
-    return {"timeout": HTTP_TIMEOUT, "follow_redirects": True, "max_redirects": HTTP_MAX_REDIRECTS}
+# Redirects are followed here, not by httpx, so that each hop passes _admit before it is requested.
+_CLIENT_OPTIONS: dict[str, Any] = {"timeout": HTTP_TIMEOUT, "follow_redirects": False}
 
 
 def http_get(ctx: ToolContext, url: str) -> str:
     """Implementation of ``http.get`` (sync)."""
-    target = _check_url(url)
-    body = bytearray()
+    first = target = _admit(ctx, url)
     try:
-        with httpx.Client(**_client_options()) as client, client.stream("GET", target) as response:
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > HTTP_BODY_LIMIT:
-                    break
+        with httpx.Client(**_CLIENT_OPTIONS) as client:
+            hop = 0
+            while True:
+                with client.stream("GET", target) as response:
+                    following = _next_hop(ctx, url, target, response, hop)
+                    if following is None:
+                        body = bytearray()
+                        for chunk in response.iter_bytes():
+                            body += chunk
+                            if len(body) > HTTP_BODY_LIMIT:
+                                break
+                        return _http_result(first, response, bytes(body))
+                target, hop = following, hop + 1
     except httpx.HTTPError as exc:
         raise _http_failure(url, exc) from exc
-    return _http_result(target, response, bytes(body[:HTTP_BODY_LIMIT]), len(body) > HTTP_BODY_LIMIT)
 
 
 async def ahttp_get(ctx: ToolContext, url: str) -> str:
     """Implementation of ``http.get`` (async)."""
-    target = _check_url(url)
-    body = bytearray()
+    first = target = _admit(ctx, url)
     try:
-        async with httpx.AsyncClient(**_client_options()) as client, client.stream("GET", target) as response:
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > HTTP_BODY_LIMIT:
-                    break
+        async with httpx.AsyncClient(**_CLIENT_OPTIONS) as client:
+            hop = 0
+            while True:
+                async with client.stream("GET", target) as response:
+                    following = _next_hop(ctx, url, target, response, hop)
+                    if following is None:
+                        body = bytearray()
+                        async for chunk in response.aiter_bytes():
+                            body += chunk
+                            if len(body) > HTTP_BODY_LIMIT:
+                                break
+                        return _http_result(first, response, bytes(body))
+                target, hop = following, hop + 1
     except httpx.HTTPError as exc:
         raise _http_failure(url, exc) from exc
-    return _http_result(target, response, bytes(body[:HTTP_BODY_LIMIT]), len(body) > HTTP_BODY_LIMIT)

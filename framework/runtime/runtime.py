@@ -27,6 +27,7 @@ from framework.errors import CAError, Diagnostic, RunError
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
+from framework.runtime.governance.access import CapabilityAccess
 from framework.runtime.governance.middleware import governance_middleware
 from framework.runtime.governance.secrets import KNOWN, mask_logs, project_secrets
 from framework.runtime.remote import Discovery, RemoteFactory
@@ -117,6 +118,7 @@ class Runtime:
                 project,
                 checkpointer=saver,
                 middleware=governance_middleware if governed else None,
+                access=CapabilityAccess if governed else None,
                 remote=call_remote,
                 call_hooks=hooks,
                 directory=found.agents,

@@ -82,6 +82,17 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     return f"did you mean {matches[0]!r}?" if matches else ""
 
 
+QUOTE_LIMIT = 120
+"""Longest piece of caller-supplied text (a path, a command, a URL) quoted in a message."""
+
+
+def shown(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` quoted with ``repr`` for a message, cut to ``limit`` characters (``…`` marks the cut)."""
+    if len(text) <= limit:
+        return repr(text)
+    return repr(text[:limit]) + "…"
+
+
 def fail(kind: str, message: str, *, hint: str = "", **ctx: Any) -> PydanticCustomError:
     """A validation error whose message reaches the user verbatim, formatted with ``str.format(**ctx)``.
 

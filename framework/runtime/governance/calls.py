@@ -7,15 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
 from framework.spec.common import Action
+from framework.spec.common import shown as shown  # re-exported: every reason quotes with it
 from framework.spec.tools import BUILTIN_TOOLS
 
 CallCapability = Literal["fs.read", "fs.write", "shell", "network", "python", "agent"]
 """What a call touches: the capability classes of the spec plus ``python`` (declared code)."""
 
 CALL_CAPABILITIES: frozenset[str] = frozenset(get_args(CallCapability))
-
-QUOTE_LIMIT = 120
-"""Longest piece of caller-supplied text (a path, a command, a URL) quoted in a reason."""
 
 
 @dataclass(frozen=True)
@@ -74,10 +72,3 @@ def allow(reason: str, rule: str) -> Decision:
 def deny(reason: str, rule: str) -> Decision:
     """A ``deny`` decision."""
     return Decision("deny", reason, rule)
-
-
-def shown(text: str, limit: int = QUOTE_LIMIT) -> str:
-    """``text`` quoted with ``repr`` for a message, cut to ``limit`` characters (``…`` marks the cut)."""
-    if len(text) <= limit:
-        return repr(text)
-    return repr(text[:limit]) + "…"
