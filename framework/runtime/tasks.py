@@ -48,13 +48,6 @@ CREATE TABLE IF NOT EXISTS remote_calls (
     context_id TEXT NOT NULL,
     created_at TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY,
-    agent TEXT NOT NULL,
-    mode TEXT NOT NULL DEFAULT '',
-    cwd TEXT NOT NULL DEFAULT '',
-    updated_at TEXT NOT NULL
-);
 CREATE INDEX IF NOT EXISTS tasks_conversation ON tasks(conversation);
 """
 
@@ -163,6 +156,14 @@ class TaskStore:
             self._conn.execute(f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", (*values, task_id))  # noqa: S608
         return self.get(task_id)
 
+    def find(self, task_id: str) -> Task | None:
+        """The task with exactly this id, or None."""
+        with self._lock:
+            cursor = self._conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,))
+            row = cursor.fetchone()
+            names = [d[0] for d in cursor.description]
+        return _row_to_task(dict(zip(names, row, strict=True))) if row is not None else None
+
     def get(self, task_id: str) -> Task:
         """A task by id or by a unique prefix of it (as ``ca tasks list`` shows them)."""
         with self._lock:
@@ -178,21 +179,6 @@ class TaskStore:
         if len(rows) > 1:
             raise RunError(f"task id {task_id!r} is ambiguous; give more of it")
         return _row_to_task(dict(zip(names, rows[0], strict=True)))
-
-    def save_session(self, session_id: str, agent: str, mode: str, cwd: str) -> None:
-        """Remember an IDE session (ACP): its agent and chosen mode survive the process."""
-        with self._lock:
-            self._conn.execute(
-                "INSERT INTO sessions (id, agent, mode, cwd, updated_at) VALUES (?, ?, ?, ?, ?)"
-                " ON CONFLICT(id) DO UPDATE SET mode = excluded.mode, cwd = excluded.cwd,"
-                " updated_at = excluded.updated_at",
-                (session_id, agent, mode, cwd, now().isoformat()),
-            )
-
-    def get_session(self, session_id: str) -> dict[str, str] | None:
-        with self._lock:
-            row = self._conn.execute("SELECT agent, mode, cwd FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        return None if row is None else {"agent": row[0], "mode": row[1], "cwd": row[2]}
 
     def ended_early_in(self, conversation: str) -> bool:
         """Whether a task of this conversation was canceled or failed (and may have left a pause behind)."""

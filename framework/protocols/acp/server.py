@@ -67,6 +67,8 @@ class AcpServer:
         self.stack = AsyncExitStack()
         self.ready: asyncio.Task[Any] | None = None
         self.runtime: Any = None
+        self.rows: Any = None
+        """The ACP session rows (``SessionStore``), opened with the runtime."""
         self.load_error: str | None = None
         self.methods: dict[str, Handler] = {
             "initialize": self.initialize,
@@ -160,6 +162,7 @@ class AcpServer:
     async def _load(self) -> None:
         from framework.errors import SpecError
         from framework.protocols.a2a import open_remote
+        from framework.protocols.acp.sessions import SessionStore
         from framework.runtime.runtime import Runtime
         from framework.spec import load_project
 
@@ -169,6 +172,8 @@ class AcpServer:
             self.load_error = "the project is invalid:\n" + "\n".join(d.render() for d in exc.errors)
             return
         self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote)
+        self.rows = SessionStore.open(project.root)
+        self.stack.callback(self.rows.close)
         self.agent_name = self.agent_name or project.default_agent
         if self.reload:
             from framework.runtime.reload import watch
@@ -260,7 +265,7 @@ class AcpServer:
         session = Session(uuid.uuid4().hex, params["cwd"], self._default_mode())
         self.sessions[session.id] = session
         self.runtime.profiles[session.id] = session.mode
-        self.runtime.tasks.save_session(session.id, self.agent_name, session.mode or "", session.cwd)
+        self.rows.save(session.id, self.agent_name, session.mode or "", session.cwd)
         return Reply({"sessionId": session.id, "modes": self._modes(session.mode)}, lambda: self._announce(session))
 
     def _announce(self, session: Session) -> None:
@@ -270,7 +275,7 @@ class AcpServer:
         session_id = _require(params, "sessionId", str)
         _require(params, "cwd", str)
         await self.loaded()
-        saved = self.runtime.tasks.get_session(session_id)
+        saved = self.rows.get(session_id)
         if saved is None:
             raise JsonRpcError(-32002, f"session {session_id!r} not found")
         if saved["agent"] != self.agent_name:
@@ -292,7 +297,7 @@ class AcpServer:
             raise JsonRpcError(Code.INVALID_PARAMS, f"unknown mode {mode!r}; modes: {known}")
         session.mode = mode
         self.runtime.profiles[session.id] = mode
-        self.runtime.tasks.save_session(session.id, self.agent_name, mode, session.cwd)
+        self.rows.save(session.id, self.agent_name, mode, session.cwd)
         self.update(session.id, {"sessionUpdate": "current_mode_update", "currentModeId": mode})
         return {}
 
