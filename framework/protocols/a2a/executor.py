@@ -31,10 +31,16 @@ from a2a.helpers.proto_helpers import get_data_parts, get_text_parts, new_data_p
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
-from a2a.types import Message, Part, Role, Task, TaskState, TaskStatus
+from a2a.types import Message, Part, Task, TaskState, TaskStatus
 
 from framework.compiler.workflow import replies_with_message
 from framework.errors import CAError, RunError
+from framework.protocols.a2a.statuses import (
+    REPLY_ARTIFACT,
+    agent_message,
+    failed_message,
+    waiting_message,
+)
 from framework.protocols.a2a.wire import EVENT_KEY, to_wire
 from framework.runtime.events import (
     ArtifactOut,
@@ -51,9 +57,6 @@ from framework.runtime.events import (
 from framework.runtime.runtime import Runtime
 from framework.spec.agent import WorkflowAgent
 
-APPROVAL_EXTENSION = "urn:cleveragents:extensions:v1"
-"""Data parts of input-required statuses and of decisions are defined by this extension."""
-REPLY_ARTIFACT = "reply"
 COALESCE_SECONDS = 0.05
 """Reply chunks after the first are sent at most this often."""
 DECISIONS = ("approve", "reject", "edit", "always")
@@ -101,14 +104,6 @@ def parse_decision(message: Message) -> dict[str, Any]:
     if word == "always":
         return {"decision": "always"}
     return {"decision": "reject", "reason": rest or None}
-
-
-def _agent_message(task_id: str, context_id: str, parts: list[Part]) -> Message:
-    import uuid
-
-    return Message(
-        message_id=uuid.uuid4().hex, role=Role.ROLE_AGENT, parts=parts, task_id=task_id, context_id=context_id
-    )
 
 
 class CleverAgentExecutor(AgentExecutor):
@@ -170,7 +165,7 @@ class CleverAgentExecutor(AgentExecutor):
             if deferred:
                 seen, reply = await _settle(events)
                 if reply is not None:
-                    await event_queue.enqueue_event(_agent_message("", context_id, [new_text_part(reply)]))
+                    await event_queue.enqueue_event(agent_message("", context_id, [new_text_part(reply)]))
                     return
                 await event_queue.enqueue_event(submitted)
                 deferred = False
@@ -181,7 +176,7 @@ class CleverAgentExecutor(AgentExecutor):
             if deferred:
                 await event_queue.enqueue_event(submitted)
             await updater.failed(
-                _agent_message(
+                agent_message(
                     task_id,
                     context_id,
                     [new_text_part(str(exc)), new_data_part({"error": {"code": "run_failed", "reason": str(exc)}})],
@@ -214,7 +209,7 @@ class CleverAgentExecutor(AgentExecutor):
             if isinstance(event, ToolCallStarted | ToolCallFinished | StepUpdate):
                 await updater.update_status(
                     TaskState.TASK_STATE_WORKING,
-                    message=_agent_message(
+                    message=agent_message(
                         task_id, context_id, [new_data_part({EVENT_KEY: to_wire(event_to_json(event))})]
                     ),
                 )
@@ -231,7 +226,7 @@ class CleverAgentExecutor(AgentExecutor):
             elif isinstance(event, MessageOut) and not event.source:
                 await updater.update_status(
                     TaskState.TASK_STATE_WORKING,
-                    message=_agent_message(task_id, context_id, [new_text_part(event.text)]),
+                    message=agent_message(task_id, context_id, [new_text_part(event.text)]),
                 )
             elif isinstance(event, RunFinished):
                 await self._finish(event, pauses, reply, updater, task_id, context_id)
@@ -247,20 +242,8 @@ class CleverAgentExecutor(AgentExecutor):
     ) -> None:
         usage = to_wire(event_to_json(event)["usage"])
         if event.state == "input-required":
-            pending = [to_wire({"id": p.interrupt_id, **p.payload, "decisions": _decisions(p.payload)}) for p in pauses]
-            text = "\n".join(str(p.get("message", p.get("kind"))) for p in pending)
-            asks = all(p.get("kind") == "ask" for p in pending)
-            how = "Reply with your answer." if asks else "Reply 'approve' or 'reject: REASON'."
-            await updater.requires_input(
-                _agent_message(
-                    task_id,
-                    context_id,
-                    [
-                        new_text_part(f"{text}\n{how}"),
-                        new_data_part({"extension": APPROVAL_EXTENSION, "pending": pending}),
-                    ],
-                )
-            )
+            pauses_ = [(p.interrupt_id, p.payload) for p in pauses]
+            await updater.requires_input(waiting_message(task_id, context_id, pauses_))
             return
         if event.state == "completed":
             # The whole reply as one part, replacing the streamed chunks: what GetTask and
@@ -278,10 +261,7 @@ class CleverAgentExecutor(AgentExecutor):
                 metadata={"stopReason": event.stop_reason, "usage": usage},
             )
             return
-        reason = {"code": failure_code(event.error), "reason": event.error}
-        await updater.failed(
-            _agent_message(task_id, context_id, [new_text_part(event.error), new_data_part({"error": reason})])
-        )
+        await updater.failed(failed_message(task_id, context_id, event.error, failure_code(event.error)))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
@@ -366,14 +346,7 @@ def _still_waiting(current: Task, task_id: str, context_id: str, why: str) -> Me
     parts = list(current.status.message.parts) if current.status.HasField("message") else []
     texts = [p for p in parts if p.HasField("text")]  # [an earlier why,] the question
     rest = [p for p in parts if not p.HasField("text")]
-    return _agent_message(task_id, context_id, [new_text_part(f"{why}\n"), *texts[-1:], *rest])
-
-
-def _decisions(payload: Mapping[str, Any]) -> list[str]:
-    """What a person may answer to one pause: an ask takes free text (or a reject)."""
-    if payload.get("kind") == "ask":
-        return ["answer", "reject"]
-    return list(payload.get("options", ["approve", "reject"]))
+    return agent_message(task_id, context_id, [new_text_part(f"{why}\n"), *texts[-1:], *rest])
 
 
 def _caller_limits(message: Message | None) -> tuple[dict[str, float] | None, int, str, tuple[str, ...]]:

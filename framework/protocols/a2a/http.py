@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from a2a.helpers.proto_helpers import new_data_part, new_text_part
+from a2a.helpers.proto_helpers import new_data_part
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
@@ -38,6 +38,7 @@ from framework.compiler.card import public_card
 from framework.protocols.a2a.auth import AuthMiddleware, Credentials
 from framework.protocols.a2a.executor import CleverAgentExecutor
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware
+from framework.protocols.a2a.statuses import failed_message
 from framework.protocols.a2a.task_store import SqliteTaskStore, WriteBehindTaskStore
 from framework.protocols.jsonrpc import Code, JsonRpcError
 from framework.runtime.runtime import Runtime
@@ -92,8 +93,9 @@ def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     from sqlalchemy.ext.asyncio import create_async_engine
 
     url = store_url(runtime)
+    records = runtime.tasks.find  # the one task record: every row's state is derived from it
     if not url.startswith("sqlite"):
-        return WriteBehindTaskStore(DatabaseTaskStore(create_async_engine(url)))
+        return WriteBehindTaskStore(DatabaseTaskStore(create_async_engine(url)), records=records)
     # Saves and reads go through SqliteTaskStore's own sqlite3 connection; the engine serves
     # initialize, ListTasks and delete. SQLite takes one write at a time: one pooled connection
     # (callers queue on the pool instead of sleeping in SQLite's busy handler, which gave p99
@@ -101,7 +103,7 @@ def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     # reader) neither block it nor wait for it.
     engine = create_async_engine(url, connect_args={"timeout": 30}, pool_size=1, max_overflow=0)
     event.listen(engine.sync_engine, "connect", _sqlite_wal)
-    return WriteBehindTaskStore(SqliteTaskStore(engine, Path(url.split(":///", 1)[1])))
+    return WriteBehindTaskStore(SqliteTaskStore(engine, Path(url.split(":///", 1)[1])), records=records)
 
 
 def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
@@ -280,13 +282,7 @@ async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> Non
         stored = await store.get(task.id, context)
         if stored is None or stored.status.state not in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
             continue
-        message = Message(
-            message_id=uuid.uuid4().hex,
-            role=Role.ROLE_AGENT,
-            task_id=stored.id,
-            context_id=stored.context_id,
-            parts=[new_text_part(INTERRUPTED), new_data_part({"error": {"code": "run_failed", "reason": INTERRUPTED}})],
-        )
+        message = failed_message(stored.id, stored.context_id, INTERRUPTED, "run_failed")
         stored.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_FAILED, message=message))
         stored.status.timestamp.GetCurrentTime()
         await store.save(stored, context)

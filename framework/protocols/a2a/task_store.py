@@ -12,7 +12,10 @@ version of each running task in memory and writes to the database:
 * otherwise at most every ``interval`` seconds (a background flush), and on :meth:`close`.
 
 ``get`` answers the latest version (from memory while the task runs), ``list`` flushes first,
-so GetTask and ListTasks never show a state older than the last event.
+so GetTask and ListTasks never show a state older than the last event. Both derive each task's
+status from the runtime's task record (``records``; :func:`~framework.protocols.a2a.statuses.derived`):
+the record is the one source of truth, so a task decided or ended by another entry point
+(``ca approve``, ACP, another process) shows its real state.
 
 On SQLite, :class:`SqliteTaskStore` serves ``save`` and ``get`` through the sqlite3 module.
 """
@@ -37,7 +40,9 @@ from sqlalchemy import JSON, DateTime
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import class_mapper
 
+from framework.protocols.a2a.statuses import derived
 from framework.runtime.governance.secrets import KNOWN
+from framework.runtime.tasks import Task as Record
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +83,15 @@ def _masked(task: Task) -> Task:
 class WriteBehindTaskStore(TaskStore):
     """A :class:`DatabaseTaskStore` whose intermediate saves are held in memory (see the module doc)."""
 
-    def __init__(self, store: DatabaseTaskStore, *, interval: float = FLUSH_SECONDS) -> None:
+    def __init__(
+        self,
+        store: DatabaseTaskStore,
+        *,
+        records: Callable[[str], Record | None] = lambda _: None,
+        interval: float = FLUSH_SECONDS,
+    ) -> None:
         self.store = store
+        self.records = records
         self.interval = interval
         self._owner: Callable[[ServerCallContext], str] = store.owner_resolver
         self._live: dict[tuple[str, str], _Live] = {}
@@ -118,14 +130,24 @@ class WriteBehindTaskStore(TaskStore):
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         live = self._live.get((self._owner(context), task_id))
         if live is None:
-            return await self.store.get(task_id, context)
+            stored = await self.store.get(task_id, context)
+            return derived(stored, self.records(task_id)) if stored is not None else None
         task = Task()
         task.CopyFrom(live.task)
-        return task
+        return derived(task, self.records(task_id))
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         await self.flush()
-        return await self.store.list(params, context)
+        query = ListTasksRequest()
+        query.CopyFrom(params)
+        query.ClearField("status")  # a row's stored state may lag its record: filter on the derived one
+        found = await self.store.list(query, context)
+        tasks = [derived(task, self.records(task.id)) for task in found.tasks]
+        if params.status:
+            tasks = [task for task in tasks if task.status.state == params.status]
+        del found.tasks[:]
+        found.tasks.extend(tasks)
+        return found
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         self._live.pop((self._owner(context), task_id), None)
