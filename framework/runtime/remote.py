@@ -31,7 +31,7 @@ class Discovery:
 class RemoteAgents(Protocol):
     """The client side of one runtime: calls remote agents, reads registries."""
 
-    project: Project
+    project: Project | None
     environ: Mapping[str, str]
 
     async def call_tool(self, url: str, text: str) -> tuple[str, dict[str, Any]]:

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 from a2a.client import ClientConfig, ClientFactory
+from a2a.client.card_resolver import parse_agent_card
 from a2a.helpers.proto_helpers import get_data_parts, get_text_parts, new_data_part, new_text_part
 from a2a.types import AgentCard, GetTaskRequest, Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
 from google.protobuf import json_format
@@ -68,10 +69,21 @@ class RemoteOutcome:
 
 
 class Peers:
-    """A2A client side of one Runtime."""
+    """The one A2A client: of a Runtime (``agent: URL`` tools, registries) and of ``ca call``.
+
+    Every request goes through a client pinned to one origin (see :mod:`.origins`); cards are
+    read the way a2a-sdk's card resolver reads them (v0.3 cards included). ``project`` gives the
+    registry credentials (none without one); ``tasks`` keeps the remote task of each tool call
+    so a paused call resumes the same remote task (agent tools only).
+    """
 
     def __init__(
-        self, project: Project, tasks: TaskStore, environ: Mapping[str, str], *, timeout: float = 60.0
+        self,
+        project: Project | None,
+        tasks: TaskStore | None,
+        environ: Mapping[str, str],
+        *,
+        timeout: float = 60.0,
     ) -> None:
         self.project = project
         self.tasks = tasks
@@ -98,6 +110,8 @@ class Peers:
         if client is None:
 
             def credentials() -> dict[str, str]:  # read per request: a reload replaces project and environ
+                if self.project is None:
+                    return {}
                 return credentials_for(origin, self.project.config.registries, self.environ)
 
             client = pinned_client(origin, credentials, timeout=httpx.Timeout(self.timeout, connect=5.0))
@@ -136,18 +150,18 @@ class Peers:
             data = response.json()
             if not isinstance(data, dict):
                 raise ValueError(f"a JSON {type(data).__name__} instead of an object")
-            card: AgentCard = json_format.ParseDict(data, AgentCard(), ignore_unknown_fields=True)
+            card: AgentCard = parse_agent_card(data)  # as the SDK's resolver does: v0.3 fields mapped
         except (ValueError, json_format.ParseError) as exc:
             raise ToolException(f"{base} answered something that is not an agent card: {exc}") from exc
         self.cards[base] = (response.headers.get("etag", ""), card)
         return card
 
-    async def _client(self, url: str) -> Any:
-        """a2a-sdk's client for the agent at ``url``, on its origin's pinned HTTP client."""
+    async def open(self, url: str) -> tuple[AgentCard, Any]:
+        """The card of the agent at ``url`` and a2a-sdk's client for it, on its origin's pinned HTTP client."""
         card = pinned_card(await self.card(url), url)
         config = ClientConfig(streaming=card.capabilities.streaming, httpx_client=self.client_for(url))
         try:
-            return ClientFactory(config).create(card)
+            return card, ClientFactory(config).create(card)
         except Exception as exc:  # a card without an interface a2a-sdk's client can use
             raise ToolException(f"{url}: its agent card offers no usable interface: {exc}") from exc
 
@@ -161,7 +175,7 @@ class Peers:
         metadata: dict[str, Any] | None = None,
     ) -> RemoteOutcome:
         """Send one message and follow the task until it ends or waits for input."""
-        client = await self._client(url)
+        _, client = await self.open(url)
         message = Message(
             message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=parts, task_id=task_id, context_id=context_id
         )
@@ -184,7 +198,7 @@ class Peers:
         return outcome
 
     async def status(self, url: str, task_id: str) -> RemoteOutcome:
-        client = await self._client(url)
+        _, client = await self.open(url)
         try:
             async with asyncio.timeout(self.timeout):
                 task = await client.get_task(GetTaskRequest(id=task_id))
@@ -201,6 +215,7 @@ class Peers:
     async def call_tool(self, url: str, text: str) -> tuple[str, dict[str, Any]]:
         """A remote agent as a tool: its answer (and usage) or a ToolException; pauses bubble up."""
         context = CALL_CONTEXT.get() or RunContext()
+        assert self.tasks is not None, "agent tools need the runtime's task store"
         key = f"{context.task_id}:{context.call_id}" if context.task_id and context.call_id else ""
         known = self.tasks.get_remote(key) if key else None
         metadata = {

@@ -50,7 +50,7 @@ async def _one(peers: Peers, name: str, url: str) -> list[RemoteAgent]:
 async def discover(peers: Peers) -> Discovery:
     """Every agent of every registry, and a line per registry that could not be read."""
     result = Discovery()
-    registries = peers.project.config.registries
+    registries = peers.project.config.registries if peers.project is not None else []
 
     async def read(registry: Any) -> None:
         try:
