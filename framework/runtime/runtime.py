@@ -33,7 +33,7 @@ from framework.runtime.governance.secrets import KNOWN, mask_logs, project_secre
 from framework.runtime.remote import Discovery, RemoteFactory
 from framework.runtime.runner import Runner
 from framework.runtime.stores import open_checkpointer
-from framework.runtime.tasks import Pending, Task, TaskState, TaskStore, expiry, now
+from framework.runtime.tasks import AlreadyDecided, Pending, Task, TaskState, TaskStore, expiry, now
 from framework.spec.interpolate import load_dotenv
 from framework.spec.loader import Project
 
@@ -223,15 +223,24 @@ class Runtime:
             yield event
 
     async def decide(
-        self, task_id: str, decision: Mapping[str, Any], *, request: Mapping[str, Any] | None = None
+        self,
+        task_id: str,
+        decision: Mapping[str, Any],
+        *,
+        request: Mapping[str, Any] | None = None,
+        by: str | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Answer every pending decision of a paused task with ``decision`` and resume it.
 
         ``decision``: ``{"decision": "approve" | "reject" | "edit" | "always", "reason": ..., "args": ...}``,
         or for a workflow's ``ask`` step ``{"decision": "answer", "text": ...}`` (a reject declines it).
-        An expired approval is answered by its profile's ``on_timeout`` instead.
+        An expired approval is answered by its profile's ``on_timeout`` instead. ``by`` names who
+        decides (default: this runtime's source, ``cli:<os user>`` at a terminal). The decision is
+        taken exactly once: a second decider, in this process or another, gets a RunError saying
+        who decided first.
         """
         task = self.check_decision(task_id, decision)
+        task = self.tasks.claim(task.id, by or self.decider)
         answers: dict[str, Any] = {}
         for pending in task.pending:
             answer = dict(decision)
@@ -250,7 +259,12 @@ class Runtime:
                 task_id=task.id,
                 conversation_id=task.conversation,
                 agent=task.agent,
-                data={"interrupt": pending.interrupt_id, "payload_kind": pending.payload.get("kind"), **answer},
+                data={
+                    "interrupt": pending.interrupt_id,
+                    "payload_kind": pending.payload.get("kind"),
+                    "by": task.decided_by,
+                    **answer,
+                },
             )
             answers[pending.interrupt_id] = _for_payload(pending.payload, answer)
         async for event in self._drive(
@@ -261,11 +275,21 @@ class Runtime:
         ):
             yield event
 
+    @property
+    def decider(self) -> str:
+        """Who decides when a transport names no one: ``cli:<os user>``, or the source (``acp``, ...)."""
+        if self.source == "cli":
+            import getpass
+
+            return f"cli:{getpass.getuser()}"
+        return self.source
+
     def check_decision(self, task_id: str, decision: Mapping[str, Any]) -> Task:
         """The paused task ``decision`` can answer; a RunError saying what it waits for if it cannot."""
         task = self.tasks.get(task_id)
         if task.state != "input-required" or not task.pending:
-            raise RunError(f"task {task.id[:12]} is {task.state}, not waiting for a decision")
+            who = f"was already decided by {task.decided_by} at {task.decided_at}; it " if task.decided_by else ""
+            raise AlreadyDecided(f"task {task.id[:12]} {who}is {task.state}, not waiting for a decision")
         asks = [p.payload.get("kind") == "ask" for p in task.pending]
         kind = decision.get("decision")
         if kind == "answer" and not all(asks):

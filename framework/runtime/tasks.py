@@ -38,7 +38,9 @@ CREATE TABLE IF NOT EXISTS tasks (
     usage TEXT NOT NULL DEFAULT '{}',
     parent TEXT NOT NULL DEFAULT '',
     created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL
+    updated_at TEXT NOT NULL,
+    decided_by TEXT NOT NULL DEFAULT '',
+    decided_at TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
 CREATE TABLE IF NOT EXISTS remote_calls (
@@ -50,6 +52,10 @@ CREATE TABLE IF NOT EXISTS remote_calls (
 );
 CREATE INDEX IF NOT EXISTS tasks_conversation ON tasks(conversation);
 """
+
+
+_ADDED_COLUMNS = {"decided_by": "TEXT NOT NULL DEFAULT ''", "decided_at": "TEXT NOT NULL DEFAULT ''"}
+"""Columns added after the first release of the table, with their definitions."""
 
 
 def now() -> datetime:
@@ -85,6 +91,9 @@ class Task:
     parent: str = ""
     created_at: str = ""
     updated_at: str = ""
+    decided_by: str = ""
+    """Who answered the task's last pause (``cli:alice``, ``acp``, a credential's name)."""
+    decided_at: str = ""
 
 
 class TaskStore:
@@ -97,6 +106,9 @@ class TaskStore:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")  # crash-safe in WAL; see audit_store
         self._conn.executescript(_SCHEMA)
+        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(tasks)")}
+        for column in _ADDED_COLUMNS.keys() - columns:  # a tasks.db written before these existed
+            self._conn.execute(f"ALTER TABLE tasks ADD COLUMN {column} {_ADDED_COLUMNS[column]}")
 
     @classmethod
     def open(cls, root: Path) -> TaskStore:
@@ -155,6 +167,23 @@ class TaskStore:
         with self._lock:
             self._conn.execute(f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", (*values, task_id))  # noqa: S608
         return self.get(task_id)
+
+    def claim(self, task_id: str, by: str) -> Task:
+        """Take the decision of a paused task: one atomic compare-and-set from ``input-required`` to
+        ``working``, so of any number of deciders — threads, processes, protocols — exactly one wins.
+        The others get a RunError that says who decided and when."""
+        stamp = now().isoformat()
+        with self._lock:
+            claimed = self._conn.execute(
+                "UPDATE tasks SET state = 'working', decided_by = ?, decided_at = ?, updated_at = ?"
+                " WHERE id = ? AND state = 'input-required'",
+                (by, stamp, stamp, task_id),
+            ).rowcount
+        task = self.get(task_id)
+        if claimed != 1:
+            who = f" by {task.decided_by} at {task.decided_at}" if task.decided_by else ""
+            raise AlreadyDecided(f"task {task.id[:12]} was already decided{who}; it is {task.state} now")
+        return task
 
     def find(self, task_id: str) -> Task | None:
         """The task with exactly this id, or None."""
@@ -236,6 +265,10 @@ class TaskStore:
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
         return [_row_to_task(dict(zip(names, row, strict=True))) for row in rows]
+
+
+class AlreadyDecided(RunError):
+    """Another decider took the pause first."""
 
 
 def _row_to_task(row: dict[str, Any]) -> Task:
