@@ -362,6 +362,9 @@ def approve(
         raise typer.BadParameter("--reject and --always contradict each other")
     if answer is not None and (reject or always):
         raise typer.BadParameter("--answer answers a question; it goes with neither --reject nor --always")
+    if reason is not None and not reject:
+        # A reason without --reject used to approve: a person who meant to refuse would not notice.
+        raise typer.BadParameter("--reason goes with --reject (it tells the agent why); add --reject or drop it")
     choice = "reject" if reject else ("always" if always else "approve")
     decision = {"decision": "answer", "text": answer} if answer is not None else {"decision": choice, "reason": reason}
     code = asyncio.run(approve_command(project, task, decision, as_json))

@@ -184,3 +184,14 @@ def test_audit_verify_detects_an_edited_record(make_project: ProjectFactory) -> 
     verified = run_ca("audit", "--verify", cwd=root)
     assert verified.returncode == 1
     assert "record 2 was edited" in verified.stderr
+
+
+def test_a_reason_without_reject_is_a_usage_error_and_decides_nothing(make_project: ProjectFactory) -> None:
+    root = _project(make_project)
+    paused = run_ca("run", "writer", "go", "--json", cwd=root)
+    task_id = json.loads(paused.stdout.splitlines()[-1])["task_id"]
+    result = run_ca("approve", task_id, "--reason", "looks fine", cwd=root)
+    assert result.returncode == 2
+    assert "--reason goes with --reject" in result.stderr
+    assert not (root / "effects.log").exists()
+    assert run_ca("tasks", "list", "--pending", cwd=root).stdout.count(task_id[:12]) == 1

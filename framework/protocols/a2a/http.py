@@ -39,7 +39,7 @@ from framework.protocols.a2a.auth import AuthMiddleware, Credentials
 from framework.protocols.a2a.executor import CleverAgentExecutor
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware
 from framework.protocols.a2a.statuses import failed_message
-from framework.protocols.a2a.task_store import SqliteTaskStore, WriteBehindTaskStore
+from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
 from framework.protocols.jsonrpc import Code, JsonRpcError
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
@@ -123,7 +123,7 @@ def request_handler(runtime: Runtime, name: str, store: WriteBehindTaskStore) ->
     authed = runtime.bundle.project.config.server.auth is not None
     return DefaultRequestHandler(
         CleverAgentExecutor(runtime, name),
-        store,
+        AgentTaskStore(store, name),
         served_card(runtime, name),
         extended_agent_card=runtime.bundle.card(name) if authed else None,
     )

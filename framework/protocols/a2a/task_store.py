@@ -202,6 +202,42 @@ class WriteBehindTaskStore(TaskStore):
                 self._schedule_flush()
 
 
+class AgentTaskStore(TaskStore):
+    """One agent's view of the shared task store: the tasks of other agents are not found.
+
+    Each agent's request handler gets one, so GetTask, ListTasks, CancelTask, subscriptions and
+    follow-up messages under ``/agents/X/`` reach agent X's tasks only (a task of another agent
+    is -32001, task not found, as if it did not exist). The agent is the task record's.
+    """
+
+    def __init__(self, shared: WriteBehindTaskStore, agent: str) -> None:
+        self.shared = shared
+        self.agent = agent
+
+    def _other_agents(self, task_id: str) -> bool:
+        record = self.shared.records(task_id)
+        return record is not None and record.agent != self.agent
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        await self.shared.save(task, context)
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        if self._other_agents(task_id):
+            return None
+        return await self.shared.get(task_id, context)
+
+    async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        found = await self.shared.list(params, context)
+        mine = [task for task in found.tasks if not self._other_agents(task.id)]
+        del found.tasks[:]
+        found.tasks.extend(mine)
+        return found
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        if not self._other_agents(task_id):
+            await self.shared.delete(task_id, context)
+
+
 class SqliteTaskStore(DatabaseTaskStore):
     """DatabaseTaskStore whose ``save`` and ``get`` run on a plain sqlite3 connection to the same file.
 
