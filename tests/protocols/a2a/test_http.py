@@ -714,9 +714,9 @@ def test_sigkill_keeps_a_waiting_task_and_fails_a_running_one_with_a_reason(
     try:
 
         async def resume() -> tuple[Task, Task, Task]:
-            async with a2a_client(second.url, "writer") as client:
+            async with a2a_client(second.url, "writer") as client, a2a_client(second.url, "slow") as slow:
                 after = await client.get_task(GetTaskRequest(id=paused.id))
-                interrupted = await client.get_task(GetTaskRequest(id=running.id))
+                interrupted = await slow.get_task(GetTaskRequest(id=running.id))  # each agent's path: its tasks
                 done = await send(client, user_message("approve", task_id=paused.id, context_id=paused.context_id))
                 return after, interrupted, done
 
