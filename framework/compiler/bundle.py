@@ -27,8 +27,10 @@ from pydantic import BaseModel, Field
 from framework import __version__
 from framework.compiler.agent import CALL_CONTEXT, RunContext, compile_llm_agent
 from framework.compiler.confine import Access
-from framework.compiler.models import build_model, model_facing_name
-from framework.compiler.tools import ToolContext, build_tools
+from framework.compiler.models import build_model
+from framework.compiler.tool_context import ToolContext
+from framework.compiler.tool_names import model_facing_name
+from framework.compiler.tools import build_tools
 from framework.compiler.workflow import compile_workflow
 from framework.errors import RunError
 from framework.spec.agent import AgentSpec, LlmAgent
