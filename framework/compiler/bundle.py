@@ -37,7 +37,7 @@ from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
 from framework.spec.interpolate import load_dotenv
-from framework.spec.loader import Project
+from framework.spec.project import Project
 from framework.spec.tools import AgentSelector, AgentTool
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from google.protobuf.struct_pb2 import Struct
 
 from framework import __version__
 from framework.spec.agent import AgentSpec, LlmAgent
-from framework.spec.loader import Project
+from framework.spec.project import Project
 from framework.spec.skill import Skill
 from framework.spec.tools import AgentSelector, AgentTool, BuiltinTool, PythonTool
 

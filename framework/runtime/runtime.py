@@ -35,7 +35,7 @@ from framework.runtime.runner import Runner
 from framework.runtime.stores import open_checkpointer
 from framework.runtime.tasks import Pending, Task, TaskState, TaskStore, expiry, now
 from framework.spec.interpolate import load_dotenv
-from framework.spec.loader import Project
+from framework.spec.project import Project
 
 
 class Runtime:

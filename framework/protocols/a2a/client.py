@@ -39,7 +39,7 @@ from framework.protocols.a2a.origins import Origin, credentials_for, origin_of, 
 from framework.protocols.a2a.wire import EVENT_KEY, from_wire
 from framework.runtime.remote import Discovery
 from framework.runtime.tasks import TaskStore
-from framework.spec.loader import Project
+from framework.spec.project import Project
 
 CARD_PATH = ".well-known/agent-card.json"
 TRANSIENT_STATUS = {502, 503, 504}

@@ -44,8 +44,8 @@ from framework.runtime.governance.capabilities import check_agent, check_capabil
 from framework.runtime.governance.contracts import check_call_contract, check_output_contract, holds_output
 from framework.runtime.governance.profiles import decide
 from framework.spec.agent import AgentSpec, LlmAgent
-from framework.spec.loader import Project
 from framework.spec.profile import Profile
+from framework.spec.project import Project
 
 APPROVAL_OPTIONS = ("approve", "reject", "edit", "always")
 WITHHELD = "ca_withheld"
