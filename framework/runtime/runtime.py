@@ -23,6 +23,7 @@ from typing import Any, cast
 
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
+from framework.compiler.precompile import compile_graphs
 from framework.errors import CAError, Diagnostic, RunError
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
@@ -140,7 +141,6 @@ class Runtime:
         decision resumes on the bundle current when the decision arrives.
         """
         from framework.errors import SpecError
-        from framework.runtime.reload import compile_graphs
         from framework.spec import load_project
 
         if self.compile_project is None:
