@@ -41,7 +41,7 @@ from framework.spec.project import Project
 from framework.spec.tools import AgentSelector, AgentTool
 
 if TYPE_CHECKING:
-    from a2a.types import AgentCard
+    from framework.compiler.card import AgentCard  # the card builder is the compiler's one user of a2a-sdk
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from a2a.types import (
     AgentCapabilities,
-    AgentCard,
     AgentExtension,
     AgentInterface,
     AgentSkill,
@@ -18,6 +17,7 @@ from a2a.types import (
     SecurityScheme,
     StringList,
 )
+from a2a.types import AgentCard as AgentCard  # re-exported: the type of a built card, for the Bundle's cache
 from google.protobuf import json_format
 from google.protobuf.struct_pb2 import Struct
 

@@ -131,7 +131,9 @@ def _described(func: Callable[..., Any], name: str, tool: PythonTool) -> Structu
         except ValueError:  # not a Google-style docstring: the whole docstring describes the tool
             return build(parse_docstring=False)
     except Exception as exc:
-        raise ToolError(f"python tool {tool.python!r}: cannot describe {name!r} to the model: {failure_line(exc)}") from exc
+        raise ToolError(
+            f"python tool {tool.python!r}: cannot describe {name!r} to the model: {failure_line(exc)}"
+        ) from exc
 
 
 def _module_name(rel: str, path: Path) -> str:
@@ -190,7 +192,9 @@ def _import_module(tool: PythonTool) -> ModuleType:
             f"{tool.python!r}: {exc.msg}"
         ) from exc
     except (Exception, SystemExit) as exc:
-        raise ToolError(f"python tool {tool.python!r}: cannot import module {tool.target!r}: {failure_line(exc)}") from exc
+        raise ToolError(
+            f"python tool {tool.python!r}: cannot import module {tool.target!r}: {failure_line(exc)}"
+        ) from exc
 
 
 __all__ = ["ToolCapability", "build_tools", "load_python_tool"]
