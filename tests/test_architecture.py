@@ -24,7 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-FRAMEWORK = Path(__file__).resolve().parents[1] / "framework"
+REPO = Path(__file__).resolve().parents[1]
+FRAMEWORK = REPO / "framework"
 LAYERS = ["base", "spec", "compiler", "runtime", "protocols", "cli"]
 HEAVY = ("langgraph", "langchain", "langchain_core", "starlette", "a2a", "uvicorn", "watchfiles", "acp")
 PROTOCOL_SDKS = ("a2a", "acp")
@@ -219,6 +220,19 @@ def test_the_spec_layer_imports_no_runtime_library() -> None:
 
 def test_no_import_circle() -> None:
     assert _shown_circles(FRAMEWORK) == [], "break each circle by moving the shared piece to the module that owns it"
+
+
+def test_no_source_cites_a_design_brief_outside_the_repository() -> None:
+    brief = "DESIGN" + ".md"  # spelled in two pieces so this file does not cite it either
+    citing = [
+        f"{path.relative_to(REPO)}:{n}"
+        for folder in ("framework", "tests", "bench", "docs")
+        for path in sorted((REPO / folder).rglob("*"))
+        if path.suffix in (".py", ".md", ".sh", ".yaml") and path.is_file()
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1)
+        if brief in line
+    ]
+    assert citing == [], "cite docs/architecture.md or another file of docs/ instead"
 
 
 # -- the checks catch what they are for (on a throwaway copy of the framework) -----------------------------

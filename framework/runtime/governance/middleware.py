@@ -1,6 +1,6 @@
 """Governance as agent middleware: every rule a user declares, enforced around model and tool calls.
 
-For each tool call, in the order of DESIGN.md §5:
+For each tool call, in the order of docs/governance.md, 'The order of checks for a tool call':
 
     capabilities ─deny─▶ error result    (audited)
     contract must_not ─deny─▶ error result
