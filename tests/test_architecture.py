@@ -52,9 +52,14 @@ class Import(NamedTuple):
 
 
 def modules(package: Path) -> dict[str, Path]:
-    """Every module of the package folder ``package`` (``framework/``), by dotted name."""
+    """Every module of the package folder ``package`` (``framework/``), by dotted name.
+
+    ``fixtures`` folders hold data (projects with deliberately broken tool files), not modules.
+    """
     found = {}
     for path in sorted(package.rglob("*.py")):
+        if "fixtures" in path.relative_to(package).parts:
+            continue
         rel = path.relative_to(package.parent).with_suffix("")
         found[".".join(rel.parts).removesuffix(".__init__")] = path
     return found
@@ -92,6 +97,7 @@ def imports(module: str, path: Path) -> Iterator[Import]:
 
 
 def all_imports(package: Path) -> Iterator[Import]:
+    """Every import of every module of ``package``."""
     for module, path in modules(package).items():
         yield from imports(module, path)
 
@@ -222,13 +228,27 @@ def test_no_import_circle() -> None:
     assert _shown_circles(FRAMEWORK) == [], "break each circle by moving the shared piece to the module that owns it"
 
 
+def test_no_test_module_imports_another_test_module() -> None:
+    """Helpers live in support modules (conftest.py, serving.py, ...): a test module imports none of another."""
+    known = modules(REPO / "tests")
+    found = []
+    for imp in all_imports(REPO / "tests"):
+        target = imp.target
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        if target.rpartition(".")[2].startswith("test_") and target != imp.module:
+            found.append(f"{imp.where()}: {imp.module} imports {imp.target}")
+    assert found == [], "move what both use into a support module of tests/"
+
+
 def test_no_source_cites_a_design_brief_outside_the_repository() -> None:
     brief = "DESIGN" + ".md"  # spelled in two pieces so this file does not cite it either
+    files = [REPO / name for name in ("README.md", "pyproject.toml", "Makefile")]
+    files += [p for folder in ("framework", "tests", "bench", "docs") for p in sorted((REPO / folder).rglob("*"))]
     citing = [
         f"{path.relative_to(REPO)}:{n}"
-        for folder in ("framework", "tests", "bench", "docs")
-        for path in sorted((REPO / folder).rglob("*"))
-        if path.suffix in (".py", ".md", ".sh", ".yaml") and path.is_file()
+        for path in files
+        if path.suffix in (".py", ".md", ".sh", ".yaml", ".toml", "") and path.is_file()
         for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1)
         if brief in line
     ]

@@ -17,7 +17,7 @@ import pytest
 
 from framework.runtime.events import ToolCallFinished
 from tests.conftest import ProjectFactory
-from tests.runtime.test_budgets import drive, results
+from tests.driving import drive, results
 
 PROJECT_SECRET = "PROJECT-SECRET-41"
 OUTSIDE_SECRET = "OUTSIDE-SECRET-93"
