@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,22 +13,11 @@ from pydantic import AfterValidator, Field, field_validator
 from framework.errors import Diagnostic
 from framework.spec.agent import AgentSpec
 from framework.spec.budget import Budget
-from framework.spec.capabilities import Capabilities
+from framework.spec.capabilities import Capabilities, EnvName
 from framework.spec.common import Duration, Money, Name, Spec, Version, fail
 from framework.spec.model import ModelConfig
 from framework.spec.profile import Profile
 from framework.spec.skill import SkillFile
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _check_env_name(value: str) -> str:
-    if not _ENV_NAME.fullmatch(value):
-        raise fail("env", "{value!r} is not an environment variable name", value=value)
-    return value
-
-
-EnvName = Annotated[str, AfterValidator(_check_env_name)]
 
 
 def _check_url(value: str) -> str:
