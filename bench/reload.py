@@ -150,9 +150,9 @@ def measure(root: Path, edits: int, atomic: bool) -> list[float]:
 
 async def breakdown(root: Path, runs: int = 20) -> dict[str, float]:
     """Median milliseconds of each step of a reload, in this process."""
+    from framework.compiler.precompile import compile_graphs
     from framework.protocols.a2a import open_remote
     from framework.protocols.a2a.http import Agents, AgentsApp, task_store
-    from framework.runtime.reload import compile_graphs
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 

@@ -1,14 +1,24 @@
-"""Shared fixtures: a runner for the real ``ca`` process and a temporary project builder."""
+"""Shared fixtures and the helpers every kind of test uses: a runner for the real ``ca`` process,
+project files, free loopback ports and the JSON lines of ``ca run --json``.
+
+Helpers that only some tests need live beside this file, in support modules (never in a test
+module): :mod:`tests.serving` (servers as real processes), :mod:`tests.a2a_peers` (A2A messages
+and a ``ca run --stdio`` peer), :mod:`tests.driving` (the Runtime in-process),
+:mod:`tests.fake_agent` (a recording A2A server in a thread), :mod:`tests.corpus` (the
+invalid-project fixtures).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,10 +45,25 @@ def run_ca(
 
 def free_port() -> int:
     """A TCP port free on loopback right now (for a server the test starts)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    [port] = free_ports(1)
+    return port
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports (held open together so none is handed out twice)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def events(stdout: str) -> list[dict[str, Any]]:
+    """The events ``ca run --json`` printed, one JSON object a line."""
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
 
 
 SIDE_EFFECT = '''
@@ -70,21 +95,33 @@ NAP = '''
 """``tools/nap.py`` for tests: a slow python tool that leaves ``nap-interrupted`` behind when cancelled."""
 
 
-def writer_agent(name: str = "writer", file: str = "effects.log", extra: str = "") -> str:
+def writer_agent(
+    name: str = "writer", file: str = "effects.log", extra: str = "", *, reply: str = "done", description: str = ""
+) -> str:
     """A manual-profile agent whose only tool call appends 'hello' to ``file`` (``tools/side.py``:
-    :data:`SIDE_EFFECT`), then answers "done": every call waits for an approval. ``extra``: more
+    :data:`SIDE_EFFECT`), then answers ``reply``: every call waits for an approval. ``extra``: more
     YAML lines (e.g. a budget)."""
+    described = f"\n        description: {description}" if description else ""
     return f"""
-        name: {name}
+        name: {name}{described}
         profile: manual{extra}
         model:
           provider: scripted
           replies:
             - tool_calls: [{{name: append, args: {{file: {file}, text: hello}}}}]
-            - done
+            - {reply}
         tools:
           - python: tools/side.py:append
     """
+
+
+def write_project(root: Path, files: Mapping[str, str]) -> Path:
+    """Write ``{relative path: text}`` under ``root`` (text dedented); ``root``."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return root
 
 
 ProjectFactory = Callable[[dict[str, str]], Path]
@@ -95,10 +132,6 @@ def make_project(tmp_path: Path) -> ProjectFactory:
     """Write ``{relative path: text}`` into a fresh folder; text is dedented."""
 
     def make(files: dict[str, str]) -> Path:
-        for name, text in files.items():
-            path = tmp_path / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-        return tmp_path
+        return write_project(tmp_path, files)
 
     return make

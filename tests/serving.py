@@ -1,41 +1,62 @@
-"""`ca serve` as a real process on a loopback port, for the end-to-end tests.
+"""Servers as real processes on loopback ports, for the end-to-end tests: `ca serve` above all.
 
-:func:`start_serve` starts it with its stdout and stderr in files and returns once
-``/healthz`` answers; :meth:`ServeProcess.stop` stops it (SIGTERM, then SIGKILL after a
-grace period). Test modules subclass :class:`ServeProcess` for their own client methods.
+:class:`ServerProcess` is the one shape: a process on ``127.0.0.1:port`` with its stdout and
+stderr in files, a ready path it answers once up, an HTTP client for JSON-RPC requests, and a
+graceful stop. :func:`start_serve` starts `ca serve` and returns once ``/healthz`` answers;
+:func:`launch_serve` and :func:`launch_script` start a process without waiting, so a module
+can start several at once and then :meth:`~ServerProcess.wait_ready` for each. Test modules
+subclass :class:`ServerProcess` for client methods of their own.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
+import tempfile
+import textwrap
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import pytest
 
+from tests.a2a_peers import Json, is_v1
 from tests.conftest import CA, REPO, free_port
 
 READY_TIMEOUT = 60.0
-"""Seconds `ca serve` may take to answer /healthz."""
+"""Seconds a server may take to answer its ready path."""
 
-S = TypeVar("S", bound="ServeProcess")
+SERVER_ENV = {
+    "PYTHONPATH": str(REPO),
+    "ANTHROPIC_API_KEY": "",
+    "OPENAI_API_KEY": "",
+    "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED": "false",
+}
+"""The environment of servers started with :func:`launch_script` and of processes that talk to them:
+the repository importable, no provider key (the offline and scripted models only), no tracing."""
+
+S = TypeVar("S", bound="ServerProcess")
 
 
 @dataclass
-class ServeProcess:
+class ServerProcess:
     root: Path
+    """The folder it runs in (the project of a `ca serve`)."""
     port: int
     proc: subprocess.Popen[bytes]
     out: Path
     """The file that gets the server's stdout."""
     err: Path
     """The file that gets the server's stderr."""
+    ready_path: str = "/healthz"
+    client: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=60))
+    """Keeps connections open across the requests of :meth:`post` and :meth:`rpc`."""
 
     @property
     def url(self) -> str:
@@ -54,11 +75,58 @@ class ServeProcess:
                 return int(line.split()[1]) / 1024
         raise AssertionError("no VmRSS for the server process")
 
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        """Return once the ready path answers 200; fail the test if the process exits or stays silent."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(f"{self.out.stem} exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(self.url + self.ready_path, timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"{self.out.stem} did not answer {self.ready_path} in {timeout:.0f} s:\n{self.output()}")
+            time.sleep(0.1)
+
     def assert_alive(self) -> None:
         assert self.proc.poll() is None, f"the server died:\n{self.output()}"
         assert httpx.get(f"{self.url}/healthz", timeout=10).json()["status"] == "ok"
 
+    def post(
+        self, body: Json | bytes, *, path: str = "/agents/echo/", headers: Mapping[str, str] | None = None
+    ) -> httpx.Response:
+        """POST a JSON body (or raw bytes); a v1.0 method (PascalCase) gets ``A2A-Version: 1.0``."""
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        sent = {"content-type": "application/json", **(headers or {})}
+        if isinstance(body, dict) and is_v1(str(body.get("method", ""))):
+            sent.setdefault("A2A-Version", "1.0")
+        return self.client.post(self.url + path, content=content, headers=sent)
+
+    def rpc(
+        self,
+        method: str,
+        params: Json | None = None,
+        *,
+        agent: str = "echo",
+        request_id: Any = 1,
+        headers: Mapping[str, str] | None = None,
+        status: int = 200,
+    ) -> Json:
+        """One JSON-RPC call on an agent's endpoint; the decoded answer, which must come with HTTP ``status``."""
+        body: Json = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            body["params"] = params
+        response = self.post(body, path=f"/agents/{agent}/", headers=headers)
+        assert response.status_code == status, (response.status_code, response.text)
+        answer: Json = response.json()
+        return answer
+
     def stop(self, sig: signal.Signals = signal.SIGTERM, grace: float = 20) -> None:
+        """Send ``sig`` and wait ``grace`` seconds for the process to end, then kill it."""
+        self.client.close()
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -74,39 +142,69 @@ class ServeProcess:
         assert "Traceback" not in self.stderr(), self.output()
 
 
-def start_serve(
-    root: Path,
+def _launch(
+    cmd: Sequence[str],
+    cwd: Path,
     logs: Path,
-    *args: str,
-    env: Mapping[str, str] | None = None,
-    kind: type[S] = ServeProcess,  # type: ignore[assignment]
-    drop_env: Sequence[str] = (),
+    name: str,
+    port: int,
+    *,
+    environ: Mapping[str, str],
+    ready_path: str,
+    kind: type[S],
 ) -> S:
-    """``ca serve --port PORT ARGS`` in ``root``, output in ``logs/serve-PORT.{out,err}``; once /healthz answers."""
-    port = free_port()
-    environ = {k: v for k, v in os.environ.items() if k not in drop_env}
-    environ |= {"PYTHONPATH": str(REPO), **(env or {})}
-    out, err = logs / f"serve-{port}.out", logs / f"serve-{port}.err"
+    out, err = logs / f"{name}.out", logs / f"{name}.err"
     with out.open("wb") as stdout, err.open("wb") as stderr:
         proc = subprocess.Popen(
-            [*CA, "serve", "--port", str(port), *args],
-            cwd=root,
-            env=environ,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=stderr,
+            list(cmd), cwd=cwd, env=dict(environ), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr
         )
-    server = kind(root, port, proc, out, err)
-    deadline = time.monotonic() + READY_TIMEOUT
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"ca serve exited with {proc.returncode}:\n{server.output()}")
-        try:
-            if httpx.get(f"{server.url}/healthz", timeout=2).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            server.stop()
-            pytest.fail(f"ca serve did not answer /healthz in {READY_TIMEOUT:.0f} s:\n{server.output()}")
-        time.sleep(0.1)
+    return kind(cwd, port, proc, out, err, ready_path)
+
+
+def launch_serve(
+    root: Path,
+    *args: str,
+    logs: Path | None = None,
+    port: int | None = None,
+    name: str | None = None,
+    env: Mapping[str, str] | None = None,
+    drop_env: Sequence[str] = (),
+    kind: type[S] = ServerProcess,  # type: ignore[assignment]
+) -> S:
+    """``ca serve --port PORT ARGS`` in ``root``, not waited for; output in ``logs/NAME.{out,err}``.
+
+    ``logs`` defaults to a new temporary folder, ``port`` to a free one, ``name`` to ``serve-PORT``.
+    The environment is this process's without ``drop_env``, with the repository importable, and ``env``.
+    """
+    port = free_port() if port is None else port
+    environ = {k: v for k, v in os.environ.items() if k not in drop_env}
+    environ |= {"PYTHONPATH": str(REPO), **(env or {})}
+    folder = Path(tempfile.mkdtemp(prefix="ca-serve-")) if logs is None else logs
+    command = [*CA, "serve", "--port", str(port), *args]
+    return _launch(
+        command, root, folder, name or f"serve-{port}", port, environ=environ, ready_path="/healthz", kind=kind
+    )
+
+
+def start_serve(
+    root: Path,
+    *args: str,
+    logs: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    drop_env: Sequence[str] = (),
+    kind: type[S] = ServerProcess,  # type: ignore[assignment]
+) -> S:
+    """:func:`launch_serve`, returning once ``/healthz`` answers."""
+    server = launch_serve(root, *args, logs=logs, env=env, drop_env=drop_env, kind=kind)
+    server.wait_ready()
+    return server
+
+
+def launch_script(name: str, script: str, folder: Path, logs: Path, port: int) -> ServerProcess:
+    """A server written as a Python script (saved as ``folder/NAME.py``, run as ``python SCRIPT PORT``
+    with :data:`SERVER_ENV`), not waited for; it must answer ``/ready`` once up."""
+    path = folder / f"{name}.py"
+    path.write_text(textwrap.dedent(script).lstrip("\n"), encoding="utf-8")
+    command = [sys.executable, str(path), str(port)]
+    environ = {**os.environ, **SERVER_ENV}
+    return _launch(command, folder, logs, name, port, environ=environ, ready_path="/ready", kind=ServerProcess)

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar
 
@@ -25,7 +23,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, Field
 
-from framework.compiler.confine import Access, PathRefused, confine
+from framework.compiler.confine import PathRefused, confine
 from framework.compiler.exec_tools import _SHELL_DEFAULTS, ahttp_get, http_get, run_command
 from framework.compiler.exec_tools import HTTP_BODY_LIMIT as HTTP_BODY_LIMIT  # re-exported
 from framework.compiler.exec_tools import HTTP_MAX_REDIRECTS as HTTP_MAX_REDIRECTS
@@ -42,41 +40,14 @@ from framework.compiler.fs_tools import (
     search_files,
     write_file,
 )
-from framework.spec.capabilities import Capabilities
+from framework.compiler.tool_context import ToolContext, failure_line
+from framework.compiler.tool_names import model_facing_name
 
 ToolCapability = Literal["fs.read", "fs.write", "shell", "network", "python", "agent"]
 """What a built tool touches; carried in ``tool.metadata["capability"]`` for governance."""
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class ToolContext:
-    """What a tool needs to know about where it runs: the project, the agent, its capabilities.
-
-    ``root`` is resolved (symbolic links included) on construction. ``access`` is the agent's
-    capability rules, which the tools apply to every file and URL they reach (the runtime's
-    governance provides them); None: only the project root confines them.
-    """
-
-    root: Path
-    agent: str
-    capabilities: Capabilities | None = None
-    access: Access | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(os.path.realpath(self.root)))
-
-
-def _model_name(name: str) -> str:
-    """The name the model sees: provider APIs forbid dots in tool names (``fs.read`` -> ``fs_read``)."""
-    return name.replace(".", "_")
-
-
-def _failure(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def guard(fn: Callable[P, T]) -> Callable[P, T]:
@@ -92,7 +63,7 @@ def guard(fn: Callable[P, T]) -> Callable[P, T]:
         except (ToolException, GraphBubbleUp):
             raise
         except Exception as exc:
-            raise ToolException(_failure(exc)) from exc
+            raise ToolException(failure_line(exc)) from exc
 
     return run
 
@@ -107,7 +78,7 @@ def aguard(fn: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]
         except (ToolException, GraphBubbleUp):
             raise
         except Exception as exc:
-            raise ToolException(_failure(exc)) from exc
+            raise ToolException(failure_line(exc)) from exc
 
     return run
 
@@ -134,7 +105,7 @@ def make_tool(
     return StructuredTool.from_function(
         func=guard(func),
         coroutine=aguard(coroutine),
-        name=_model_name(ca_name),
+        name=model_facing_name(ca_name),
         description=description,
         args_schema=args_schema,
         handle_tool_error=True,

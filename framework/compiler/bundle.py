@@ -27,19 +27,21 @@ from pydantic import BaseModel, Field
 from framework import __version__
 from framework.compiler.agent import CALL_CONTEXT, RunContext, compile_llm_agent
 from framework.compiler.confine import Access
-from framework.compiler.models import build_model, model_facing_name
-from framework.compiler.tools import ToolContext, build_tools
+from framework.compiler.models import build_model
+from framework.compiler.tool_context import ToolContext
+from framework.compiler.tool_names import model_facing_name
+from framework.compiler.tools import build_tools
 from framework.compiler.workflow import compile_workflow
 from framework.errors import RunError
 from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
 from framework.spec.interpolate import load_dotenv
-from framework.spec.loader import Project
+from framework.spec.project import Project
 from framework.spec.tools import AgentSelector, AgentTool
 
 if TYPE_CHECKING:
-    from a2a.types import AgentCard
+    from framework.compiler.card import AgentCard  # the card builder is the compiler's one user of a2a-sdk
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
 

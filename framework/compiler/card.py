@@ -8,7 +8,6 @@ from typing import Any
 
 from a2a.types import (
     AgentCapabilities,
-    AgentCard,
     AgentExtension,
     AgentInterface,
     AgentSkill,
@@ -18,12 +17,13 @@ from a2a.types import (
     SecurityScheme,
     StringList,
 )
+from a2a.types import AgentCard as AgentCard  # re-exported: the type of a built card, for the Bundle's cache
 from google.protobuf import json_format
 from google.protobuf.struct_pb2 import Struct
 
 from framework import __version__
 from framework.spec.agent import AgentSpec, LlmAgent
-from framework.spec.loader import Project
+from framework.spec.project import Project
 from framework.spec.skill import Skill
 from framework.spec.tools import AgentSelector, AgentTool, BuiltinTool, PythonTool
 

@@ -18,17 +18,15 @@ import shlex
 import signal
 import sys
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 from langchain_core.tools import ToolException
 
+from framework.compiler.tool_context import ToolContext, failure_line
 from framework.spec.capabilities import SHELL_BASE_ENV, ShellCapabilities
 from framework.spec.common import shown
-
-if TYPE_CHECKING:
-    from framework.compiler.builtin_tools import ToolContext
 
 HTTP_TIMEOUT = 20.0
 HTTP_MAX_REDIRECTS = 5
@@ -36,11 +34,6 @@ HTTP_BODY_LIMIT = 256 * 1024
 REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
 """Statuses whose ``Location`` ``http.get`` follows (every one with GET: the tool only reads)."""
 _SHELL_DEFAULTS = ShellCapabilities()
-
-
-def _failure(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 # --- shell ------------------------------------------------------------------------------------
@@ -167,7 +160,7 @@ def _next_hop(ctx: ToolContext, start: str, current: httpx.URL, response: httpx.
 def _http_failure(url: str, exc: httpx.HTTPError) -> ToolException:
     if isinstance(exc, httpx.TimeoutException):
         return ToolException(f"GET {url} timed out after {HTTP_TIMEOUT:g} s")
-    return ToolException(f"GET {url} failed: {_failure(exc)}")
+    return ToolException(f"GET {url} failed: {failure_line(exc)}")
 
 
 def _http_result(url: httpx.URL, response: httpx.Response, body: bytes) -> str:

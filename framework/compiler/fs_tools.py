@@ -24,16 +24,13 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from langchain_core.tools import ToolException
 
 from framework.compiler.confine import PathChanged, PathRefused, confine, open_confined, scan_confined
 from framework.compiler.search_worker import Outcome
+from framework.compiler.tool_context import ToolContext
 from framework.spec.common import shown
-
-if TYPE_CHECKING:
-    from framework.compiler.builtin_tools import ToolContext
 
 READ_LIMIT = 256 * 1024
 LIST_LIMIT = 1000

@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from framework.compiler.tool_names import model_facing_name
 from framework.errors import ModelError
 from framework.spec.model import ModelConfig
 from framework.spec.providers import PROVIDER_EXTRAS, PROVIDER_KEYS
@@ -27,19 +28,6 @@ _MAX_TOKENS_PARAM: dict[str, str] = {"ollama": "num_predict"}
 
 _NO_KEY_NEEDED = "not-needed"
 """Placeholder key for an OpenAI-compatible local server, whose client still insists on one."""
-
-
-def model_facing_name(spec_name: str) -> str:
-    """The tool name a model sees: ``fs.read`` → ``fs_read`` (providers reject dots in names)."""
-    return spec_name.replace(".", "_")
-
-
-def spec_name(model_name: str, known: Iterable[str]) -> str:
-    """The spec name among ``known`` whose model-facing name is ``model_name``; ``model_name`` itself if none."""
-    for name in known:
-        if model_facing_name(name) == model_name:
-            return name
-    return model_name
 
 
 def build_model(

@@ -36,7 +36,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 
-from framework.compiler.models import model_facing_name, spec_name
+from framework.compiler.tool_names import model_facing_name, spec_name
 
 _WORDS = re.compile(r"\S+\s*|^\s+")
 _TOOL_LINE = re.compile(r"\s*@tool(?:\s|$)")

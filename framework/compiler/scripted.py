@@ -13,8 +13,8 @@ from typing import ClassVar, Self
 from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import PrivateAttr, model_validator
 
-from framework.compiler.models import model_facing_name
 from framework.compiler.offline import LocalChatModel, PlannedCall, Reply
+from framework.compiler.tool_names import model_facing_name
 from framework.errors import ModelError
 from framework.spec.model import ScriptedReply
 

@@ -27,17 +27,9 @@ from typing import Any, assert_never
 
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
-from framework.compiler.builtin_tools import (
-    ToolCapability,
-    ToolContext,
-    _failure,
-    _model_name,
-    aguard,
-    build_builtin,
-    guard,
-    resolve_path,
-    run_sync,
-)
+from framework.compiler.builtin_tools import ToolCapability, aguard, build_builtin, guard, resolve_path, run_sync
+from framework.compiler.tool_context import ToolContext, failure_line
+from framework.compiler.tool_names import model_facing_name
 from framework.errors import ToolError
 from framework.spec.agent import LlmAgent
 from framework.spec.common import did_you_mean
@@ -107,7 +99,7 @@ def load_python_tool(tool: PythonTool, ctx: ToolContext) -> BaseTool:
         sync, coroutine = guard(func), None
     capability: ToolCapability = "python"
     return StructuredTool(
-        name=_model_name(name),
+        name=model_facing_name(name),
         description=described.description,
         args_schema=described.args_schema,
         func=sync,
@@ -139,7 +131,9 @@ def _described(func: Callable[..., Any], name: str, tool: PythonTool) -> Structu
         except ValueError:  # not a Google-style docstring: the whole docstring describes the tool
             return build(parse_docstring=False)
     except Exception as exc:
-        raise ToolError(f"python tool {tool.python!r}: cannot describe {name!r} to the model: {_failure(exc)}") from exc
+        raise ToolError(
+            f"python tool {tool.python!r}: cannot describe {name!r} to the model: {failure_line(exc)}"
+        ) from exc
 
 
 def _module_name(rel: str, path: Path) -> str:
@@ -185,7 +179,7 @@ def _import_file(tool: PythonTool, ctx: ToolContext) -> ModuleType:
         sys.modules.pop(name, None)
         line = _line_in(exc, path)
         where = f"{rel}:{line}" if line else rel
-        raise ToolError(f"{where}: importing python tool {tool.python!r} failed: {_failure(exc)}") from exc
+        raise ToolError(f"{where}: importing python tool {tool.python!r} failed: {failure_line(exc)}") from exc
     return module
 
 
@@ -198,7 +192,9 @@ def _import_module(tool: PythonTool) -> ModuleType:
             f"{tool.python!r}: {exc.msg}"
         ) from exc
     except (Exception, SystemExit) as exc:
-        raise ToolError(f"python tool {tool.python!r}: cannot import module {tool.target!r}: {_failure(exc)}") from exc
+        raise ToolError(
+            f"python tool {tool.python!r}: cannot import module {tool.target!r}: {failure_line(exc)}"
+        ) from exc
 
 
-__all__ = ["ToolCapability", "ToolContext", "build_tools", "load_python_tool"]
+__all__ = ["ToolCapability", "build_tools", "load_python_tool"]

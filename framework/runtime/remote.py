@@ -17,7 +17,7 @@ from framework.compiler.bundle import RemoteAgent
 
 if TYPE_CHECKING:
     from framework.runtime.tasks import TaskStore
-    from framework.spec.loader import Project
+    from framework.spec.project import Project
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
+from framework.compiler.precompile import compile_graphs
 from framework.errors import CAError, Diagnostic, RunError
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
@@ -35,7 +36,7 @@ from framework.runtime.runner import Runner
 from framework.runtime.stores import open_checkpointer
 from framework.runtime.tasks import AlreadyDecided, Pending, Task, TaskState, TaskStore, expiry, now
 from framework.spec.interpolate import load_dotenv
-from framework.spec.loader import Project
+from framework.spec.project import Project
 
 
 class Runtime:
@@ -140,7 +141,6 @@ class Runtime:
         decision resumes on the bundle current when the decision arrives.
         """
         from framework.errors import SpecError
-        from framework.runtime.reload import compile_graphs
         from framework.spec import load_project
 
         if self.compile_project is None:

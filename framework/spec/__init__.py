@@ -10,14 +10,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from framework.spec.loader import Project, load_project
+    from framework.spec.loader import load_project
+    from framework.spec.project import Project
 
 __all__ = ["Project", "load_project"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from framework.spec import loader
+    if name == "load_project":
+        from framework.spec.loader import load_project
 
-        return getattr(loader, name)
+        return load_project
+    if name == "Project":
+        from framework.spec.project import Project
+
+        return Project
     raise AttributeError(f"module 'framework.spec' has no attribute {name!r}")

@@ -6,7 +6,7 @@ import ast
 import os
 from collections.abc import Iterator, Mapping, Set
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from framework.errors import Diagnostic, Severity
 from framework.spec.agent import AgentSpec, LlmAgent, WorkflowAgent
@@ -14,6 +14,7 @@ from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
 from framework.spec.model import ModelConfig
 from framework.spec.prices import price_for
+from framework.spec.project import Project
 from framework.spec.shell_risks import shell_risk
 from framework.spec.source import LMap, format_path, locate
 from framework.spec.tools import BUILTIN_TOOLS, AgentTool, PythonTool
@@ -34,9 +35,6 @@ from framework.spec.workflow import (
     is_template,
     part_templates,
 )
-
-if TYPE_CHECKING:
-    from framework.spec.loader import Project
 
 Path_ = tuple[str | int, ...]
 OFFLINE = ModelConfig(provider="offline")

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from framework.errors import Diagnostic
+from framework.spec.env_file import parse_env_file
 from framework.spec.source import Loc, diag, read_text
 
 _REF = re.compile(r"\$\$\{|\$\{([^}]*)\}?")
@@ -29,12 +30,7 @@ def load_dotenv(root: Path) -> dict[str, str]:
     path = root / ".env"
     if not path.is_file():
         return {}
-    import io
-
-    from dotenv import dotenv_values  # only when a project has a .env
-
-    text = read_text(path)
-    return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
+    return parse_env_file(read_text(path), os.environ)
 
 
 class Interpolator:

@@ -10,63 +10,24 @@ ca.yaml, agents/**/*.yaml, profiles/*.yaml, skills/*.yaml, .env
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from framework.errors import Diagnostic, SpecError
 from framework.resources import shipped_dir
 from framework.spec.agent import AGENT_KINDS, AgentSpec
+from framework.spec.checks import check_project
 from framework.spec.common import did_you_mean
 from framework.spec.interpolate import Interpolator, load_dotenv
 from framework.spec.profile import Profile
-from framework.spec.project import ProjectConfig
+from framework.spec.project import Project, ProjectConfig
 from framework.spec.skill import SkillFile
 from framework.spec.source import LList, LMap, Loc, SourceError, diag, parse, read_text
 from framework.spec.validation import validate
 
 PROJECT_FILES = ("ca.yaml", "ca.yml")
 YAML_SUFFIXES = (".yaml", ".yml")
-
-
-@dataclass(frozen=True)
-class Project:
-    """A validated project: every spec, where it came from, and the warnings found."""
-
-    root: Path
-    config: ProjectConfig
-    agents: Mapping[str, AgentSpec]
-    profiles: Mapping[str, Profile]
-    skills: Mapping[str, SkillFile]
-    sources: Mapping[str, Path]
-    """Agent, profile or skill name (``agent:NAME`` …) -> the file that defined it."""
-    warnings: tuple[Diagnostic, ...] = ()
-    secrets: frozenset[str] = field(default=frozenset(), repr=False)
-    """Values interpolated from secret-looking variables: mask them wherever text is shown."""
-
-    @property
-    def default_agent(self) -> str | None:
-        if self.config.default_agent:
-            return self.config.default_agent
-        return next(iter(sorted(self.agents)), None)
-
-    def summary(self) -> str:
-        kinds: dict[str, int] = {}
-        for agent in self.agents.values():
-            kinds[agent.kind] = kinds.get(agent.kind, 0) + 1
-        detail = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-        parts = [
-            _plural(len(self.agents), "agent") + (f" ({detail})" if detail else ""),
-            _plural(len(self.profiles), "profile"),
-            _plural(len(self.skills), "skill"),
-        ]
-        if self.warnings:
-            parts.append(_plural(len(self.warnings), "warning"))
-        return ", ".join(parts)
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def load_project(root: Path | str, *, environ: Mapping[str, str] | None = None) -> Project:
@@ -142,8 +103,6 @@ class _Loader:
                     hint="add agents/NAME.yaml, or run `ca init` to scaffold a project",
                 )
             )
-        from framework.spec.checks import check_project
-
         project = Project(
             root=self.root,
             config=config or ProjectConfig(),

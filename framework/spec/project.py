@@ -1,28 +1,23 @@
-"""``ca.yaml``: the optional project file."""
+"""A project: ``ca.yaml`` (the optional project file) and :class:`Project`, the validated whole."""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, field_validator
 
+from framework.errors import Diagnostic
+from framework.spec.agent import AgentSpec
 from framework.spec.budget import Budget
-from framework.spec.capabilities import Capabilities
+from framework.spec.capabilities import Capabilities, EnvName
 from framework.spec.common import Duration, Money, Name, Spec, Version, fail
 from framework.spec.model import ModelConfig
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _check_env_name(value: str) -> str:
-    if not _ENV_NAME.fullmatch(value):
-        raise fail("env", "{value!r} is not an environment variable name", value=value)
-    return value
-
-
-EnvName = Annotated[str, AfterValidator(_check_env_name)]
+from framework.spec.profile import Profile
+from framework.spec.skill import SkillFile
 
 
 def _check_url(value: str) -> str:
@@ -149,3 +144,43 @@ class ProjectConfig(Spec):
     registries: list[Registry] = Field(default_factory=list)
     remote: RemoteCalls = Field(default_factory=RemoteCalls)
     audit: AuditConfig = Field(default_factory=AuditConfig)
+
+
+@dataclass(frozen=True)
+class Project:
+    """A validated project: every spec, where it came from, and the warnings found."""
+
+    root: Path
+    config: ProjectConfig
+    agents: Mapping[str, AgentSpec]
+    profiles: Mapping[str, Profile]
+    skills: Mapping[str, SkillFile]
+    sources: Mapping[str, Path]
+    """Agent, profile or skill name (``agent:NAME`` …) -> the file that defined it."""
+    warnings: tuple[Diagnostic, ...] = ()
+    secrets: frozenset[str] = field(default=frozenset(), repr=False)
+    """Values interpolated from secret-looking variables: mask them wherever text is shown."""
+
+    @property
+    def default_agent(self) -> str | None:
+        if self.config.default_agent:
+            return self.config.default_agent
+        return next(iter(sorted(self.agents)), None)
+
+    def summary(self) -> str:
+        kinds: dict[str, int] = {}
+        for agent in self.agents.values():
+            kinds[agent.kind] = kinds.get(agent.kind, 0) + 1
+        detail = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+        parts = [
+            _plural(len(self.agents), "agent") + (f" ({detail})" if detail else ""),
+            _plural(len(self.profiles), "profile"),
+            _plural(len(self.skills), "skill"),
+        ]
+        if self.warnings:
+            parts.append(_plural(len(self.warnings), "warning"))
+        return ", ".join(parts)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"

@@ -11,8 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.cli.test_run import events
-from tests.conftest import CA, REPO, ProjectFactory, run_ca
+from tests.conftest import CA, REPO, ProjectFactory, events, run_ca
 
 SIDE_EFFECT = '''
 from pathlib import Path

@@ -16,27 +16,18 @@ import pytest
 from a2a.types import StreamResponse, TaskState
 from google.protobuf.json_format import ParseDict
 
-from tests.conftest import CA, REPO, ProjectFactory, run_ca
-from tests.runtime.test_agent_calls import (
-    ENV,
-    PLAIN_ECHO,
-    SIDE_EFFECT,
-    Proc,
-    ca_serve,
-    free_ports,
-    script_server,
-    write_project,
-    writer,
-)
+from tests.a2a_peers import PLAIN_ECHO
+from tests.conftest import CA, SIDE_EFFECT, ProjectFactory, free_ports, run_ca, write_project, writer_agent
+from tests.serving import SERVER_ENV, ServerProcess, launch_script, launch_serve
 
 pytestmark = pytest.mark.e2e
 
 
 @dataclass
 class Servers:
-    ca: Proc
+    ca: ServerProcess
     """`ca serve` of a project with `echo` and `writer` (manual profile: it asks before its tool)."""
-    plain: Proc
+    plain: ServerProcess
     """The plain a2a-sdk echo agent."""
 
 
@@ -48,13 +39,15 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         tmp_path_factory.mktemp("served"),
         {
             "agents/echo.yaml": "name: echo\ndescription: Says it back\n",
-            "agents/writer.yaml": writer("writer", "writer.log"),
+            "agents/writer.yaml": writer_agent(
+                "writer", "writer.log", reply="written", description="Writes a note, with a person's approval"
+            ),
             "tools/side.py": SIDE_EFFECT,
         },
     )
     procs = [
-        ca_serve("serve", root, logs, port),
-        script_server("plain_echo", PLAIN_ECHO, tmp_path_factory.mktemp("plain"), logs, plain_port),
+        launch_serve(root, logs=logs, port=port, name="serve", env=SERVER_ENV),
+        launch_script("plain_echo", PLAIN_ECHO, tmp_path_factory.mktemp("plain"), logs, plain_port),
     ]
     try:
         for proc in procs:
@@ -154,7 +147,7 @@ def test_call_answers_input_required_at_a_terminal(servers: Servers, tmp_path: P
     proc = subprocess.Popen(
         [*CA, "call", agent(servers, "writer"), "write it"],
         cwd=tmp_path,
-        env={**os.environ, **ENV, "PYTHONPATH": str(REPO)},
+        env={**os.environ, **SERVER_ENV},
         stdin=slave,
         stderr=slave,
         stdout=subprocess.PIPE,

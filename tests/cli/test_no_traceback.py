@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CA, REPO
-from tests.spec.test_invalid_fixtures import CASES, expected_lines
+from tests.corpus import CASES, expected_lines
 
 JSON_KEYS = {"file", "line", "column", "key_path", "message", "hint", "severity"}
 _EXPECTED = re.compile(r"^(?P<file>.*?):(?P<line>\d+):(?P<column>\d+): (?P<message>.*)$")

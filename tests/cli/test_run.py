@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ProjectFactory, run_ca
-
-
-def events(stdout: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+from tests.conftest import ProjectFactory, events, run_ca
 
 
 def kinds(evs: list[dict[str, Any]]) -> list[str]:

@@ -20,8 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.cli.test_run import events
-from tests.conftest import ProjectFactory, run_ca
+from tests.conftest import ProjectFactory, events, run_ca
 
 REPLY = "Hello from the fake provider"
 

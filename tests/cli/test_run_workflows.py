@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.cli.test_run import events
-from tests.conftest import ProjectFactory, run_ca
+from tests.conftest import ProjectFactory, events, run_ca
 
 ECHO = {"agents/echo.yaml": "name: echo\n", "agents/shout.yaml": "name: shout\n"}
 

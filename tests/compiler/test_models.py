@@ -11,9 +11,10 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 
-from framework.compiler.models import build_model, model_facing_name, spec_name
+from framework.compiler.models import build_model
 from framework.compiler.offline import OfflineChatModel
 from framework.compiler.scripted import ScriptedChatModel
+from framework.compiler.tool_names import model_facing_name, spec_name
 from framework.errors import ModelError
 from framework.spec.model import ModelConfig
 

@@ -23,7 +23,8 @@ from pydantic import Field
 
 from framework.compiler import builtin_tools
 from framework.compiler.builtin_tools import build_builtin
-from framework.compiler.tools import ToolContext, build_tools, load_python_tool
+from framework.compiler.tool_context import ToolContext
+from framework.compiler.tools import build_tools, load_python_tool
 from framework.errors import ToolError
 from framework.spec.agent import LlmAgent
 from framework.spec.capabilities import Capabilities

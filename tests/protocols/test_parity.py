@@ -23,14 +23,17 @@ from typing import Any, Protocol
 
 import pytest
 
-from tests.protocols.a2a.test_platform import Served, is_v1, start_server
-from tests.protocols.a2a.test_stdio import PROJECT, Json, StdioPeer, user_message, write_project
+from tests.a2a_peers import STDIO_PROJECT, Json, StdioPeer, is_v1, user_message
+from tests.conftest import write_project
+from tests.serving import ServerProcess, start_serve
 
 pytestmark = pytest.mark.e2e
 
 AGENTS = ("echo", "twice", "writer", "stingy", "desk")
 """The agents the cases talk to (stdio serves one agent per process)."""
-PROJECT_AGENTS = [name.removeprefix("agents/").removesuffix(".yaml") for name in PROJECT if name.startswith("agents/")]
+PROJECT_AGENTS = [
+    name.removeprefix("agents/").removesuffix(".yaml") for name in STDIO_PROJECT if name.startswith("agents/")
+]
 VOLATILE_IDS = {"id", "taskId", "contextId", "messageId", "task_id", "conversation_id"}
 TIMES = {"timestamp", "ts", "pausedAt", "expiresAt"}
 
@@ -73,7 +76,7 @@ class Stdio:
 @dataclass
 class Http:
     root: Path
-    server: Served
+    server: ServerProcess
 
     def call(self, agent: str, request: Json) -> Json:
         response = self.server.post(request, path=f"/agents/{agent}/")
@@ -324,12 +327,12 @@ def platform_methods(t: Transport) -> Any:
 @pytest.fixture(scope="module")
 def transports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stdio, Http]]:
     """Both transports on twin projects; the stdio processes load while the server starts."""
-    stdio_root = write_project(tmp_path_factory.mktemp("parity-stdio"), PROJECT)
-    http_root = write_project(tmp_path_factory.mktemp("parity-http"), PROJECT)
+    stdio_root = write_project(tmp_path_factory.mktemp("parity-stdio"), STDIO_PROJECT)
+    http_root = write_project(tmp_path_factory.mktemp("parity-http"), STDIO_PROJECT)
     peers = {name: StdioPeer(stdio_root, name) for name in AGENTS}
     server = None
     try:
-        server = start_server(http_root)
+        server = start_serve(http_root)
         yield Stdio(stdio_root, peers), Http(http_root, server)
     finally:
         for peer in peers.values():

@@ -14,10 +14,7 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
-import textwrap
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,163 +32,13 @@ from langchain_core.tools import ToolException
 from framework.protocols.a2a.client import Peers
 from framework.runtime.tasks import TaskStore
 from framework.spec import load_project
-from tests.cli.test_run import events
-from tests.conftest import CA, REPO, SIDE_EFFECT, run_ca
+from tests.a2a_peers import PLAIN_ECHO
+from tests.conftest import CA, SIDE_EFFECT, events, free_ports, run_ca, write_project, writer_agent
+from tests.serving import SERVER_ENV, ServerProcess, launch_script, launch_serve
 
 pytestmark = pytest.mark.e2e
 
-# -- the processes ----------------------------------------------------------------------------
-
-ENV = {
-    "PYTHONPATH": str(REPO),
-    "ANTHROPIC_API_KEY": "",
-    "OPENAI_API_KEY": "",
-    "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED": "false",
-}
-
-
-@dataclass
-class Proc:
-    """A server process on 127.0.0.1:port; its output goes to files in ``logs``."""
-
-    name: str
-    root: Path
-    port: int
-    proc: subprocess.Popen[bytes]
-    logs: Path
-    ready_path: str
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def output(self) -> str:
-        return "".join(
-            f"--- {p.name}\n{p.read_text(errors='replace')}" for p in sorted(self.logs.glob(f"{self.name}.*"))
-        )
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                pytest.fail(f"{self.name} exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                if httpx.get(self.url + self.ready_path, timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"{self.name} did not answer {self.ready_path} in time:\n{self.output()}")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free loopback ports (held open together so none is handed out twice)."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def launch(name: str, cmd: list[str], cwd: Path, logs: Path, port: int, ready_path: str) -> Proc:
-    """Start ``cmd`` in ``cwd`` (stdout and stderr to files); :meth:`Proc.wait_ready` waits for it."""
-    with (logs / f"{name}.out").open("wb") as out, (logs / f"{name}.err").open("wb") as err:
-        proc = subprocess.Popen(
-            cmd, cwd=cwd, env={**os.environ, **ENV}, stdin=subprocess.DEVNULL, stdout=out, stderr=err
-        )
-    return Proc(name, cwd, port, proc, logs, ready_path)
-
-
-def ca_serve(name: str, root: Path, logs: Path, port: int) -> Proc:
-    return launch(name, [*CA, "serve", "--port", str(port)], root, logs, port, "/healthz")
-
-
-def script_server(name: str, script: str, folder: Path, logs: Path, port: int) -> Proc:
-    """A server written as a Python script in ``folder`` (run with ``sys.executable SCRIPT PORT``)."""
-    path = folder / f"{name}.py"
-    path.write_text(textwrap.dedent(script).lstrip("\n"), encoding="utf-8")
-    return launch(name, [sys.executable, str(path), str(port)], folder, logs, port, "/ready")
-
-
-def write_project(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    return root
-
-
-# -- the plain a2a-sdk agent and the garbage server ---------------------------------------------
-
-PLAIN_ECHO = '''
-    """An echo agent written with the plain a2a-sdk: no CleverAgents code."""
-
-    import sys
-    import uuid
-
-    import uvicorn
-    from a2a.helpers.proto_helpers import new_text_part
-    from a2a.server.agent_execution import AgentExecutor, RequestContext
-    from a2a.server.events import EventQueue
-    from a2a.server.request_handlers import DefaultRequestHandler
-    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-    from a2a.server.tasks import InMemoryTaskStore
-    from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Message, Role
-    from starlette.applications import Starlette
-    from starlette.responses import PlainTextResponse
-    from starlette.routing import Route
-
-    PORT = int(sys.argv[1])
-
-
-    class Echo(AgentExecutor):
-        async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-            await event_queue.enqueue_event(
-                Message(
-                    message_id=uuid.uuid4().hex,
-                    role=Role.ROLE_AGENT,
-                    parts=[new_text_part(f"plain echo: {context.get_user_input()}")],
-                    context_id=context.context_id or "",
-                )
-            )
-
-        async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-            raise NotImplementedError
-
-
-    card = AgentCard(
-        name="plain-echo",
-        description="An echo agent written with the bare a2a-sdk",
-        version="1.0.0",
-        supported_interfaces=[
-            AgentInterface(url=f"http://127.0.0.1:{PORT}/", protocol_binding="JSONRPC", protocol_version="1.0")
-        ],
-        capabilities=AgentCapabilities(streaming=True),
-        default_input_modes=["text/plain"],
-        default_output_modes=["text/plain"],
-        skills=[AgentSkill(id="echo", name="Echo", description="Echoes the text", tags=["echo"])],
-    )
-    handler = DefaultRequestHandler(Echo(), InMemoryTaskStore(), card)
-    routes = [
-        *create_agent_card_routes(card),
-        *create_jsonrpc_routes(handler, rpc_url="/"),
-        Route("/ready", lambda request: PlainTextResponse("ok")),
-    ]
-    uvicorn.run(Starlette(routes=routes), host="127.0.0.1", port=PORT, log_level="warning", timeout_graceful_shutdown=1)
-'''
+# -- the garbage server (the plain a2a-sdk agent is tests.a2a_peers.PLAIN_ECHO) ----------------
 
 GARBAGE = '''
     """Agents that answer garbage: broken cards, broken JSON-RPC, slow or flaky answers."""
@@ -297,18 +144,7 @@ NAP = '''
 
 def writer(name: str, file: str) -> str:
     """A manual-profile agent whose only tool call appends 'hello' to ``file``, then answers 'written'."""
-    return f"""
-        name: {name}
-        description: Writes a note, with a person's approval
-        profile: manual
-        model:
-          provider: scripted
-          replies:
-            - tool_calls: [{{name: append, args: {{file: {file}, text: hello}}}}]
-            - written
-        tools:
-          - python: tools/side.py:append
-    """
+    return writer_agent(name, file, reply="written", description="Writes a note, with a person's approval")
 
 
 def caller(name: str, urls: list[str], *, allow: str | None, budget: str = "{}") -> str:
@@ -336,19 +172,19 @@ GARBAGE_ROUTES = ["notjson", "empty", "null", "junkrpc", "wrongrpc", "err500", "
 
 @dataclass
 class Net:
-    a: Proc
+    a: ServerProcess
     """`ca serve` of project A: the remote agents."""
-    c: Proc
+    c: ServerProcess
     """`ca serve` of project C: agents that call A's (a chain between two servers)."""
-    k: Proc
+    k: ServerProcess
     """`ca serve` of project K: an agent whose tool sleeps 10 s (the kill test SIGKILLs it)."""
-    garbage: Proc
-    plain: Proc
+    garbage: ServerProcess
+    plain: ServerProcess
     """The plain a2a-sdk echo agent."""
     b: Path
     """Project B: agents run with `ca run` that call the servers' agents."""
 
-    def agent_url(self, server: Proc, name: str) -> str:
+    def agent_url(self, server: ServerProcess, name: str) -> str:
         return f"{server.url}/agents/{name}/"
 
 
@@ -430,11 +266,11 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
     )
     scripts = tmp_path_factory.mktemp("scripts")
     procs = [
-        ca_serve("serve-a", a, logs, pa),
-        ca_serve("serve-c", c, logs, pc),
-        ca_serve("serve-k", k, logs, pk),
-        script_server("garbage", GARBAGE, scripts, logs, pg),
-        script_server("plain_echo", PLAIN_ECHO, scripts, logs, pe),
+        launch_serve(a, logs=logs, port=pa, name="serve-a", env=SERVER_ENV),
+        launch_serve(c, logs=logs, port=pc, name="serve-c", env=SERVER_ENV),
+        launch_serve(k, logs=logs, port=pk, name="serve-k", env=SERVER_ENV),
+        launch_script("garbage", GARBAGE, scripts, logs, pg),
+        launch_script("plain_echo", PLAIN_ECHO, scripts, logs, pe),
     ]
     try:
         for proc in procs:
@@ -649,7 +485,7 @@ def test_a_remote_server_killed_mid_call_gives_a_tool_error_not_a_hang(net: Net,
         run = subprocess.Popen(
             [*CA, "run", "waiter", ask("sleepy", "take a nap"), "--json"],
             cwd=net.b,
-            env={**os.environ, **ENV},
+            env={**os.environ, **SERVER_ENV},
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,

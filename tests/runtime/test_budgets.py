@@ -7,19 +7,16 @@ its stop reason and final text, the usage it reports, and which tool calls ran.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from framework.runtime.events import Paused, RunEvent, RunFinished, ToolCallFinished, Usage, UsageUpdate
-from framework.runtime.runtime import Runtime
-from framework.spec import load_project
+from framework.runtime.events import Paused, RunEvent, Usage, UsageUpdate
 from tests.conftest import ProjectFactory
+from tests.driving import drive, finished, results
 
 LIST = '@tool fs.list {"path": "."}'
 LIST_30 = "list the folder, again and again\n" + "\n".join([LIST] * 30)
@@ -54,48 +51,10 @@ def ask_agent(callee: str, text: str) -> str:
     return f"@tool {callee} " + json.dumps({"input": text})
 
 
-# -- driving the Runtime --------------------------------------------------------------------
-
-
-Step = tuple[str, str] | Mapping[str, Any]
-"""(conversation, message) sends a new task; a mapping decides the last task that paused."""
-
-
-def drive(root: Path, agent: str, *steps: Step) -> list[list[RunEvent]]:
-    """Run ``steps`` through one Runtime on ``root``; the events of each."""
-
-    async def go() -> list[list[RunEvent]]:
-        runs: list[list[RunEvent]] = []
-        async with AsyncExitStack() as stack:
-            rt = await Runtime.open(load_project(root), stack=stack)
-            for step in steps:
-                if isinstance(step, tuple):
-                    conversation, text = step
-                    runs.append([e async for e in rt.send(agent, text, conversation=conversation)])
-                else:
-                    paused = finished(runs[-1])
-                    assert paused.state == "input-required", paused
-                    runs.append([e async for e in rt.decide(paused.task_id, step)])
-        return runs
-
-    return asyncio.run(go())
-
-
 def send(root: Path, agent: str, text: str) -> list[RunEvent]:
     """One task in conversation c1; its events."""
     [events] = drive(root, agent, ("c1", text))
     return events
-
-
-def finished(events: Sequence[RunEvent]) -> RunFinished:
-    last = events[-1]
-    assert isinstance(last, RunFinished), last
-    return last
-
-
-def results(events: Sequence[RunEvent], *, nested: bool = False) -> list[ToolCallFinished]:
-    """Tool results of the asked agent (or, with ``nested``, of the agents it called)."""
-    return [e for e in events if isinstance(e, ToolCallFinished) and bool(e.source) == nested]
 
 
 def executed(events: Sequence[RunEvent], tool: str = "fs.list", *, nested: bool = False) -> int:

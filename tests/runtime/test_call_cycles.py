@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.conftest import ProjectFactory
-from tests.runtime.test_budgets import drive, finished, results
+from tests.driving import drive, finished, results
 
 
 def selector_agent(name: str, tag: str, wants: str, *, message_to: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from framework.runtime.audit import AuditLog
 from framework.runtime.events import RunFinished, ToolCallFinished
 from tests.conftest import ProjectFactory
-from tests.runtime.test_budgets import drive, finished
+from tests.driving import drive, finished
 
 
 def scripted(replies: str, contract: str, *, tools: str = "[fs.list]") -> str:

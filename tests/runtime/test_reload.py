@@ -22,13 +22,12 @@ import httpx
 import pytest
 
 from tests.conftest import NAP
-from tests.serving import ServeProcess, start_serve
+from tests.serving import ServerProcess, start_serve
 
 pytestmark = pytest.mark.e2e
 
 T = TypeVar("T")
 
-HEADERS = {"A2A-Version": "1.0"}
 RELOAD_DEADLINE = 15.0
 """Seconds a reload may take to become observable before a test fails (it takes ~50 ms)."""
 
@@ -165,7 +164,7 @@ def eventually(probe: Callable[[], T | None], what: str, timeout: float = RELOAD
 # -- the server -----------------------------------------------------------------------------
 
 
-class Server(ServeProcess):
+class Server(ServerProcess):
     def stderr_with(self, text: str) -> str:
         """The server's stderr once it contains ``text``."""
         return eventually(lambda: text if text in self.stderr() else None, f"{text!r} on stderr") and self.stderr()
@@ -183,14 +182,6 @@ class Server(ServeProcess):
         response = self.card(agent)
         return str(response.json()["description"]) if response.status_code == 200 else None
 
-    def rpc(self, agent: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        body = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params or {}}
-        answer: dict[str, Any] = httpx.post(
-            f"{self.url}/agents/{agent}/", json=body, headers=HEADERS, timeout=30
-        ).json()
-        assert answer.get("id") in (body["id"], None), answer
-        return answer
-
     def send(
         self, agent: str, text: str, *, context: str = "", task: str = "", immediately: bool = False
     ) -> dict[str, Any]:
@@ -203,20 +194,20 @@ class Server(ServeProcess):
             **({"taskId": task} if task else {}),
         }
         answer = self.rpc(
-            agent, "SendMessage", {"message": message, "configuration": {"returnImmediately": immediately}}
+            "SendMessage", {"message": message, "configuration": {"returnImmediately": immediately}}, agent=agent
         )
         assert "result" in answer, answer
         result: dict[str, Any] = answer["result"]["task"]
         return result
 
     def get_task(self, agent: str, task_id: str) -> dict[str, Any]:
-        answer = self.rpc(agent, "GetTask", {"id": task_id})
+        answer = self.rpc("GetTask", {"id": task_id}, agent=agent)
         assert "result" in answer, answer
         result: dict[str, Any] = answer["result"]
         return result
 
     def diagnostics(self) -> dict[str, Any]:
-        answer = self.rpc("echo", "_cleveragents/diagnostics")
+        answer = self.rpc("_cleveragents/diagnostics", agent="echo")
         assert "result" in answer, answer
         result: dict[str, Any] = answer["result"]
         return result
@@ -255,7 +246,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     logs = tmp_path_factory.mktemp("logs")
     # Bytecode caching on, as on a user's machine: a re-imported tool must not run stale bytecode.
     srv = start_serve(
-        root, logs, "--reload", env={"ANTHROPIC_API_KEY": ""}, drop_env=["PYTHONDONTWRITEBYTECODE"], kind=Server
+        root, "--reload", logs=logs, env={"ANTHROPIC_API_KEY": ""}, drop_env=["PYTHONDONTWRITEBYTECODE"], kind=Server
     )
     try:
         yield srv
@@ -325,7 +316,7 @@ def test_an_added_agent_appears_and_a_removed_one_is_not_found(server: Server) -
 
     save(path, talker("New here", "hello from the newcomer", name="newcomer"))
     eventually(lambda: server.card("newcomer").status_code == 200, "the new agent's card")
-    listed = server.rpc("echo", "_cleveragents/registry/list")["result"]["agents"]
+    listed = server.rpc("_cleveragents/registry/list", agent="echo")["result"]["agents"]
     [entry] = [a for a in listed if a["name"] == "newcomer"]
     assert entry["description"] == "New here" and entry["url"] == f"{server.url}/agents/newcomer/"
     assert reply(server.send("newcomer", "hi")) == "hello from the newcomer"
@@ -342,10 +333,13 @@ def test_an_added_agent_appears_and_a_removed_one_is_not_found(server: Server) -
     path.unlink()
     eventually(lambda: server.card("newcomer").status_code == 404, "the card to disappear")
     answer = server.rpc(
-        "newcomer", "SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
+        "SendMessage",
+        {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+        agent="newcomer",
+        status=404,
     )
     assert answer["error"]["code"] == -32084 and "not found" in answer["error"]["message"]
-    listed = server.rpc("echo", "_cleveragents/registry/list")["result"]["agents"]
+    listed = server.rpc("_cleveragents/registry/list", agent="echo")["result"]["agents"]
     assert "newcomer" not in [a["name"] for a in listed]
 
 
@@ -378,7 +372,7 @@ def test_a_task_running_across_a_reload_can_still_be_canceled(server: Server) ->
     save(server.root / "agents/sleeper.yaml", sleeper("Sleeps v3", "newer"), atomic=False)
     eventually(lambda: server.description("sleeper") == "Sleeps v3", "the reload")
 
-    canceled = server.rpc("sleeper", "CancelTask", {"id": started["id"]})["result"]
+    canceled = server.rpc("CancelTask", {"id": started["id"]}, agent="sleeper")["result"]
     assert state(canceled) == "canceled"
     eventually(lambda: (server.root / "nap-interrupted").exists(), "the running tool to be stopped")
     assert state(server.get_task("sleeper", started["id"])) == "canceled"

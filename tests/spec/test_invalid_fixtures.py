@@ -17,16 +17,7 @@ import pytest
 
 from framework.errors import SpecError
 from framework.spec import load_project
-
-CASES_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "invalid"
-CASES = sorted(p for p in CASES_DIR.iterdir() if p.is_dir())
-
-
-def expected_lines(path: Path) -> list[str]:
-    """The non-empty lines of an expectation file, or none when there is no such file."""
-    if not path.is_file():
-        return []
-    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+from tests.corpus import CASES, expected_lines
 
 
 def test_the_corpus_is_there_and_every_case_expects_errors() -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from framework.protocols.a2a.client import Peers
     from framework.runtime.tasks import TaskStore
-    from framework.spec.loader import Project
+    from framework.spec.project import Project
 
 
 def open_remote(project: Project, tasks: TaskStore, environ: Mapping[str, str]) -> Peers:

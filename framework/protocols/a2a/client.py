@@ -37,10 +37,11 @@ from langgraph.types import interrupt
 from framework.compiler.agent import CALL_CONTEXT, RunContext
 from framework.compiler.bundle import remote_tool_name
 from framework.protocols.a2a.origins import Origin, credentials_for, origin_of, pinned_card, pinned_client
+from framework.protocols.a2a.registry import discover
 from framework.protocols.a2a.wire import EVENT_KEY, from_wire
 from framework.runtime.remote import Discovery
 from framework.runtime.tasks import TaskStore
-from framework.spec.loader import Project
+from framework.spec.project import Project
 
 CARD_PATH = ".well-known/agent-card.json"
 TRANSIENT_STATUS = {502, 503, 504}
@@ -94,9 +95,8 @@ class Peers:
 
     async def discover(self) -> Discovery:
         """The agents of the project's registries (see :mod:`framework.protocols.a2a.registry`)."""
-        from framework.protocols.a2a.registry import discover
-
-        return await discover(self)
+        registries = self.project.config.registries if self.project is not None else []
+        return await discover(registries, self.client_for, self.card)
 
     async def close(self) -> None:
         clients, self.clients = list(self.clients.values()), {}

@@ -8,20 +8,27 @@ unreachable registry is reported, not fatal: its agents are simply absent.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import httpx
+from a2a.types import AgentCard
 
 from framework.compiler.bundle import RemoteAgent
 from framework.runtime.remote import Discovery
-
-if TYPE_CHECKING:
-    from framework.protocols.a2a.client import Peers
+from framework.spec.project import Registry
 
 TIMEOUT = 5.0
 
+HttpFor = Callable[[str], httpx.AsyncClient]
+"""URL -> the HTTP client of its origin (the A2A client's pinned clients)."""
+CardAt = Callable[[str], Awaitable[AgentCard]]
+"""URL -> the agent card served there (the A2A client's cached reader)."""
 
-async def _from_server(peers: Peers, name: str, url: str) -> list[RemoteAgent] | None:
+
+async def _from_server(http: HttpFor, name: str, url: str) -> list[RemoteAgent] | None:
     request = {"jsonrpc": "2.0", "id": 1, "method": "_cleveragents/registry/list"}
-    response = await peers.client_for(url).post(url + "/", json=request, timeout=TIMEOUT)
+    response = await http(url).post(url + "/", json=request, timeout=TIMEOUT)
     if response.status_code != 200:
         return None
     body: Any = response.json()
@@ -38,24 +45,27 @@ async def _from_server(peers: Peers, name: str, url: str) -> list[RemoteAgent] |
     return found
 
 
-async def _one(peers: Peers, name: str, url: str) -> list[RemoteAgent]:
-    agents = await _from_server(peers, name, url)
+async def _one(http: HttpFor, card_at: CardAt, name: str, url: str) -> list[RemoteAgent]:
+    agents = await _from_server(http, name, url)
     if agents is not None:
         return agents
-    card = await peers.card(url)
+    card = await card_at(url)
     tags = tuple(t for skill in card.skills for t in skill.tags)
     return [RemoteAgent(card.name, url + "/", card.description, tags, name)]
 
 
-async def discover(peers: Peers) -> Discovery:
-    """Every agent of every registry, and a line per registry that could not be read."""
-    result = Discovery()
-    registries = peers.project.config.registries if peers.project is not None else []
+async def discover(registries: Sequence[Registry], http: HttpFor, card_at: CardAt) -> Discovery:
+    """Every agent of every registry, and a line per registry that could not be read.
 
-    async def read(registry: Any) -> None:
+    ``http`` and ``card_at`` are the A2A client's (:class:`~framework.protocols.a2a.client.Peers`),
+    so the requests carry the credentials of each registry's origin and the cards are cached.
+    """
+    result = Discovery()
+
+    async def read(registry: Registry) -> None:
         try:
             async with asyncio.timeout(TIMEOUT * 2):
-                result.agents.extend(await _one(peers, registry.name, registry.url))
+                result.agents.extend(await _one(http, card_at, registry.name, registry.url))
         except Exception as exc:  # a registry that is down or answers garbage is reported, not fatal
             result.problems.append(f"registry {registry.name!r} ({registry.url}) unreachable: {exc}")
 

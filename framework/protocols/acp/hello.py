@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from framework import __version__
+from framework.spec.env_file import parse_env_file
 from framework.spec.providers import PROVIDER_KEYS
 
 PROTOCOL_VERSION = 1
@@ -26,16 +27,12 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 def _dotenv(root: Path) -> dict[str, str]:
-    values: dict[str, str] = {}
+    """``.env`` read as the loader reads it; an unreadable one counts as empty (``session/new`` reports it)."""
     try:
         text = (root / ".env").read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        return values
-    for line in text.splitlines():
-        name, sep, value = line.strip().removeprefix("export ").partition("=")
-        if sep and name and not name.startswith("#"):
-            values[name.strip()] = value.strip().strip("'\"")
-    return values
+        return {}
+    return parse_env_file(text, os.environ)
 
 
 def _model_of(text: str, variables: dict[str, str]) -> str | None:

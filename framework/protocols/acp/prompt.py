@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from framework.protocols.acp.session import Connection, Session
 from framework.protocols.jsonrpc import Code, JsonRpcError
 from framework.runtime.events import (
     ArtifactOut,
@@ -21,9 +22,6 @@ from framework.runtime.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-
-if TYPE_CHECKING:
-    from framework.protocols.acp.server import AcpServer, Session
 
 KINDS = {
     "fs.read": "read",
@@ -99,7 +97,7 @@ def artifact_blocks(event: ArtifactOut) -> list[dict[str, Any]]:
 class PromptTurn:
     """Runs one session/prompt to its stopReason."""
 
-    def __init__(self, server: AcpServer, session: Session, blocks: list[Any]) -> None:
+    def __init__(self, server: Connection, session: Session, blocks: list[Any]) -> None:
         self.server = server
         self.session = session
         self.blocks = blocks
@@ -115,7 +113,7 @@ class PromptTurn:
         skill = None
         if text.startswith("/"):
             name, _, rest = text[1:].partition(" ")
-            if name in {c["name"] for c in self.server._commands()}:
+            if name in {c["name"] for c in self.server.commands()}:
                 skill, text = name, rest.strip() or name
         question = runtime.tasks.question_in(self.session.id)
         if question is not None:  # the prompt answers the question the last turn ended with

@@ -20,11 +20,12 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from framework.protocols.acp.hello import initialize_result
+from framework.protocols.acp.session import Session
 from framework.protocols.jsonrpc import Code, JsonRpcError
 
 AUTH_REQUIRED = -32000
@@ -37,17 +38,6 @@ class Reply:
 
     result: Any
     then: Callable[[], None] | None = None
-
-
-@dataclass
-class Session:
-    id: str
-    cwd: str
-    mode: str | None
-    prompt: asyncio.Task[Any] | None = None
-    permission: asyncio.Future[Any] | None = None
-    cancelled: bool = False
-    plan: list[dict[str, Any]] = field(default_factory=list)
 
 
 class AcpServer:
@@ -240,7 +230,7 @@ class AcpServer:
 
         return str(spec.profile or self.runtime.bundle.project.config.defaults.profile or DEFAULT_PROFILE)
 
-    def _commands(self) -> list[dict[str, Any]]:
+    def commands(self) -> list[dict[str, Any]]:
         from framework.compiler.card import agent_skills
 
         spec = self.runtime.bundle.agent(self.agent_name)
@@ -269,7 +259,7 @@ class AcpServer:
         return Reply({"sessionId": session.id, "modes": self._modes(session.mode)}, lambda: self._announce(session))
 
     def _announce(self, session: Session) -> None:
-        self.update(session.id, {"sessionUpdate": "available_commands_update", "availableCommands": self._commands()})
+        self.update(session.id, {"sessionUpdate": "available_commands_update", "availableCommands": self.commands()})
 
     async def session_load(self, params: dict[str, Any]) -> Reply:
         session_id = _require(params, "sessionId", str)

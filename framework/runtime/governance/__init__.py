@@ -4,8 +4,8 @@ does the final answer honour the agent's contract. Every function here takes spe
 :class:`~framework.spec.contract.Contract`) and plain data (:class:`ToolCall`), returns a
 :class:`Decision` or a list of violations, performs no side effects beyond reading the file
 system to resolve paths, and imports no langgraph or langchain: the runtime's middleware calls
-them in the order of DESIGN.md §5 (capabilities → contract must_not → profile → budget →
-execute → audit) and turns their verdicts into tool errors, approvals and audit records.
+them in the order of docs/governance.md, 'The order of checks for a tool call' (capabilities →
+contract must_not → profile → budget → execute → audit) and turns their verdicts into tool errors, approvals and audit records.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Contracts: what an agent must never do and what its final answer must always satisfy.
 
-Two checks, at the two moments DESIGN.md §5 names:
+Two checks, at the two moments docs/governance.md, 'Contracts' names:
 
 * :func:`check_call_contract`, before each tool call: a ``must_not`` rule with ``tool`` (and
   ``args`` globs, matched in every reading as :mod:`.matching` describes) denies the call;

@@ -1,6 +1,6 @@
 """Governance as agent middleware: every rule a user declares, enforced around model and tool calls.
 
-For each tool call, in the order of DESIGN.md §5:
+For each tool call, in the order of docs/governance.md, 'The order of checks for a tool call':
 
     capabilities ─deny─▶ error result    (audited)
     contract must_not ─deny─▶ error result
@@ -44,8 +44,8 @@ from framework.runtime.governance.capabilities import check_agent, check_capabil
 from framework.runtime.governance.contracts import check_call_contract, check_output_contract, holds_output
 from framework.runtime.governance.profiles import decide
 from framework.spec.agent import AgentSpec, LlmAgent
-from framework.spec.loader import Project
 from framework.spec.profile import Profile
+from framework.spec.project import Project
 
 APPROVAL_OPTIONS = ("approve", "reject", "edit", "always")
 WITHHELD = "ca_withheld"

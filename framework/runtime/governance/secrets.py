@@ -31,7 +31,7 @@ from pydantic import BaseModel
 from framework.spec.interpolate import SECRET_NAME
 
 if TYPE_CHECKING:
-    from framework.spec.loader import Project
+    from framework.spec.project import Project
 
 MASK = "***"
 MIN_SECRET_CHARS = 4

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import NAP, ProjectFactory
-from tests.serving import ServeProcess, start_serve
+from tests.serving import ServerProcess, start_serve
 
 Json = dict[str, Any]
 V1 = {"A2A-Version": "1.0"}
@@ -33,14 +33,14 @@ tools:
 """
 
 
-def _rpc(server: ServeProcess, agent: str, method: str, params: Json) -> Json:
+def _rpc(server: ServerProcess, agent: str, method: str, params: Json) -> Json:
     request = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
     answer: Json = httpx.post(f"{server.url}/agents/{agent}/", json=request, headers=V1, timeout=60).json()
     return answer
 
 
 @pytest.fixture
-def served(make_project: ProjectFactory, tmp_path: Path) -> Iterator[ServeProcess]:
+def served(make_project: ProjectFactory, tmp_path: Path) -> Iterator[ServerProcess]:
     root = make_project(
         {
             "agents/echo.yaml": "name: echo\n",
@@ -51,12 +51,12 @@ def served(make_project: ProjectFactory, tmp_path: Path) -> Iterator[ServeProces
     )
     logs = tmp_path / "logs"
     logs.mkdir()
-    server: ServeProcess = start_serve(root, logs)
+    server: ServerProcess = start_serve(root, logs)
     yield server
     server.stop()
 
 
-def _send(server: ServeProcess, agent: str, text: str, *, blocking: bool = True) -> Json:
+def _send(server: ServerProcess, agent: str, text: str, *, blocking: bool = True) -> Json:
     message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
     params: Json = {"message": message}
     if not blocking:
@@ -65,7 +65,7 @@ def _send(server: ServeProcess, agent: str, text: str, *, blocking: bool = True)
     return task
 
 
-def test_another_agent_s_path_neither_gets_nor_lists_a_task(served: ServeProcess) -> None:
+def test_another_agent_s_path_neither_gets_nor_lists_a_task(served: ServerProcess) -> None:
     task = _send(served, "echo", "hello")
     assert _rpc(served, "other", "GetTask", {"id": task["id"]})["error"]["code"] == TASK_NOT_FOUND
     assert _rpc(served, "other", "ListTasks", {}).get("result", {}).get("tasks", []) == []
@@ -74,7 +74,7 @@ def test_another_agent_s_path_neither_gets_nor_lists_a_task(served: ServeProcess
     assert [t["id"] for t in _rpc(served, "echo", "ListTasks", {})["result"]["tasks"]] == [task["id"]]
 
 
-def test_another_agent_s_path_cannot_cancel_a_running_task(served: ServeProcess) -> None:
+def test_another_agent_s_path_cannot_cancel_a_running_task(served: ServerProcess) -> None:
     task = _send(served, "napper", "go", blocking=False)
     refused = _rpc(served, "other", "CancelTask", {"id": task["id"]})
     assert refused["error"]["code"] == TASK_NOT_FOUND
@@ -86,7 +86,7 @@ def test_another_agent_s_path_cannot_cancel_a_running_task(served: ServeProcess)
     assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
 
 
-def test_another_agent_s_path_cannot_continue_a_task(served: ServeProcess) -> None:
+def test_another_agent_s_path_cannot_continue_a_task(served: ServerProcess) -> None:
     task = _send(served, "echo", "hello")
     message = {
         "messageId": uuid.uuid4().hex,

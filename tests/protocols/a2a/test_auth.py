@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port, run_ca
-from tests.protocols.a2a.test_platform import Served, start_server
-from tests.protocols.a2a.test_stdio import Json, StdioPeer, reply_text, result_of, user_message, write_project
+from tests.a2a_peers import Json, StdioPeer, reply_text, result_of, user_message
+from tests.conftest import free_port, run_ca, write_project
+from tests.serving import ServerProcess, start_serve
 
 pytestmark = pytest.mark.e2e
 
@@ -57,8 +57,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(project: Path) -> Iterator[Served]:
-    served = start_server(project, env=TOKENS)
+def server(project: Path) -> Iterator[ServerProcess]:
+    served = start_serve(project, env=TOKENS)
     try:
         yield served
     finally:
@@ -104,7 +104,7 @@ def test_a_public_address_without_auth_is_refused(tmp_path: Path) -> None:
 # -- the card ----------------------------------------------------------------------------------------
 
 
-def test_the_card_is_public_minimal_and_declares_the_schemes(server: Served) -> None:
+def test_the_card_is_public_minimal_and_declares_the_schemes(server: ServerProcess) -> None:
     for path in ("/.well-known/agent-card.json", "/agents/echo/.well-known/agent-card.json"):
         response = httpx.get(server.url + path)
         assert response.status_code == 200, path
@@ -124,7 +124,7 @@ def test_the_card_is_public_minimal_and_declares_the_schemes(server: Served) -> 
     assert httpx.get(server.url + "/healthz").status_code == 200
 
 
-def test_the_extended_card_is_full_for_authenticated_callers(server: Served) -> None:
+def test_the_extended_card_is_full_for_authenticated_callers(server: ServerProcess) -> None:
     for credentials in (BEARER, API_KEY):
         card = result_of(server.rpc("GetExtendedAgentCard", {}, headers=credentials))
         assert card["skills"][0]["examples"] == ["say hi"]
@@ -136,13 +136,13 @@ def test_the_extended_card_is_full_for_authenticated_callers(server: Served) -> 
 
 
 @pytest.mark.parametrize(("method", "params"), RPC_METHODS, ids=[m for m, _ in RPC_METHODS])
-def test_every_rpc_without_credentials_is_refused(server: Served, method: str, params: Json | None) -> None:
+def test_every_rpc_without_credentials_is_refused(server: ServerProcess, method: str, params: Json | None) -> None:
     for path in ("/agents/echo/", "/"):
         message = refused(server.post(rpc(method, params), path=path))
         assert message.startswith("authentication required")
 
 
-def test_the_rest_binding_is_refused_too(server: Served) -> None:
+def test_the_rest_binding_is_refused_too(server: ServerProcess) -> None:
     refused(httpx.get(f"{server.url}/agents/echo/rest/tasks", headers={"A2A-Version": "1.0"}))
 
 
@@ -151,12 +151,12 @@ def test_the_rest_binding_is_refused_too(server: Served) -> None:
     [{"Authorization": "Bearer token-three"}, {"Authorization": "Bearer token-on"}, {"X-API-Key": "key-two"}],
     ids=["wrong-token", "prefix-of-a-token", "wrong-key"],
 )
-def test_wrong_credentials_are_invalid(server: Served, credentials: dict[str, str]) -> None:
+def test_wrong_credentials_are_invalid(server: ServerProcess, credentials: dict[str, str]) -> None:
     for method, params in (RPC_METHODS[0], RPC_METHODS[-1]):
         assert refused(server.post(rpc(method, params), headers=credentials)) == "invalid credentials"
 
 
-def test_another_authorization_scheme_counts_as_none(server: Served) -> None:
+def test_another_authorization_scheme_counts_as_none(server: ServerProcess) -> None:
     response = server.post(rpc("ListTasks", {}), headers={"Authorization": "Basic dG9rZW4tb25lOg=="})
     assert refused(response).startswith("authentication required")
 
@@ -175,7 +175,7 @@ def test_another_authorization_scheme_counts_as_none(server: Served) -> None:
     ],
     ids=["first-token", "second-token", "lowercase-bearer", "api-key", "lowercase-header"],
 )
-def test_valid_credentials_work(server: Served, credentials: dict[str, str]) -> None:
+def test_valid_credentials_work(server: ServerProcess, credentials: dict[str, str]) -> None:
     task = result_of(server.rpc("SendMessage", {"message": user_message("let me in")}, headers=credentials))["task"]
     assert reply_text(task) == "[echo] You said: let me in"
     assert result_of(server.rpc("_cleveragents/diagnostics", headers=credentials))["agents"] == ["echo"]

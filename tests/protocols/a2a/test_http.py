@@ -9,12 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import textwrap
 import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -39,8 +37,8 @@ from a2a.types import (
 from a2a.utils.errors import UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from tests.conftest import NAP, SIDE_EFFECT, ProjectFactory, run_ca, writer_agent
-from tests.serving import ServeProcess, start_serve
+from tests.conftest import NAP, SIDE_EFFECT, ProjectFactory, run_ca, write_project, writer_agent
+from tests.serving import ServerProcess, start_serve
 
 pytestmark = pytest.mark.e2e
 
@@ -117,26 +115,14 @@ PROJECT = {
 # -- the server process -------------------------------------------------------------------
 
 
-Server = ServeProcess
-
-
-def start_server(root: Path, logs: Path) -> Server:
-    return start_serve(root, logs, env={"ANTHROPIC_API_KEY": ""})
-
-
-def write_project(root: Path, files: dict[str, str]) -> Path:
-    """What ``make_project`` does, for a module-scoped folder."""
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    return root
+NO_KEY = {"ANTHROPIC_API_KEY": ""}
+"""The server's environment: no provider key (its agents run the offline and scripted models)."""
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = write_project(tmp_path_factory.mktemp("project"), PROJECT)
-    srv = start_server(root, tmp_path_factory.mktemp("logs"))
+    srv = start_serve(root, logs=tmp_path_factory.mktemp("logs"), env=NO_KEY)
     try:
         yield srv
     finally:
@@ -246,7 +232,7 @@ def assert_v1_card(card: AgentCard, name: str, base: str) -> None:
         assert skill.id and skill.name and skill.description and skill.tags
 
 
-def test_cards_at_agent_and_root_paths_parse_as_v1_agent_cards(server: Server) -> None:
+def test_cards_at_agent_and_root_paths_parse_as_v1_agent_cards(server: ServerProcess) -> None:
     for name in ("echo", "guide", "approver", "twice"):
         response = httpx.get(f"{server.url}/agents/{name}/.well-known/agent-card.json")
         assert response.status_code == 200 and response.headers["content-type"].startswith("application/json")
@@ -269,7 +255,7 @@ def test_cards_at_agent_and_root_paths_parse_as_v1_agent_cards(server: Server) -
     assert run(discover()) == "[echo] You said: found you"
 
 
-def test_card_etag_and_if_none_match(server: Server) -> None:
+def test_card_etag_and_if_none_match(server: ServerProcess) -> None:
     url = f"{server.url}/agents/echo/.well-known/agent-card.json"
     first = httpx.get(url)
     etag = first.headers["etag"]
@@ -284,7 +270,7 @@ def test_card_etag_and_if_none_match(server: Server) -> None:
 # -- messages and tasks -------------------------------------------------------------------
 
 
-def test_send_message_answers_the_completed_task_with_the_reply(server: Server) -> None:
+def test_send_message_answers_the_completed_task_with_the_reply(server: ServerProcess) -> None:
     async def main() -> Task:
         async with a2a_client(server.url, "echo") as client:
             return await send(client, user_message("hello there", context_id=ctx()))
@@ -299,7 +285,7 @@ def test_send_message_answers_the_completed_task_with_the_reply(server: Server) 
     assert set(metadata["usage"]) == {"inputTokens", "outputTokens", "modelCalls", "toolCalls", "totalTokens"}
 
 
-def test_streaming_yields_status_updates_and_reply_chunks(server: Server) -> None:
+def test_streaming_yields_status_updates_and_reply_chunks(server: ServerProcess) -> None:
     async def main() -> list[StreamResponse]:
         async with a2a_client(server.url, "echo", streaming=True) as client:
             request = SendMessageRequest(message=user_message("stream me a few words please", context_id=ctx()))
@@ -319,7 +305,7 @@ def test_streaming_yields_status_updates_and_reply_chunks(server: Server) -> Non
     assert {c.artifact.artifact_id for c in chunks} == {"reply"}
 
 
-def test_get_task_and_list_tasks(server: Server) -> None:
+def test_get_task_and_list_tasks(server: ServerProcess) -> None:
     context = ctx()
 
     async def main() -> tuple[list[Task], Task, list[Task]]:
@@ -336,7 +322,7 @@ def test_get_task_and_list_tasks(server: Server) -> None:
     assert sorted(reply(t) for t in listed) == ["[echo] You said: one", "[echo] You said: two"]
 
 
-def test_multi_turn_in_one_context_continues_the_conversation(server: Server) -> None:
+def test_multi_turn_in_one_context_continues_the_conversation(server: ServerProcess) -> None:
     first_context, other_context = ctx(), ctx()
 
     async def main() -> list[Task]:
@@ -353,7 +339,7 @@ def test_multi_turn_in_one_context_continues_the_conversation(server: Server) ->
     assert reply(other) == "first answer"  # another context has its own history
 
 
-def test_cancel_stops_a_slow_task(server: Server) -> None:
+def test_cancel_stops_a_slow_task(server: ServerProcess) -> None:
     async def main() -> tuple[Task, float, Task]:
         async with a2a_client(server.url, "slow") as client:
             started = await send(client, user_message("take a nap", context_id=ctx()), return_immediately=True)
@@ -388,7 +374,7 @@ def assert_waits_for_approval(task: Task, file: str) -> None:
     assert "approve" in " ".join(get_text_parts(list(task.status.message.parts)))
 
 
-def test_approval_round_trip_runs_the_side_effect_once(server: Server) -> None:
+def test_approval_round_trip_runs_the_side_effect_once(server: ServerProcess) -> None:
     async def main() -> tuple[Task, Task]:
         async with a2a_client(server.url, "approver") as client:
             paused = await send(client, user_message("go", context_id=ctx()))
@@ -406,7 +392,7 @@ def test_approval_round_trip_runs_the_side_effect_once(server: Server) -> None:
     assert [(e["tool"], e["result"]) for e in ca_events(done) if e["kind"] == "tool_result"] == [("append", "appended")]
 
 
-def test_an_unreadable_decision_changes_nothing_and_says_what_to_send(server: Server) -> None:
+def test_an_unreadable_decision_changes_nothing_and_says_what_to_send(server: ServerProcess) -> None:
     async def main() -> tuple[Task, Task, Task]:
         async with a2a_client(server.url, "approver") as client:
             paused = await send(client, user_message("go", context_id=ctx()))
@@ -430,7 +416,7 @@ def test_an_unreadable_decision_changes_nothing_and_says_what_to_send(server: Se
     assert (server.root / "approved.log").read_text().count("hello") >= 1
 
 
-def test_rejection_as_a_data_part_skips_the_side_effect(server: Server) -> None:
+def test_rejection_as_a_data_part_skips_the_side_effect(server: ServerProcess) -> None:
     async def main() -> Task:
         async with a2a_client(server.url, "rejecter") as client:
             paused = await send(client, user_message("go", context_id=ctx()))
@@ -456,7 +442,7 @@ def desk_message(text: str, kind: str, *, metadata: dict[str, Any] | None = None
     return message
 
 
-def test_a_message_step_answers_with_a_message_and_no_task(server: Server) -> None:
+def test_a_message_step_answers_with_a_message_and_no_task(server: ServerProcess) -> None:
     async def main() -> list[StreamResponse]:
         async with a2a_client(server.url, "desk") as client:
             request = SendMessageRequest(message=desk_message("Ada", "hello", context_id=ctx()))
@@ -468,7 +454,7 @@ def test_a_message_step_answers_with_a_message_and_no_task(server: Server) -> No
     assert get_text_parts(list(response.message.parts)) == ["Hello, Ada"]
 
 
-def test_artifact_step_parts_reach_the_client_as_text_data_and_files(server: Server) -> None:
+def test_artifact_step_parts_reach_the_client_as_text_data_and_files(server: ServerProcess) -> None:
     async def main() -> tuple[Task, Task]:
         async with a2a_client(server.url, "desk") as client:
             message = desk_message("the roadmap", "files", metadata={"team": "ops"}, context_id=ctx())
@@ -493,7 +479,7 @@ def test_artifact_step_parts_reach_the_client_as_text_data_and_files(server: Ser
         assert answer.name == "reply" and get_artifact_text(answer) == "the roadmap"  # the input passed through
 
 
-def test_an_ask_step_takes_free_text_answers_until_one_fits(server: Server) -> None:
+def test_an_ask_step_takes_free_text_answers_until_one_fits(server: ServerProcess) -> None:
     async def main() -> tuple[Task, Task, Task]:
         async with a2a_client(server.url, "desk") as client:
             asked = await send(client, desk_message("where is my order?", "help", context_id=ctx()))
@@ -518,7 +504,7 @@ def test_an_ask_step_takes_free_text_answers_until_one_fits(server: Server) -> N
     assert texts == [["where is my order?"], ["the blue one"], ["4711"]]
 
 
-def test_subscribe_to_a_waiting_task_follows_it_to_completion(server: Server) -> None:
+def test_subscribe_to_a_waiting_task_follows_it_to_completion(server: ServerProcess) -> None:
     async def main() -> tuple[list[StreamResponse], Task]:
         async with (
             a2a_client(server.url, "watched") as sender,
@@ -557,7 +543,7 @@ def test_subscribe_to_a_waiting_task_follows_it_to_completion(server: Server) ->
 # -- other bindings and versions ----------------------------------------------------------
 
 
-def test_v03_message_send_without_version_header(server: Server) -> None:
+def test_v03_message_send_without_version_header(server: ServerProcess) -> None:
     body = {
         "jsonrpc": "2.0",
         "id": "v03",
@@ -581,7 +567,7 @@ def test_v03_message_send_without_version_header(server: Server) -> None:
     assert artifact["parts"] == [{"kind": "text", "text": "[echo] You said: old school"}]
 
 
-def test_http_json_binding_message_send(server: Server) -> None:
+def test_http_json_binding_message_send(server: ServerProcess) -> None:
     body = {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "over rest"}]}}
     response = httpx.post(
         f"{server.url}/agents/echo/rest/message:send", json=body, headers={"A2A-Version": "1.0"}, timeout=30
@@ -599,7 +585,7 @@ def test_http_json_binding_message_send(server: Server) -> None:
     assert reply(run(main())) == "[echo] You said: rest client"
 
 
-def test_failing_run_ends_failed_with_a_structured_reason(server: Server) -> None:
+def test_failing_run_ends_failed_with_a_structured_reason(server: ServerProcess) -> None:
     async def main() -> Task:
         async with a2a_client(server.url, "broken") as client:
             return await send(client, user_message("hi", context_id=ctx()))
@@ -614,7 +600,7 @@ def test_failing_run_ends_failed_with_a_structured_reason(server: Server) -> Non
 # -- hostile and malformed requests -------------------------------------------------------
 
 
-def rpc(server: Server, content: bytes | str, **headers: str) -> dict[str, Any]:
+def rpc(server: ServerProcess, content: bytes | str, **headers: str) -> dict[str, Any]:
     response = httpx.post(
         f"{server.url}/agents/echo/",
         content=content,
@@ -647,12 +633,12 @@ def error_code(answer: dict[str, Any]) -> int:
         pytest.param(b'{"jsonrpc": "2.0", "id": 1, "method": "_cleveragents/nope", "params": {}}', -32601, id="unknown-extension-method"),
     ],
 )  # fmt: skip
-def test_malformed_requests_get_json_rpc_errors(server: Server, body: bytes, code: int) -> None:
+def test_malformed_requests_get_json_rpc_errors(server: ServerProcess, body: bytes, code: int) -> None:
     assert error_code(rpc(server, body)) == code
     server.assert_alive()
 
 
-def test_a_huge_body_is_refused_and_the_server_stays_up(server: Server) -> None:
+def test_a_huge_body_is_refused_and_the_server_stays_up(server: ServerProcess) -> None:
     text = "x" * (10 * 1024 * 1024)
     body = json.dumps(
         {
@@ -673,7 +659,7 @@ def test_a_huge_body_is_refused_and_the_server_stays_up(server: Server) -> None:
     server.assert_alive()
 
 
-def test_unknown_task_is_an_a2a_error(server: Server) -> None:
+def test_unknown_task_is_an_a2a_error(server: ServerProcess) -> None:
     answer = rpc(server, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "no-such-task"}}))
     assert error_code(answer) == -32001  # TaskNotFoundError
     server.assert_alive()
@@ -695,7 +681,7 @@ def test_sigkill_keeps_a_waiting_task_and_fails_a_running_one_with_a_reason(
         }
     )
     logs = tmp_path_factory.mktemp("restart-logs")
-    first = start_server(root, logs)
+    first = start_serve(root, logs=logs, env=NO_KEY)
     try:
 
         async def pause() -> tuple[Task, Task]:
@@ -710,7 +696,7 @@ def test_sigkill_keeps_a_waiting_task_and_fails_a_running_one_with_a_reason(
         first.stop(signal.SIGKILL)
     assert first.proc.returncode == -signal.SIGKILL
 
-    second = start_server(root, logs)
+    second = start_serve(root, logs=logs, env=NO_KEY)
     try:
 
         async def resume() -> tuple[Task, Task, Task]:

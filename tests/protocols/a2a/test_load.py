@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import textwrap
 import time
 import uuid
 from collections.abc import Iterator
@@ -41,7 +40,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.serving import ServeProcess, start_serve
+from tests.conftest import write_project
+from tests.serving import ServerProcess, start_serve
 
 LOAD = int(os.environ.get("CA_LOAD_REQUESTS", "3000"))
 """The issue's 3000 (see the module docstring); ``CA_LOAD_REQUESTS=N`` runs another size."""
@@ -69,17 +69,10 @@ PROJECT = {
 # -- the server ---------------------------------------------------------------------------
 
 
-Server = ServeProcess
-
-
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    root = tmp_path / "project"
-    for name, text in PROJECT.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    srv = start_serve(root, tmp_path)
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    root = write_project(tmp_path / "project", PROJECT)
+    srv = start_serve(root, logs=tmp_path)
     try:
         yield srv
     finally:
@@ -186,7 +179,7 @@ def failures(batch: list[Sent]) -> list[str]:
 # -- the test -----------------------------------------------------------------------------
 
 
-def test_load_completes_every_task_keeps_histories_apart_and_memory_flat(server: Server) -> None:
+def test_load_completes_every_task_keeps_histories_apart_and_memory_flat(server: ServerProcess) -> None:
     base = server.url
     warmup = [Sent("/", f"warm-up {i} {uuid.uuid4().hex[:8]}") for i in range(WARMUP)]
     asyncio.run(send_all(base, warmup))

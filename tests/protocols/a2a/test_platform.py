@@ -8,19 +8,15 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import signal
-import tempfile
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import writer_agent
-from tests.protocols.a2a.test_stdio import SIDE_EFFECT, Json, reply_text, result_of, user_message, write_project
-from tests.serving import ServeProcess, start_serve
+from tests.a2a_peers import Json, reply_text, result_of, user_message
+from tests.conftest import SIDE_EFFECT, write_project, writer_agent
+from tests.serving import ServerProcess, start_serve
 
 pytestmark = pytest.mark.e2e
 
@@ -40,57 +36,6 @@ PROJECT = {
 }
 
 
-# -- a real server ------------------------------------------------------------------------------
-
-
-def is_v1(method: str) -> bool:
-    """v1.0 method names are PascalCase (``SendMessage``); they need the ``A2A-Version: 1.0`` header."""
-    return method[:1].isupper()
-
-
-@dataclass
-class Served(ServeProcess):
-    """A ``ca serve`` process on a loopback port, and a client for it."""
-
-    client: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=60))
-
-    def post(
-        self, body: Json | bytes, *, path: str = "/agents/echo/", headers: Mapping[str, str] | None = None
-    ) -> httpx.Response:
-        content = body if isinstance(body, bytes) else json.dumps(body).encode()
-        sent = {"content-type": "application/json", **(headers or {})}
-        if isinstance(body, dict) and is_v1(str(body.get("method", ""))):
-            sent.setdefault("A2A-Version", "1.0")
-        return self.client.post(self.url + path, content=content, headers=sent)
-
-    def rpc(
-        self,
-        method: str,
-        params: Json | None = None,
-        *,
-        agent: str = "echo",
-        request_id: Any = 1,
-        headers: Mapping[str, str] | None = None,
-    ) -> Json:
-        """One JSON-RPC call on an agent's endpoint; the decoded answer (HTTP 200 expected)."""
-        body: Json = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if params is not None:
-            body["params"] = params
-        response = self.post(body, path=f"/agents/{agent}/", headers=headers)
-        assert response.status_code == 200, (response.status_code, response.text)
-        answer: Json = response.json()
-        return answer
-
-    def stop(self, sig: signal.Signals = signal.SIGINT, grace: float = 20) -> None:
-        self.client.close()
-        super().stop(sig, grace)
-
-
-def start_server(root: Path, *args: str, env: Mapping[str, str] | None = None) -> Served:
-    """Start ``ca serve`` on a free port (output in a temporary folder) and wait until ``/healthz`` answers."""
-    return start_serve(root, Path(tempfile.mkdtemp(prefix="ca-serve-")), *args, env=env, kind=Served)
-
-
 # -- fixtures ---------------------------------------------------------------------------------------
 
 
@@ -100,15 +45,15 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(project: Path) -> Iterator[Served]:
-    served = start_server(project)
+def server(project: Path) -> Iterator[ServerProcess]:
+    served = start_serve(project)
     try:
         yield served
     finally:
         served.stop()
 
 
-def paused_task(server: Served) -> Json:
+def paused_task(server: ServerProcess) -> Json:
     """A writer task waiting for approval of its side effect."""
     task: Json = result_of(server.rpc("SendMessage", {"message": user_message("go")}, agent="writer"))["task"]
     assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", task
@@ -125,7 +70,7 @@ def error_of(answer: Json, code: int) -> str:
 # -- registry -------------------------------------------------------------------------------------
 
 
-def test_registry_list_names_every_agent_with_its_url_and_skills(server: Served) -> None:
+def test_registry_list_names_every_agent_with_its_url_and_skills(server: ServerProcess) -> None:
     agents = {a["name"]: a for a in result_of(server.rpc("_cleveragents/registry/list"))["agents"]}
     assert sorted(agents) == ["echo", "guide", "writer"]
     guide = agents["guide"]
@@ -134,7 +79,7 @@ def test_registry_list_names_every_agent_with_its_url_and_skills(server: Served)
     assert guide["skills"] == [{"id": "directions", "name": "Directions", "tags": ["travel", "maps"]}]
 
 
-def test_registry_get_returns_the_card_or_agent_not_found(server: Served) -> None:
+def test_registry_get_returns_the_card_or_agent_not_found(server: ServerProcess) -> None:
     card = result_of(server.rpc("_cleveragents/registry/get", {"name": "guide"}))["card"]
     assert card["name"] == "guide"
     assert card["supportedInterfaces"][0]["url"] == f"{server.url}/agents/guide/"
@@ -143,7 +88,7 @@ def test_registry_get_returns_the_card_or_agent_not_found(server: Served) -> Non
     error_of(server.rpc("_cleveragents/registry/get", {}), -32602)
 
 
-def test_platform_methods_answer_on_every_agent_endpoint(server: Served) -> None:
+def test_platform_methods_answer_on_every_agent_endpoint(server: ServerProcess) -> None:
     for path in ("/", "/agents/guide/", "/agents/writer/"):
         response = server.post({"jsonrpc": "2.0", "id": "p", "method": "_cleveragents/diagnostics"}, path=path)
         assert response.status_code == 200
@@ -153,7 +98,7 @@ def test_platform_methods_answer_on_every_agent_endpoint(server: Served) -> None
 # -- approvals ----------------------------------------------------------------------------------------
 
 
-def test_approvals_list_shows_a_paused_task_with_its_pending_payload_and_expiry(server: Served) -> None:
+def test_approvals_list_shows_a_paused_task_with_its_pending_payload_and_expiry(server: ServerProcess) -> None:
     task = paused_task(server)
     approvals = result_of(server.rpc("_cleveragents/approvals/list"))["approvals"]
     [entry] = [a for a in approvals if a["taskId"] == task["id"]]
@@ -175,7 +120,9 @@ def test_approvals_list_shows_a_paused_task_with_its_pending_payload_and_expiry(
     assert only_echo == []
 
 
-def test_approvals_decide_runs_the_decision_and_a_second_decide_is_refused(project: Path, server: Served) -> None:
+def test_approvals_decide_runs_the_decision_and_a_second_decide_is_refused(
+    project: Path, server: ServerProcess
+) -> None:
     task = paused_task(server)
     before = (project / "effects.log").read_text() if (project / "effects.log").exists() else ""
     decided = result_of(server.rpc("_cleveragents/approvals/decide", {"taskId": task["id"], "decision": "approve"}))
@@ -195,7 +142,7 @@ def test_approvals_decide_runs_the_decision_and_a_second_decide_is_refused(proje
     assert (project / "effects.log").read_text() == before + "hello\n"
 
 
-def test_approvals_decide_validates_its_params(server: Served) -> None:
+def test_approvals_decide_validates_its_params(server: ServerProcess) -> None:
     bad = server.rpc("_cleveragents/approvals/decide", {"taskId": "x", "decision": "maybe"})
     assert "decision" in error_of(bad, -32602)
     missing = server.rpc("_cleveragents/approvals/decide", {"decision": "approve"})
@@ -207,7 +154,7 @@ def test_approvals_decide_validates_its_params(server: Served) -> None:
 # -- budget, audit, diagnostics ------------------------------------------------------------------------
 
 
-def test_budget_status_reports_usage_and_caps(server: Served) -> None:
+def test_budget_status_reports_usage_and_caps(server: ServerProcess) -> None:
     task = paused_task(server)
     status = result_of(server.rpc("_cleveragents/budget/status", {"taskId": task["id"]}))
     assert status["taskId"] == task["id"] and status["state"] == "input-required"
@@ -218,7 +165,7 @@ def test_budget_status_reports_usage_and_caps(server: Served) -> None:
     error_of(server.rpc("_cleveragents/budget/status", {"taskId": "no-such-task"}), -32001)
 
 
-def test_budget_status_after_a_decision_counts_the_whole_task(server: Served) -> None:
+def test_budget_status_after_a_decision_counts_the_whole_task(server: ServerProcess) -> None:
     """Usage from before the pause is kept when the task resumes (the tool call ran after it)."""
     task = paused_task(server)
     result_of(server.rpc("_cleveragents/approvals/decide", {"taskId": task["id"], "decision": "approve"}))
@@ -226,7 +173,7 @@ def test_budget_status_after_a_decision_counts_the_whole_task(server: Served) ->
     assert (usage["modelCalls"], usage["toolCalls"]) == (2, 1)
 
 
-def test_audit_query_returns_the_tasks_records_in_order(server: Served) -> None:
+def test_audit_query_returns_the_tasks_records_in_order(server: ServerProcess) -> None:
     task = paused_task(server)
     result_of(server.rpc("_cleveragents/approvals/decide", {"taskId": task["id"], "decision": "approve"}))
     records = result_of(server.rpc("_cleveragents/audit/query", {"taskId": task["id"]}))["records"]
@@ -261,12 +208,14 @@ def test_audit_query_returns_the_tasks_records_in_order(server: Served) -> None:
         ({"taskid": "x"}, "taskid"),
     ],
 )
-def test_audit_query_bad_params_are_invalid_params_naming_the_param(server: Served, params: Json, named: str) -> None:
+def test_audit_query_bad_params_are_invalid_params_naming_the_param(
+    server: ServerProcess, params: Json, named: str
+) -> None:
     message = error_of(server.rpc("_cleveragents/audit/query", params), -32602)
     assert re.search(rf"\b{named}\b", message), message
 
 
-def test_diagnostics_report_the_bundle_and_its_agents(server: Served) -> None:
+def test_diagnostics_report_the_bundle_and_its_agents(server: ServerProcess) -> None:
     diagnostics = result_of(server.rpc("_cleveragents/diagnostics"))
     assert re.fullmatch(r"[0-9a-f]{64}", diagnostics["bundle"])
     assert diagnostics["agents"] == ["echo", "guide", "writer"]
@@ -276,7 +225,7 @@ def test_diagnostics_report_the_bundle_and_its_agents(server: Served) -> None:
     error_of(server.rpc("_cleveragents/diagnostics", {"verbose": True}), -32602)
 
 
-def test_platform_calls_are_found_whatever_the_order_of_their_keys(server: Served) -> None:
+def test_platform_calls_are_found_whatever_the_order_of_their_keys(server: ServerProcess) -> None:
     """``params`` may come first and be long: the call is still a platform call."""
     body = {"params": {"kind": "x" * 4500}, "jsonrpc": "2.0", "id": "late", "method": "_cleveragents/audit/query"}
     response = server.post(json.dumps(body).encode())
@@ -287,7 +236,7 @@ def test_platform_calls_are_found_whatever_the_order_of_their_keys(server: Serve
 # -- limits ------------------------------------------------------------------------------------------
 
 
-def test_a_body_over_the_limit_gets_413_with_a_json_rpc_error_and_the_server_goes_on(server: Served) -> None:
+def test_a_body_over_the_limit_gets_413_with_a_json_rpc_error_and_the_server_goes_on(server: ServerProcess) -> None:
     big = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": user_message("x" * 2 * MAX_BYTES)}}
     response = server.post(big)
     assert response.status_code == 413

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SIDE_EFFECT, writer_agent
-from tests.protocols.a2a.test_platform import Served, start_server
-from tests.protocols.a2a.test_stdio import write_project
+from tests.conftest import SIDE_EFFECT, write_project, writer_agent
+from tests.serving import ServerProcess, start_serve
 
 pytestmark = pytest.mark.e2e
 
@@ -68,14 +67,14 @@ def _project(root: Path, url: str) -> Path:
 
 
 @pytest.fixture
-def servers(postgres: str) -> Iterator[list[Served]]:
-    started: list[Served] = []
+def servers(postgres: str) -> Iterator[list[ServerProcess]]:
+    started: list[ServerProcess] = []
     yield started
     for served in started:
         served.stop()
 
 
-def _send(served: Served, agent: str, text: str, **ids: str) -> dict:
+def _send(served: ServerProcess, agent: str, text: str, **ids: str) -> dict:
     message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}], **ids}
     answer = served.rpc("SendMessage", {"message": message}, agent=agent)
     assert "result" in answer, answer
@@ -84,12 +83,12 @@ def _send(served: Served, agent: str, text: str, **ids: str) -> dict:
 
 
 def test_two_servers_share_tasks_and_a_paused_task_survives_sigkill(
-    tmp_path: Path, postgres: str, servers: list[Served]
+    tmp_path: Path, postgres: str, servers: list[ServerProcess]
 ) -> None:
     first_root, other_root = _project(tmp_path / "first", postgres), _project(tmp_path / "other", postgres)
-    first = start_server(first_root)
+    first = start_serve(first_root)
     servers.append(first)
-    other = start_server(other_root)
+    other = start_serve(other_root)
     servers.append(other)
 
     done = _send(first, "echo", "kept in postgres")
@@ -104,7 +103,7 @@ def test_two_servers_share_tasks_and_a_paused_task_survives_sigkill(
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(timeout=10)
 
-    restarted = start_server(first_root)
+    restarted = start_serve(first_root)
     servers.append(restarted)
     waiting = restarted.rpc("GetTask", {"id": paused["id"]})["result"]
     assert waiting["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"

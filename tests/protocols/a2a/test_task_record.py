@@ -13,20 +13,20 @@ from typing import Any
 import httpx
 
 from tests.conftest import SIDE_EFFECT, ProjectFactory, run_ca, writer_agent
-from tests.serving import ServeProcess, start_serve
+from tests.serving import ServerProcess, start_serve
 
 Json = dict[str, Any]
 V1 = {"A2A-Version": "1.0"}
 
 
-def _rpc(server: ServeProcess, method: str, params: Json) -> Json:
+def _rpc(server: ServerProcess, method: str, params: Json) -> Json:
     request = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
     answer: Json = httpx.post(f"{server.url}/agents/writer/", json=request, headers=V1, timeout=60).json()
     assert "error" not in answer, answer
     return answer["result"]
 
 
-def _paused_task(make_project: ProjectFactory, tmp_path: Path) -> tuple[Path, ServeProcess, Json]:
+def _paused_task(make_project: ProjectFactory, tmp_path: Path) -> tuple[Path, ServerProcess, Json]:
     root = make_project({"tools/side.py": SIDE_EFFECT, "agents/writer.yaml": writer_agent()})
     logs = tmp_path / "logs"
     logs.mkdir()

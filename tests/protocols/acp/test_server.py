@@ -761,6 +761,22 @@ def test_a_model_without_its_key_advertises_auth_and_refuses_sessions(project: P
     run(main())
 
 
+def test_a_key_left_empty_in_dotenv_is_missing_for_initialize_as_for_the_session(project: Path) -> None:
+    # The editor must learn at initialize what session/new will refuse: both read .env alike.
+    (project / ".env").write_text("ANTHROPIC_API_KEY= # paste yours here\n", encoding="utf-8")
+    env = agent_env(drop=("ANTHROPIC_API_KEY",))
+
+    async def main() -> None:
+        async with agent(project, "claude", env=env) as a:
+            result = await a.initialize()
+            assert [m.id for m in result.auth_methods] == ["env:ANTHROPIC_API_KEY"]
+            with pytest.raises(RequestError) as refused:
+                await a.new_session()
+            assert refused.value.code == -32000
+
+    run(main())
+
+
 def test_fs_tools_use_the_editors_files_when_it_offers_them(project: Path) -> None:
     client = Client(["allow_once"])
 

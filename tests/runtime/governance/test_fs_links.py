@@ -17,7 +17,7 @@ import pytest
 
 from framework.runtime.events import ToolCallFinished
 from tests.conftest import ProjectFactory
-from tests.runtime.test_budgets import drive, results
+from tests.driving import drive, results
 
 PROJECT_SECRET = "PROJECT-SECRET-41"
 OUTSIDE_SECRET = "OUTSIDE-SECRET-93"
@@ -167,7 +167,8 @@ def test_a_folder_swapped_for_a_link_after_the_check_is_not_followed(project: Pa
 
 
 def test_the_fs_tools_apply_the_globs_themselves_to_the_file_they_open(project: Path) -> None:
-    from framework.compiler.builtin_tools import ToolContext, build_builtin
+    from framework.compiler.builtin_tools import build_builtin
+    from framework.compiler.tool_context import ToolContext
     from framework.runtime.governance.access import CapabilityAccess
     from framework.spec import load_project
 

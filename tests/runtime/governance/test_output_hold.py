@@ -14,8 +14,7 @@ from typing import Any
 
 import httpx
 
-from tests.cli.test_run import events
-from tests.conftest import CA, REPO, ProjectFactory, run_ca
+from tests.conftest import CA, REPO, ProjectFactory, events, run_ca
 from tests.serving import start_serve
 
 SECRETISH = "hunter2-ZETA"
@@ -105,7 +104,7 @@ def test_a2a_streaming_sends_no_forbidden_chunk(make_project: ProjectFactory, tm
     root = make_project(FILES)
     logs = tmp_path / "logs"
     logs.mkdir()
-    server = start_serve(root, logs)
+    server = start_serve(root, logs=logs)
     try:
         leaked = _a2a_stream(f"{server.url}/agents/leaky/", "go")
         retried = _a2a_stream(f"{server.url}/agents/retry/", "go")

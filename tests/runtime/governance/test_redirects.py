@@ -23,7 +23,7 @@ from framework.runtime.events import ToolCallFinished
 from framework.runtime.governance import ToolCall, check_capabilities
 from framework.spec import load_project
 from tests.conftest import ProjectFactory, run_ca
-from tests.runtime.test_budgets import drive, results
+from tests.driving import drive, results
 
 SECRET = "INTERNAL-SECRET-7f3a"
 

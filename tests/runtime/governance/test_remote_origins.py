@@ -1,7 +1,7 @@
 """A remote call stays on the origin its URL names, and registry credentials go to their own origin only.
 
 Every test drives the real ``ca run`` (or ``ca call``) against fake remote agents: stdlib HTTP
-servers on loopback that record every request and its headers (:mod:`.fake_agent`). The agent
+servers on loopback that record every request and its headers (:mod:`tests.fake_agent`). The agent
 under test may reach only the first server (``capabilities.network.allow``); the second one
 stands for the host an attacker would like the call, or the key, to go to.
 """
@@ -22,9 +22,8 @@ from framework.protocols.a2a.client import Peers
 from framework.protocols.a2a.origins import OriginRefused
 from framework.runtime.tasks import TaskStore
 from framework.spec import load_project
-from tests.cli.test_run import events
-from tests.conftest import ProjectFactory, run_ca
-from tests.runtime.governance.fake_agent import CARD, FakeAgent
+from tests.conftest import ProjectFactory, events, run_ca
+from tests.fake_agent import CARD, FakeAgent
 
 pytestmark = pytest.mark.e2e
 

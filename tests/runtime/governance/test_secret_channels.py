@@ -88,7 +88,7 @@ def test_a2a_answers_streams_and_task_rows_mask_known_secrets(make_project: Proj
     root = _project(make_project)
     logs = tmp_path / "logs"
     logs.mkdir()
-    server = start_serve(root, logs, env=ENV)
+    server = start_serve(root, logs=logs, env=ENV)
     headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {AUTH}"}
     received = ""
     try:

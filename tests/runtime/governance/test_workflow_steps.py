@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.test_run import events
-from tests.conftest import ProjectFactory, run_ca
+from tests.conftest import ProjectFactory, events, run_ca
 
 ALL_CAPS = """
 capabilities:

@@ -1,0 +1,60 @@
+"""Compile every graph of a bundle ahead of its first run; a tool that fails becomes a Diagnostic.
+
+``Runtime.reload`` calls :func:`compile_graphs` on a new bundle before swapping it in, so a tool
+file that no longer imports is a bad edit like a YAML error; the watcher calls it on the
+start-up bundle so the "last good version" is complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+
+from framework.compiler.bundle import Bundle
+from framework.errors import Diagnostic, ModelError, ToolError
+
+_WHERE = re.compile(r"^(?P<file>[^\s:]+\.py)(?::(?P<line>\d+))?(?::(?P<column>\d+))?: (?P<message>.*)$", re.S)
+
+
+def compile_graphs(bundle: Bundle) -> list[Diagnostic]:
+    """Compile every agent's graph now (python tools are imported again); the tools that failed.
+
+    Run in a thread by ``Runtime.reload`` so a bundle is swapped in already compiled, and a tool
+    file that no longer imports is a bad edit like a YAML error. A model that cannot be built
+    (e.g. an unset API key) is not an error here: it fails when that agent runs, as at start-up.
+    """
+    errors: list[Diagnostic] = []
+    for name in sorted(bundle.agents):
+        try:
+            bundle.graph(name)
+        except ModelError:
+            continue
+        except ToolError as exc:
+            errors.append(_tool_diagnostic(bundle, name, str(exc)))
+        except Exception as exc:
+            errors.append(_tool_diagnostic(bundle, name, f"agent {name!r} does not compile: {exc}"))
+    return errors
+
+
+def _tool_diagnostic(bundle: Bundle, agent: str, message: str) -> Diagnostic:
+    """``tools/x.py:3:5: syntax error ...`` as a Diagnostic; else one on the agent's file."""
+    match = _WHERE.match(message)
+    if match:
+        path, line = bundle.project.root / match["file"], int(match["line"] or 0)
+        source_line = None
+        with contextlib.suppress(OSError, UnicodeDecodeError, IndexError):
+            source_line = path.read_text(encoding="utf-8").splitlines()[line - 1] if line > 0 else None
+        return Diagnostic(
+            _shown(path), line, int(match["column"] or (1 if line else 0)), match["message"], source_line=source_line
+        )
+    source = bundle.project.sources.get(f"agent:{agent}")
+    return Diagnostic(_shown(source or bundle.project.root), 0, 0, message)
+
+
+def _shown(path: Path) -> str:
+    """Relative to the current directory when inside it, like the loader's diagnostics."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,39 @@
+"""What every builtin tool is built on: the context it runs in, and the line its failure becomes.
+
+Its own module because the tool builders (:mod:`.builtin_tools`, :mod:`.tools`) and the tools'
+implementations (:mod:`.fs_tools`, :mod:`.exec_tools`) all need these, and the builders import
+the implementations: kept in either, they would import each other.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from framework.compiler.confine import Access
+from framework.spec.capabilities import Capabilities
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool needs to know about where it runs: the project, the agent, its capabilities.
+
+    ``root`` is resolved (symbolic links included) on construction. ``access`` is the agent's
+    capability rules, which the tools apply to every file and URL they reach (the runtime's
+    governance provides them); None: only the project root confines them.
+    """
+
+    root: Path
+    agent: str
+    capabilities: Capabilities | None = None
+    access: Access | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(os.path.realpath(self.root)))
+
+
+def failure_line(exc: BaseException) -> str:
+    """``ExceptionType: message`` (the type alone when the message is empty), for one-line errors."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
