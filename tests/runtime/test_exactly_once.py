@@ -75,7 +75,7 @@ def test_processes_and_a2a_decisions_racing_on_a_server_decide_once(
     root = make_project({"tools/side.py": SIDE_EFFECT, "agents/writer.yaml": writer_agent()})
     logs = tmp_path / "logs"
     logs.mkdir()
-    server = start_serve(root, logs)
+    server = start_serve(root, logs=logs)
     url = f"{server.url}/agents/writer/"
     headers = {"A2A-Version": "1.0"}
     try:

@@ -51,7 +51,7 @@ def served(make_project: ProjectFactory, tmp_path: Path) -> Iterator[ServerProce
     )
     logs = tmp_path / "logs"
     logs.mkdir()
-    server: ServerProcess = start_serve(root, logs)
+    server: ServerProcess = start_serve(root, logs=logs)
     yield server
     server.stop()
 

@@ -105,10 +105,11 @@ def test_two_servers_share_tasks_and_a_paused_task_survives_sigkill(
 
     restarted = start_serve(first_root)
     servers.append(restarted)
-    waiting = restarted.rpc("GetTask", {"id": paused["id"]})["result"]
+    waiting = restarted.rpc("GetTask", {"id": paused["id"]}, agent="writer")["result"]
     assert waiting["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     assert not (first_root / "effects.log").exists()
     approved = _send(restarted, "writer", "approve", taskId=paused["id"], contextId=paused["contextId"])
     assert approved["status"]["state"] == "TASK_STATE_COMPLETED", approved
     assert (first_root / "effects.log").read_text() == "hello\n"
-    assert other.rpc("GetTask", {"id": paused["id"]})["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    done_elsewhere = other.rpc("GetTask", {"id": paused["id"]}, agent="writer")["result"]
+    assert done_elsewhere["status"]["state"] == "TASK_STATE_COMPLETED"

@@ -218,7 +218,7 @@ def test_notifications_get_no_answer_and_stdout_has_only_json(peers: dict[str, S
     assert "Traceback" not in peer.stderr()
 
 
-def test_end_of_input_finishes_what_is_in_flight_then_exits_zero(peers: dict[str, StdioPeer]) -> None:
+def test_end_of_input_finishes_what_is_in_flight_then_exits_zero(project: Path, peers: dict[str, StdioPeer]) -> None:
     """A stream in flight is answered; a task a later non-blocking send left running completes and is stored."""
     peer = peers["slow"]
     stream = {"message": user_message("nap")}
@@ -233,7 +233,12 @@ def test_end_of_input_finishes_what_is_in_flight_then_exits_zero(peers: dict[str
     answer = messages[-1]
     assert answer["id"] == "stream" and "method" not in answer
     assert answer["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
-    # Another process sees the non-blocking task finished in the shared store.
-    task = result_of(peers["echo"].request("GetTask", {"id": accepted["id"]}))
+    # Another process of the same agent sees the non-blocking task finished in the shared store
+    # (under its own path each agent sees only its tasks).
+    other = StdioPeer(project, "slow")
+    try:
+        task = result_of(other.request("GetTask", {"id": accepted["id"]}))
+    finally:
+        other.close()
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert reply_text(task) == "rested enough"

@@ -30,7 +30,7 @@ def _paused_task(make_project: ProjectFactory, tmp_path: Path) -> tuple[Path, Se
     root = make_project({"tools/side.py": SIDE_EFFECT, "agents/writer.yaml": writer_agent()})
     logs = tmp_path / "logs"
     logs.mkdir()
-    server = start_serve(root, logs)
+    server = start_serve(root, logs=logs)
     message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "go"}]}
     task = _rpc(server, "SendMessage", {"message": message})["task"]
     assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
