@@ -25,7 +25,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, Field
 
-from framework.compiler.confine import Access, PathRefused, confine
+from framework.compiler.confine import Access, confine
 from framework.compiler.exec_tools import _SHELL_DEFAULTS, ahttp_get, http_get, run_command
 from framework.compiler.exec_tools import HTTP_BODY_LIMIT as HTTP_BODY_LIMIT  # re-exported
 from framework.compiler.exec_tools import HTTP_MAX_REDIRECTS as HTTP_MAX_REDIRECTS
@@ -42,6 +42,7 @@ from framework.compiler.fs_tools import (
     search_files,
     write_file,
 )
+from framework.errors import PathRefused
 from framework.spec.capabilities import Capabilities
 
 ToolCapability = Literal["fs.read", "fs.write", "shell", "network", "python", "agent"]

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING
 
 from langchain_core.tools import ToolException
 
-from framework.compiler.confine import PathChanged, PathRefused, confine, open_confined, scan_confined
+from framework.compiler.confine import confine, open_confined, scan_confined
 from framework.compiler.search_worker import Outcome
+from framework.errors import PathChanged, PathRefused
 from framework.spec.common import shown
 
 if TYPE_CHECKING:

@@ -25,6 +25,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from framework.errors import Failure
+from framework.runtime.pauses import Pause
+
 RunState = Literal["completed", "input-required", "failed", "canceled"]
 StepStatus = Literal["pending", "started", "completed", "failed"]
 
@@ -141,10 +144,11 @@ class UsageUpdate:
 
 @dataclass(frozen=True, slots=True)
 class Paused:
-    """The run waits for a person: an approval gate or a tool call to approve."""
+    """The run waits for a person: ``pause`` says for what (typed); ``payload`` is its wire form."""
 
     interrupt_id: str
     payload: dict[str, Any]
+    pause: Pause
     source: tuple[str, ...] = ()
     kind: Literal["paused"] = "paused"
 
@@ -154,14 +158,23 @@ StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "
 
 @dataclass(frozen=True, slots=True)
 class RunFinished:
+    """The run's end. A failed (or canceled) run carries its ``failure``, typed; ``error`` is its message."""
+
     state: RunState
     output: str = ""
     error: str = ""
+    failure: Failure | None = None
     usage: Usage = field(default_factory=Usage)
     stop_reason: str = "end_turn"
     """Why a completed turn ended (ACP's stopReason): a budget stops it as max_tokens / max_turn_requests."""
     task_id: str = ""
     kind: Literal["finished"] = "finished"
+
+    @classmethod
+    def failed(cls, failure: Failure, usage: Usage | None = None) -> RunFinished:
+        """The end of a run that failed (or was cancelled) with ``failure``."""
+        state: RunState = "canceled" if failure.code == "cancelled" else "failed"
+        return cls(state, error=failure.message, failure=failure, usage=usage or Usage())
 
 
 RunEvent = (
@@ -182,6 +195,8 @@ RunEvent = (
 def event_to_json(event: RunEvent) -> dict[str, Any]:
     """A JSON-ready dict (``ca run --json`` prints one per line)."""
     data = asdict(event)
+    if isinstance(event, Paused):
+        del data["pause"]  # the payload is its wire form
     if isinstance(event, UsageUpdate | RunFinished):
         data["usage"]["total_tokens"] = event.usage.total_tokens
     return {"kind": data.pop("kind"), **data}

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from framework.errors import RunError
 from framework.runtime.governance.secrets import KNOWN
+from framework.runtime.pauses import Pause, all_questions, read_pause
 from framework.runtime.stores import state_dir
 
 TaskState = Literal["submitted", "working", "input-required", "completed", "failed", "canceled", "rejected"]
@@ -75,6 +76,11 @@ class Pending:
 
     def expired(self, at: datetime | None = None) -> bool:
         return self.expires_at is not None and (at or now()) >= datetime.fromisoformat(self.expires_at)
+
+    @property
+    def pause(self) -> Pause:
+        """What the decision is about, typed (the payload is its wire form)."""
+        return read_pause(self.payload)
 
 
 @dataclass(frozen=True)
@@ -220,7 +226,7 @@ class TaskStore:
             ).fetchall()
         for (task_id,) in rows:
             task = self.get(task_id)
-            if task.pending and all(p.payload.get("kind") == "ask" for p in task.pending):
+            if all_questions([p.pause for p in task.pending]):
                 return task
         return None
 

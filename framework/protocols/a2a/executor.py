@@ -10,7 +10,8 @@
     paused               status INPUT_REQUIRED: a data part (APPROVAL_EXTENSION) listing
                          the pending actions and allowed decisions, plus a text fallback
     completed            status COMPLETED (metadata: stopReason, usage)
-    failed               status FAILED with {"error": {"code", "reason"}} (ERRORS table)
+    failed               status FAILED with a text part and a data part {"error": {"code", "reason"}}:
+                         the failure's code (``framework.errors``), see :func:`failure_status`
 
 A message sent to a task in INPUT_REQUIRED is its decision: a data part
 ``{"decision": "approve" | "reject" | "edit" | "always", "reason": ..., "args": ...}`` or
@@ -34,7 +35,7 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types import Message, Part, Role, Task, TaskState, TaskStatus
 
 from framework.compiler.workflow import replies_with_message
-from framework.errors import CAError, RunError
+from framework.errors import CAError, Failure, FailureCode, RunError
 from framework.protocols.a2a.wire import EVENT_KEY, to_wire
 from framework.runtime.events import (
     ArtifactOut,
@@ -48,6 +49,7 @@ from framework.runtime.events import (
     ToolCallStarted,
     event_to_json,
 )
+from framework.runtime.pauses import all_questions
 from framework.runtime.runtime import Runtime
 from framework.spec.agent import WorkflowAgent
 
@@ -61,18 +63,16 @@ DECISIONS = ("approve", "reject", "edit", "always")
 _TEXT_DECISION = re.compile(r"^\s*(approve|approved|yes|always|reject|rejected|no)\b\s*:?\s*(.*)$", re.I | re.S)
 
 
-def failure_code(error: str) -> str:
-    """A structured reason for a failed task, from the error text."""
-    for prefix, code in (
-        ("contract violated", "contract_violation"),
-        ("task budget", "budget_exceeded"),
-        ("conversation budget", "budget_exceeded"),
-        ("denied", "policy_denied"),
-        ("approval timed out", "approval_rejected"),
-    ):
-        if prefix in error:
-            return code
-    return "run_failed"
+FAILURE_STATES: dict[FailureCode, TaskState] = {"cancelled": TaskState.TASK_STATE_CANCELED}
+"""The A2A task state a failure ends its task in: FAILED unless listed here."""
+
+
+def failure_status(failure: Failure, task_id: str, context_id: str) -> tuple[TaskState, Message]:
+    """The A2A end of a failed run: its state, and a status message with the reason as text and
+    ``{"error": {"code": CODE, "reason": TEXT}}`` as data (the code is the failure's, never guessed)."""
+    state = FAILURE_STATES.get(failure.code, TaskState.TASK_STATE_FAILED)
+    error = {"code": failure.code, "reason": failure.message}
+    return state, _agent_message(task_id, context_id, [new_text_part(failure.message), new_data_part({"error": error})])
 
 
 def _data_decision(message: Message) -> dict[str, Any] | None:
@@ -180,13 +180,7 @@ class CleverAgentExecutor(AgentExecutor):
         except CAError as exc:  # a user-facing failure before the run started (unknown agent, bad decision...)
             if deferred:
                 await event_queue.enqueue_event(submitted)
-            await updater.failed(
-                _agent_message(
-                    task_id,
-                    context_id,
-                    [new_text_part(str(exc)), new_data_part({"error": {"code": "run_failed", "reason": str(exc)}})],
-                )
-            )
+            await self._failed(Failure.of(exc), updater, task_id, context_id)
         except asyncio.CancelledError:
             self.runtime.mark_canceled(task_id)
             raise
@@ -198,7 +192,7 @@ class CleverAgentExecutor(AgentExecutor):
     def _answer(self, task_id: str, message: Message) -> dict[str, Any]:
         """A decision for every pending approval, or the text that answers a workflow's ``ask``."""
         pending = self.runtime.tasks.get(task_id).pending
-        if pending and all(p.payload.get("kind") == "ask" for p in pending):
+        if all_questions([p.pause for p in pending]):
             text = "\n".join(get_text_parts(list(message.parts)))
             return _data_decision(message) or {"decision": "answer", "text": text}
         return parse_decision(message)
@@ -247,9 +241,11 @@ class CleverAgentExecutor(AgentExecutor):
     ) -> None:
         usage = to_wire(event_to_json(event)["usage"])
         if event.state == "input-required":
-            pending = [to_wire({"id": p.interrupt_id, **p.payload, "decisions": _decisions(p.payload)}) for p in pauses]
-            text = "\n".join(str(p.get("message", p.get("kind"))) for p in pending)
-            asks = all(p.get("kind") == "ask" for p in pending)
+            pending = [
+                to_wire({"id": p.interrupt_id, **p.payload, "decisions": list(p.pause.decisions)}) for p in pauses
+            ]
+            text = "\n".join(p.pause.message or p.pause.kind for p in pauses)
+            asks = all_questions([p.pause for p in pauses])
             how = "Reply with your answer." if asks else "Reply 'approve' or 'reject: REASON'."
             await updater.requires_input(
                 _agent_message(
@@ -278,10 +274,12 @@ class CleverAgentExecutor(AgentExecutor):
                 metadata={"stopReason": event.stop_reason, "usage": usage},
             )
             return
-        reason = {"code": failure_code(event.error), "reason": event.error}
-        await updater.failed(
-            _agent_message(task_id, context_id, [new_text_part(event.error), new_data_part({"error": reason})])
-        )
+        await self._failed(event.failure or Failure.of(RunError(event.error)), updater, task_id, context_id)
+
+    @staticmethod
+    async def _failed(failure: Failure, updater: TaskUpdater, task_id: str, context_id: str) -> None:
+        state, message = failure_status(failure, task_id, context_id)
+        await updater.update_status(state, message=message)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
@@ -367,13 +365,6 @@ def _still_waiting(current: Task, task_id: str, context_id: str, why: str) -> Me
     texts = [p for p in parts if p.HasField("text")]  # [an earlier why,] the question
     rest = [p for p in parts if not p.HasField("text")]
     return _agent_message(task_id, context_id, [new_text_part(f"{why}\n"), *texts[-1:], *rest])
-
-
-def _decisions(payload: Mapping[str, Any]) -> list[str]:
-    """What a person may answer to one pause: an ask takes free text (or a reject)."""
-    if payload.get("kind") == "ask":
-        return ["answer", "reject"]
-    return list(payload.get("options", ["approve", "reject"]))
 
 
 def _caller_limits(message: Message | None) -> tuple[dict[str, float] | None, int, str, tuple[str, ...]]:

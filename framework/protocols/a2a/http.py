@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from a2a.helpers.proto_helpers import new_data_part, new_text_part
+from a2a.helpers.proto_helpers import new_data_part
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
@@ -35,11 +35,12 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from framework.compiler.card import public_card
+from framework.errors import AgentNotFound, Failure, RunError
 from framework.protocols.a2a.auth import AuthMiddleware, Credentials
-from framework.protocols.a2a.executor import CleverAgentExecutor
+from framework.protocols.a2a.executor import CleverAgentExecutor, failure_status
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware
 from framework.protocols.a2a.task_store import SqliteTaskStore, WriteBehindTaskStore
-from framework.protocols.jsonrpc import Code, JsonRpcError
+from framework.protocols.jsonrpc import error_for
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
 
@@ -226,7 +227,7 @@ def build_app(runtime: Runtime) -> PlatformMiddleware:
         )
         handler = agents.current.handlers.get(agent)
         if handler is None:
-            raise JsonRpcError(Code.AGENT_NOT_FOUND, f"agent {agent!r} is no longer served")
+            raise AgentNotFound(f"agent {agent!r} is no longer served")
         answer = await handler.on_message_send(SendMessageRequest(message=message), ServerCallContext())
         return dict(json_format.MessageToDict(answer))
 
@@ -244,7 +245,7 @@ def _no_agent(runtime: Runtime) -> Endpoint:
         message = f"agent {name!r} not found; agents: {known}"
         if request.method == "GET":
             return JSONResponse({"error": message}, status_code=404)
-        error = JsonRpcError(Code.AGENT_NOT_FOUND, message)
+        error = error_for(AgentNotFound(message))
         try:
             body = await request.json()
         except ValueError:
@@ -280,14 +281,8 @@ async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> Non
         stored = await store.get(task.id, context)
         if stored is None or stored.status.state not in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
             continue
-        message = Message(
-            message_id=uuid.uuid4().hex,
-            role=Role.ROLE_AGENT,
-            task_id=stored.id,
-            context_id=stored.context_id,
-            parts=[new_text_part(INTERRUPTED), new_data_part({"error": {"code": "run_failed", "reason": INTERRUPTED}})],
-        )
-        stored.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_FAILED, message=message))
+        state, message = failure_status(Failure.of(RunError(INTERRUPTED)), stored.id, stored.context_id)
+        stored.status.CopyFrom(TaskStatus(state=state, message=message))
         stored.status.timestamp.GetCurrentTime()
         await store.save(stored, context)
 

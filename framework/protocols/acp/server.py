@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from framework.errors import CAError, ModelError, SpecError
 from framework.protocols.acp.hello import initialize_result
-from framework.protocols.jsonrpc import Code, JsonRpcError
+from framework.protocols.jsonrpc import Code, JsonRpcError, error_for
 
 AUTH_REQUIRED = -32000
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -67,7 +68,7 @@ class AcpServer:
         self.stack = AsyncExitStack()
         self.ready: asyncio.Task[Any] | None = None
         self.runtime: Any = None
-        self.load_error: str | None = None
+        self.load_error: SpecError | None = None
         self.methods: dict[str, Handler] = {
             "initialize": self.initialize,
             "authenticate": self.authenticate,
@@ -139,6 +140,10 @@ class AcpServer:
             if request_id is not None:
                 self.send({"id": request_id, "error": exc.to_json()})
             return
+        except CAError as exc:  # the error tree's own: its code's number (framework.protocols.jsonrpc)
+            if request_id is not None:
+                self.send({"id": request_id, "error": error_for(exc).to_json()})
+            return
         except Exception as exc:  # a bug of ours: answer it, keep the connection
             print(f"internal error in {method}: {type(exc).__name__}: {exc}", file=sys.stderr)
             if request_id is not None:
@@ -158,7 +163,6 @@ class AcpServer:
         self.ready = asyncio.create_task(self._load())
 
     async def _load(self) -> None:
-        from framework.errors import SpecError
         from framework.protocols.a2a import open_remote
         from framework.runtime.runtime import Runtime
         from framework.spec import load_project
@@ -166,7 +170,7 @@ class AcpServer:
         try:
             project = load_project(self.root)
         except SpecError as exc:
-            self.load_error = "the project is invalid:\n" + "\n".join(d.render() for d in exc.errors)
+            self.load_error = exc
             return
         self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote)
         self.agent_name = self.agent_name or project.default_agent
@@ -200,14 +204,9 @@ class AcpServer:
     async def loaded(self) -> Any:
         assert self.ready is not None
         await asyncio.shield(self.ready)
-        if self.load_error:
-            raise JsonRpcError(Code.INTERNAL_ERROR, self.load_error)
-        from framework.errors import CAError
-
-        try:
-            self.runtime.bundle.agent(self.agent_name)
-        except CAError as exc:
-            raise JsonRpcError(Code.INVALID_PARAMS, str(exc)) from exc
+        if self.load_error is not None:
+            raise error_for(self.load_error)  # -32085, every diagnostic in its data
+        self.runtime.bundle.agent(self.agent_name)  # AgentNotFound answers -32084
         return self.runtime
 
     # -- methods -------------------------------------------------------------------------
@@ -245,8 +244,6 @@ class AcpServer:
         ]
 
     def _check_model(self) -> None:
-        from framework.errors import ModelError
-
         try:
             self.runtime.bundle.graph(self.agent_name)
         except ModelError as exc:
