@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from framework.errors import Failure
+from framework.errors import Cancelled, Failure, RunError
 from framework.runtime.pauses import Pause
 
 RunState = Literal["completed", "input-required", "failed", "canceled"]
@@ -158,7 +158,8 @@ StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "
 
 @dataclass(frozen=True, slots=True)
 class RunFinished:
-    """The run's end. A failed (or canceled) run carries its ``failure``, typed; ``error`` is its message."""
+    """The run's end. A failed (or canceled) run carries its ``failure``, typed (always: one built
+    without gets a RunError or Cancelled of its ``error``); ``error`` is its message."""
 
     state: RunState
     output: str = ""
@@ -169,6 +170,12 @@ class RunFinished:
     """Why a completed turn ended (ACP's stopReason): a budget stops it as max_tokens / max_turn_requests."""
     task_id: str = ""
     kind: Literal["finished"] = "finished"
+
+    def __post_init__(self) -> None:
+        # A run that did not complete always says why, typed: transports branch on ``failure``.
+        if self.failure is None and self.state in ("failed", "canceled"):
+            error = Cancelled(self.error or "cancelled") if self.state == "canceled" else RunError(self.error)
+            object.__setattr__(self, "failure", Failure.of(error))
 
     @classmethod
     def failed(cls, failure: Failure, usage: Usage | None = None) -> RunFinished:

@@ -244,9 +244,11 @@ class AcpPeer:
 
     def __enter__(self) -> AcpPeer:
         init = {"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "tests", "version": "0"}}
-        self.call("initialize", init)
-        self.session = self.call("session/new", {"cwd": str(self.root), "mcpServers": []})["result"]["sessionId"]
+        assert "result" in self.call("initialize", init)
         return self
+
+    def new_session(self) -> Json:
+        return self.call("session/new", {"cwd": str(self.root), "mcpServers": []})
 
     def __exit__(self, *exc: object) -> None:
         assert self.proc.stdin is not None
@@ -282,7 +284,9 @@ class AcpPeer:
                 return got
 
     def prompt(self, text: str) -> Json:
-        return self.call("session/prompt", {"sessionId": self.session, "prompt": [{"type": "text", "text": text}]})
+        """A new session's answer to one prompt."""
+        session = self.new_session()["result"]["sessionId"]
+        return self.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]})
 
 
 def test_a_provider_saying_access_denied_is_a_provider_error_over_acp(project: Path) -> None:
@@ -328,6 +332,22 @@ def test_an_acp_permission_request_cancelled_by_the_user_stops_the_turn_cancelle
     with AcpPeer(project, "hasty", lambda request: {"outcome": {"outcome": "cancelled"}}) as peer:
         answer = peer.prompt(WRITE)
     assert answer["result"] == {"stopReason": "cancelled"}
+
+
+def test_an_invalid_project_answers_acp_session_new_with_spec_invalid_and_its_diagnostics(project: Path) -> None:
+    (project / "agents" / "bound.yaml").write_text("name: bound\nprofile: [not, a, name]\n", encoding="utf-8")
+    with AcpPeer(project, "spent") as peer:
+        error = peer.new_session()["error"]
+    assert (error["code"], error["data"]["kind"], error["data"]["code"]) == (-32085, "SpecError", "spec_invalid")
+    [diagnostic] = error["data"]["diagnostics"]
+    assert diagnostic["file"].endswith("bound.yaml") and diagnostic["line"] == 2
+
+
+def test_an_unknown_agent_answers_acp_session_new_with_agent_not_found(project: Path) -> None:
+    with AcpPeer(project, "nobody") as peer:
+        error = peer.new_session()["error"]
+    assert (error["code"], error["data"]["code"]) == (-32084, "agent_not_found")
+    assert "agent 'nobody' not found" in error["message"]
 
 
 # -- the CLI --------------------------------------------------------------------------------------------

@@ -239,6 +239,9 @@ class CleverAgentExecutor(AgentExecutor):
         task_id: str,
         context_id: str,
     ) -> None:
+        if event.failure is not None:
+            await self._failed(event.failure, updater, task_id, context_id)
+            return
         usage = to_wire(event_to_json(event)["usage"])
         if event.state == "input-required":
             pending = [
@@ -258,23 +261,20 @@ class CleverAgentExecutor(AgentExecutor):
                 )
             )
             return
-        if event.state == "completed":
-            # The whole reply as one part, replacing the streamed chunks: what GetTask and
-            # non-streaming clients see is the clean text.
-            if event.output or reply.sent:
-                await updater.add_artifact(
-                    [new_text_part(event.output)],
-                    artifact_id=REPLY_ARTIFACT,
-                    name="reply",
-                    append=False,
-                    last_chunk=True,
-                )
-            await updater.update_status(
-                TaskState.TASK_STATE_COMPLETED,
-                metadata={"stopReason": event.stop_reason, "usage": usage},
+        # Completed: the whole reply as one part, replacing the streamed chunks (what GetTask and
+        # non-streaming clients see is the clean text).
+        if event.output or reply.sent:
+            await updater.add_artifact(
+                [new_text_part(event.output)],
+                artifact_id=REPLY_ARTIFACT,
+                name="reply",
+                append=False,
+                last_chunk=True,
             )
-            return
-        await self._failed(event.failure or Failure.of(RunError(event.error)), updater, task_id, context_id)
+        await updater.update_status(
+            TaskState.TASK_STATE_COMPLETED,
+            metadata={"stopReason": event.stop_reason, "usage": usage},
+        )
 
     @staticmethod
     async def _failed(failure: Failure, updater: TaskUpdater, task_id: str, context_id: str) -> None:

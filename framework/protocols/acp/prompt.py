@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from framework.errors import Cancelled, Failure, FailureCode, RunError
+from framework.errors import Cancelled, Failure, FailureCode
 from framework.protocols.jsonrpc import Code, JsonRpcError, failure_error
 from framework.runtime.events import (
     ArtifactOut,
@@ -284,11 +284,9 @@ class PromptTurn:
 
     def stop(self, finished: RunFinished) -> dict[str, Any]:
         """The answer to session/prompt for a run's end: a stopReason, or the failure's JSON-RPC error."""
-        if finished.state == "completed":
+        failure = finished.failure
+        if failure is None:  # completed (a turn never ends paused here)
             return {"stopReason": finished.stop_reason}
-        failure = finished.failure or Failure.of(
-            Cancelled("the run was cancelled") if finished.state == "canceled" else RunError(finished.error)
-        )
         reason = STOP_REASONS.get(failure.code)
         if reason is None:
             raise failure_error(failure)
