@@ -37,7 +37,7 @@ from langgraph.types import Command, interrupt
 
 from framework.compiler.conditions import Classify, LazyLabel, first_label_in, holds, label_or_other
 from framework.compiler.templates import input_text, render_template
-from framework.errors import ApprovalRejected, CAError, Failure, RunError, ToolError
+from framework.errors import ApprovalRejected, CAError, Failure, RunError, Signal, ToolError
 from framework.spec.agent import WorkflowAgent
 from framework.spec.workflow import (
     AgentStep,
@@ -405,7 +405,7 @@ class _Builder:
         request = ToolCallRequest(tool_call=call, tool=tool, state=state, runtime=get_runtime())  # type: ignore[arg-type]
         try:
             result = await self.run_call(request)
-        except GraphBubbleUp:  # an approval asked for by governance
+        except (GraphBubbleUp, Signal):  # an approval asked for by governance; a cancel
             raise
         except Exception as exc:
             raise ToolError(f"step {step.id!r}: tool {step.tool!r} failed: {exc}") from exc

@@ -11,10 +11,11 @@
     MessageOut       a Message reply*     (the reply text carries it)
     PlanUpdate       status message       plan
     UsageUpdate      metadata             (budget display)
-    Paused           input-required       session/request_permission
-    RunFinished      completed / failed   stopReason
+    Paused           input-required       session/request_permission (pause: its typed variant)
+    RunFinished      completed / failed   stopReason, or the JSON-RPC error of failure.code
 
 *When a run's only output is message steps; otherwise a status message of the task.
+A failed run's ``failure`` (``framework.errors.Failure``) is mapped by each transport's one table.
 
 ``source`` is the path of nested agents that produced an event: ``()`` for the agent
 that was asked, ``("release", "summary")`` for the ``summary`` step of ``release``.
