@@ -1,26 +1,63 @@
-"""The one exception tree of CleverAgents.
+"""The one exception tree of CleverAgents, and the typed failure a run ends with.
 
-    CAError                      anything the framework reports to a user
-    ├── SpecError                the project's files are invalid; carries every Diagnostic
-    ├── UsageError               a wrong CLI argument or option value
-    ├── ModelError               a model cannot be built or called (missing extra, unset key, server down)
-    ├── ToolError                a tool cannot be loaded (bad python tool); at run time tool failures
-    │                            go back to the model as error results instead
-    ├── RunError                 a run failed (unknown agent, workflow step failed, ...)
-    └── StoreError               a state database under .ca/ is damaged (not a database, corrupt,
-                                 a table missing); the message names the file and what to do
+    class                        code                 what the user meets
+    CAError                      run_failed           anything the framework reports to a user
+    ├── SpecError                spec_invalid         the project's files are invalid; carries every Diagnostic
+    ├── UsageError               usage_error          a wrong CLI argument or option value
+    ├── ModelError               run_failed           a model cannot be built (missing extra, unset key)
+    │   └── ProviderError        provider_error       a model call failed (the provider answered an error,
+    │                                                 or cannot be reached)
+    ├── ToolError                tool_failed          a tool cannot be loaded, or a workflow's tool step failed
+    │                                                 (a model's tool calls get their failures back as results)
+    ├── StoreError               store_damaged        a state database under .ca/ is damaged
+    └── RunError                 run_failed           a run cannot start or failed; its subclasses say why
+        ├── AgentNotFound        agent_not_found      no agent of that name
+        ├── TaskNotWaiting       task_not_waiting     a decision for a task that waits for none
+        ├── BudgetExceeded       budget_exceeded      a budget with on_exceed: fail was spent
+        ├── PolicyDenied         policy_denied        a capability, contract or profile rule refused an action
+        │   ├── PathRefused      policy_denied        a path no capability can allow (outside the root, ...)
+        │   │   └── PathChanged  policy_denied        a checked path became a symbolic link before it was opened
+        │   └── UrlRefused       policy_denied        a URL refused before the allowlist is consulted
+        ├── ContractViolation    contract_violation   the answer broke the agent's contract
+        └── ApprovalRejected     approval_rejected    a person rejected a gate or an approval, or declined an ask
+            └── ApprovalTimedOut approval_rejected    an approval expired under ``on_timeout: fail``
 
-Foreign exceptions are translated where they enter (``raise SpecError(...) from exc``);
-the CLI maps this tree to messages and exit codes in one place.
+    Signal                                            control flow, not a failure: generic handlers re-raise it
+    └── Cancelled                cancelled            the user or a transport stopped the run
+
+(A pause for a decision is LangGraph's own signal, ``GraphInterrupt``; it never becomes a failure.)
+
+Foreign exceptions are translated where they enter (``raise SpecError(...) from exc``; the runner
+turns a provider package's exception into ``ProviderError``). A run that fails ends with a
+:class:`Failure` built from the exception's type: ``kind`` (the class), ``code`` (stable, for
+machines), the message and structured ``data``. Each transport maps ``code`` through one table:
+JSON-RPC numbers in ``framework.protocols.jsonrpc``, A2A task states in the A2A executor, ACP stop
+reasons in the ACP prompt turn, exit codes in the CLI.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 Severity = Literal["error", "warning"]
+ErrorCode = Literal[
+    "run_failed",
+    "usage_error",
+    "spec_invalid",
+    "provider_error",
+    "tool_failed",
+    "store_damaged",
+    "agent_not_found",
+    "task_not_waiting",
+    "budget_exceeded",
+    "policy_denied",
+    "contract_violation",
+    "approval_rejected",
+]
+"""The stable machine code of each failure class (never reworded: clients act on it)."""
+FailureCode = ErrorCode | Literal["cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,33 +102,46 @@ class Diagnostic:
 
 
 class CAError(Exception):
-    """Base of every error CleverAgents reports to a user (never shown with a traceback)."""
+    """Base of every error CleverAgents reports to a user (never shown with a traceback).
 
-    exit_code = 1
+    ``data`` holds what a program needs besides the message (a budget's limit, a rule's name).
+    """
+
+    code: ClassVar[ErrorCode] = "run_failed"
+    exit_code: ClassVar[int] = 1
+
+    def __init__(self, message: str = "", *, data: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.data: dict[str, Any] = dict(data or {})
 
 
 class UsageError(CAError):
     """A command-line argument or option the user must change."""
 
+    code = "usage_error"
     exit_code = 2
 
 
 class ModelError(CAError):
-    """A chat model cannot be built or reached; the message says what to install or set."""
+    """A chat model cannot be built (a missing package, an unset key); the message says what to
+    install or set. The run cannot start, so its code is the generic ``run_failed``."""
 
-    exit_code = 1
+
+class ProviderError(ModelError):
+    """A model call failed: the provider answered with an error or could not be reached.
+
+    Raised from the provider package's own exception, which is never parsed: a provider whose
+    text says "Access denied" is a provider error, not a policy decision.
+    """
+
+    code = "provider_error"
 
 
 class ToolError(CAError):
-    """A tool cannot be loaded or built (e.g. a python tool that fails to import)."""
+    """A tool cannot be loaded or built (a python tool that fails to import), or a workflow's
+    tool step failed."""
 
-    exit_code = 1
-
-
-class RunError(CAError):
-    """A run cannot start or failed for a reason the user can act on."""
-
-    exit_code = 1
+    code = "tool_failed"
 
 
 class StoreError(CAError):
@@ -100,17 +150,76 @@ class StoreError(CAError):
     Raised where the database driver's error enters, so no caller sees ``sqlite3`` errors.
     """
 
-    exit_code = 1
+    code = "store_damaged"
+
+
+class RunError(CAError):
+    """A run cannot start or failed for a reason the user can act on."""
+
+
+class AgentNotFound(RunError):
+    """No agent of that name in the project (the message suggests the closest)."""
+
+    code = "agent_not_found"
+
+
+class TaskNotWaiting(RunError):
+    """A decision was sent to a task (or conversation) that waits for none."""
+
+    code = "task_not_waiting"
+
+
+class BudgetExceeded(RunError):
+    """A budget with ``on_exceed: fail`` was spent."""
+
+    code = "budget_exceeded"
+
+
+class PolicyDenied(RunError):
+    """A capability, contract or profile rule refused an action, and the run could not go on
+    without it (a workflow's tool step; a model's tool call gets the refusal as its result)."""
+
+    code = "policy_denied"
+
+
+class PathRefused(PolicyDenied):
+    """A path that no capability can allow: it leaves the project root or does not read as itself."""
+
+
+class PathChanged(PathRefused):
+    """A path checked by ``confine`` became a symbolic link before it was opened."""
+
+
+class UrlRefused(PolicyDenied):
+    """A URL refused before the allowlist is consulted."""
+
+
+class ContractViolation(RunError):
+    """The final answer broke the agent's contract (``on_violation: fail``, or no retry left)."""
+
+    code = "contract_violation"
+
+
+class ApprovalRejected(RunError):
+    """A person rejected what the run needed: a workflow's gate, the approval of a workflow's tool
+    step, or the answer to its ask (declined). A model's rejected tool call only tells the model."""
+
+    code = "approval_rejected"
+
+
+class ApprovalTimedOut(ApprovalRejected):
+    """An approval waited longer than the profile allows and ``on_timeout`` is ``fail``."""
 
 
 class SpecError(CAError):
     """The project's YAML is invalid. Carries every diagnostic found, not just the first."""
 
+    code = "spec_invalid"
     exit_code = 2
 
     def __init__(self, diagnostics: Iterable[Diagnostic]) -> None:
         self.diagnostics: tuple[Diagnostic, ...] = tuple(diagnostics)
-        super().__init__(self.summary())
+        super().__init__(self.summary(), data={"diagnostics": [d.to_json() for d in self.errors]})
 
     @property
     def errors(self) -> Sequence[Diagnostic]:
@@ -120,3 +229,66 @@ class SpecError(CAError):
         n = len(self.errors)
         first = self.errors[0].render() if self.errors else ""
         return f"{n} error{'s' if n != 1 else ''} in the project\n{first}"
+
+
+class Signal(Exception):
+    """Control flow, not a failure: a handler that catches ``Exception`` re-raises it (as
+    LangGraph's handlers re-raise ``GraphBubbleUp``)."""
+
+    code: ClassVar[FailureCode] = "cancelled"
+
+
+class Cancelled(Signal):
+    """The user or a transport stopped the run (Ctrl-C, A2A CancelTask, ACP session/cancel, or a
+    permission request the user cancelled)."""
+
+    code = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """How a run failed, built from the exception's type where it happened, never from its text.
+
+    ``kind`` is the error class (``"PathRefused"``), ``code`` its stable machine code
+    (``"policy_denied"``), ``data`` what a program needs besides the message.
+    """
+
+    kind: str
+    code: FailureCode
+    message: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, exc: CAError | Signal) -> Failure:
+        data = exc.data if isinstance(exc, CAError) else {}
+        return cls(type(exc).__name__, exc.code, str(exc), dict(data))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "code": self.code, "message": self.message, "data": dict(self.data)}
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Failure:
+        """A failure as :meth:`to_json` wrote it (a checkpoint may hold one without ``code``)."""
+        kind = str(value.get("kind", "RunError"))
+        known = _error_class(kind)
+        code = value.get("code") or (known.code if known is not None else RunError.code)
+        data = value.get("data")
+        return cls(kind, code, str(value.get("message", "")), dict(data) if isinstance(data, Mapping) else {})
+
+    def error(self) -> CAError:
+        """The typed error again, e.g. for a caller that re-raises its callee's failure as it was."""
+        known = _error_class(self.kind)
+        if known is None or known.__init__ is not CAError.__init__:  # SpecError is built from diagnostics
+            return RunError(self.message, data=self.data)
+        return known(self.message, data=self.data)
+
+
+def _error_class(name: str) -> type[CAError] | None:
+    """The class of the tree named ``name`` (subclasses defined anywhere count)."""
+    todo: list[type[CAError]] = [CAError]
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ == name:
+            return cls
+        todo.extend(cls.__subclasses__())
+    return None

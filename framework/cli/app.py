@@ -334,7 +334,7 @@ def tasks_list(
         )
         for waiting in task.pending:
             expired = " (expired)" if waiting.expired() else ""
-            typer.echo(f"    waiting: {waiting.payload.get('message', waiting.payload.get('kind'))}{expired}")
+            typer.echo(f"    waiting: {waiting.pause.message or waiting.pause.kind}{expired}")
 
 
 @app.command()

@@ -1,7 +1,9 @@
 """``ca run AGENT [PROMPT]``: one turn of a conversation, streamed to the terminal (or as JSON lines).
 
-Exit codes: 0 completed, 1 failed, 2 invalid project or usage, 3 paused waiting for a
-decision (non-interactive), 130 interrupted.
+Exit codes (:data:`EXIT_CODES`, by how the run ended): 0 completed, 1 failed (whatever the
+failure's kind: ``--json`` gives it in the finished event), 3 paused waiting for a decision
+(non-interactive), 130 interrupted; errors before a run starts exit with their class's
+``exit_code`` (2 for an invalid project or usage).
 """
 
 from __future__ import annotations
@@ -10,26 +12,30 @@ import asyncio
 import json
 import sys
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from framework.errors import UsageError
+from framework.errors import Cancelled, Failure, UsageError
 from framework.runtime.events import (
     ArtifactOut,
     Paused,
     PlanUpdate,
     RunEvent,
     RunFinished,
+    RunState,
     StepUpdate,
     TextChunk,
     ToolCallFinished,
     ToolCallStarted,
+    Usage,
     UsageUpdate,
     event_to_json,
 )
+from framework.runtime.pauses import Pause, Question, ToolApproval, all_questions
 
-EXIT_OK, EXIT_FAILED, EXIT_PAUSED = 0, 1, 3
+EXIT_CODES: dict[RunState, int] = {"completed": 0, "failed": 1, "input-required": 3, "canceled": 130}
+"""The exit code of ``ca run`` and ``ca approve`` for each way a run ends."""
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
@@ -63,6 +69,10 @@ class TerminalView:
         self.interactive = err.isatty()
         self.spinning: asyncio.Task[None] | None = None
         self.wrote_text = False
+        self.usage = Usage()
+        """The run's usage so far (for the finished event of an interrupted run)."""
+        self.pauses: list[Pause] = []
+        """What the run waits for when it ended paused."""
 
     def start_waiting(self) -> None:
         if self.interactive and self.spinning is None:
@@ -106,7 +116,7 @@ class TerminalView:
         elif isinstance(event, ArtifactOut):
             self._line(f"▣ {_who(event.source)}artifact {event.name}: {'; '.join(map(_describe_part, event.parts))}")
         elif isinstance(event, Paused):
-            self._line(f"⏸ paused: {event.payload.get('message', event.payload)}")
+            self._line(f"⏸ paused: {event.pause.message or event.payload}")
         elif isinstance(event, UsageUpdate):
             return
         if not isinstance(event, RunFinished):
@@ -161,7 +171,7 @@ def _describe_part(part: dict[str, Any]) -> str:
     return f"file {file.get('name') or '(unnamed)'} ({file.get('media_type') or 'no type'}, {where})"
 
 
-def ask(payload: dict[str, Any]) -> dict[str, Any] | None:
+def ask(pause: Pause) -> dict[str, Any] | None:
     """Ask the person at the terminal about a pause; None when there is no terminal to ask.
 
     Tool approvals offer approve / reject (with a reason the model sees) / edit the
@@ -171,15 +181,15 @@ def ask(payload: dict[str, Any]) -> dict[str, Any] | None:
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         return None
     err = sys.stderr
-    err.write(f"\n{payload.get('message', 'Continue?')}\n")
-    if payload.get("kind") == "ask":
+    err.write(f"\n{pause.message or 'Continue?'}\n")
+    if isinstance(pause, Question):
         err.write("your answer: ")
         err.flush()
         line = sys.stdin.readline()
         return {"decision": "answer", "text": line.rstrip("\n")} if line else None
-    if payload.get("reason"):
-        err.write(f"  ({payload['reason']})\n")
-    full = payload.get("kind") == "approval"
+    full = isinstance(pause, ToolApproval)
+    if isinstance(pause, ToolApproval) and pause.reason:
+        err.write(f"  ({pause.reason})\n")
     choices = "[a]pprove, [r]eject, [e]dit arguments, a[l]ways allow" if full else "[a]pprove, [r]eject"
     while True:
         err.write(f"{choices}? ")
@@ -196,12 +206,12 @@ def ask(payload: dict[str, Any]) -> dict[str, Any] | None:
             err.write("reason (the agent sees it): ")
             err.flush()
             return {"decision": "reject", "reason": sys.stdin.readline().strip() or None}
-        if key == "e" and full:
-            err.write(f"new arguments as JSON [{json.dumps(payload.get('args', {}))}]: ")
+        if key == "e" and isinstance(pause, ToolApproval):
+            err.write(f"new arguments as JSON [{json.dumps(dict(pause.args))}]: ")
             err.flush()
             text = sys.stdin.readline().strip()
             try:
-                args = json.loads(text) if text else payload.get("args", {})
+                args = json.loads(text) if text else dict(pause.args)
             except json.JSONDecodeError as exc:
                 err.write(f"not JSON ({exc.msg}); try again\n")
                 continue
@@ -219,6 +229,8 @@ async def stream_events(events: Any, view: TerminalView, as_json: bool) -> tuple
     async for event in events:
         if as_json:
             print(json.dumps(event_to_json(event), ensure_ascii=False), flush=True)
+        if isinstance(event, UsageUpdate):
+            view.usage = event.usage
         if isinstance(event, RunFinished):
             finished = event
             continue
@@ -230,29 +242,44 @@ async def stream_events(events: Any, view: TerminalView, as_json: bool) -> tuple
     return finished, pauses
 
 
-async def drive(runtime: Any, events: Any, *, as_json: bool, session: str) -> int:
-    """Show a task's events, answering pauses at the terminal until it ends or no one can answer."""
+async def drive(runtime: Any, events: Any, *, as_json: bool, session: str, task_id: str) -> int:
+    """Show a task's events, answering pauses at the terminal until it ends or no one can answer.
+
+    Interrupted (Ctrl-C), the task is recorded canceled and ``--json`` ends with its finished event.
+    """
     view = TerminalView(sys.stdout, sys.stderr)
+    try:
+        finished = await _answering(runtime, events, view, as_json=as_json)
+    except asyncio.CancelledError:
+        view.stop_waiting()
+        runtime.mark_canceled(task_id)
+        if as_json:
+            stopped = RunFinished.failed(Failure.of(Cancelled("interrupted by the user (Ctrl-C)")), view.usage)
+            print(json.dumps(event_to_json(replace(stopped, task_id=task_id)), ensure_ascii=False), flush=True)
+        raise
+    if not as_json:
+        view.finish(finished, session)
+    if finished.state == "input-required":
+        short = finished.task_id[:12]
+        if all_questions(view.pauses):
+            sys.stderr.write(f"task {short} is waiting for an answer: ca approve {short} --answer TEXT\n")
+        else:
+            sys.stderr.write(f"task {short} is waiting for a decision: ca approve {short} [--reject --reason TEXT]\n")
+    return EXIT_CODES[finished.state]
+
+
+async def _answering(runtime: Any, events: Any, view: TerminalView, *, as_json: bool) -> RunFinished:
+    """Stream the run, asking at the terminal about each pause, until it ends or no one can answer."""
     while True:
         finished, pauses = await stream_events(events, view, as_json)
+        view.pauses = [p.pause for p in pauses]
         if finished.state == "input-required" and pauses and not as_json:
             view.stop_waiting()
-            decision = ask(pauses[-1].payload)
+            decision = ask(pauses[-1].pause)
             if decision is not None:
                 events = runtime.decide(finished.task_id, decision)
                 continue
-        if not as_json:
-            view.finish(finished, session)
-        if finished.state == "input-required":
-            short = finished.task_id[:12]
-            if pauses and all(p.payload.get("kind") == "ask" for p in pauses):
-                sys.stderr.write(f"task {short} is waiting for an answer: ca approve {short} --answer TEXT\n")
-            else:
-                sys.stderr.write(
-                    f"task {short} is waiting for a decision: ca approve {short} [--reject --reason TEXT]\n"
-                )
-            return EXIT_PAUSED
-        return EXIT_OK if finished.state == "completed" else EXIT_FAILED
+        return finished
 
 
 async def run_command(options: RunOptions) -> int:
@@ -269,8 +296,9 @@ async def run_command(options: RunOptions) -> int:
     async with AsyncExitStack() as stack:
         runtime = await Runtime.open(project, stack=stack, remote=open_remote)
         runtime.bundle.agent(options.agent)  # unknown agent: a clear error before anything runs
-        events = runtime.send(options.agent, text, conversation=session, skill=options.skill)
-        return await drive(runtime, events, as_json=options.as_json, session=session)
+        task_id = uuid.uuid4().hex
+        events = runtime.send(options.agent, text, conversation=session, skill=options.skill, task_id=task_id)
+        return await drive(runtime, events, as_json=options.as_json, session=session, task_id=task_id)
 
 
 async def approve_command(project_dir: Path, task_id: str, decision: dict[str, Any], as_json: bool) -> int:
@@ -286,4 +314,4 @@ async def approve_command(project_dir: Path, task_id: str, decision: dict[str, A
         runtime = await Runtime.open(project, stack=stack, remote=open_remote)
         task = runtime.tasks.get(task_id)
         events = runtime.decide(task.id, decision)
-        return await drive(runtime, events, as_json=as_json, session=task.conversation)
+        return await drive(runtime, events, as_json=as_json, session=task.conversation, task_id=task.id)

@@ -23,7 +23,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, Field
 
-from framework.compiler.confine import PathRefused, confine
+from framework.compiler.confine import confine
 from framework.compiler.exec_tools import _SHELL_DEFAULTS, ahttp_get, http_get, run_command
 from framework.compiler.exec_tools import HTTP_BODY_LIMIT as HTTP_BODY_LIMIT  # re-exported
 from framework.compiler.exec_tools import HTTP_MAX_REDIRECTS as HTTP_MAX_REDIRECTS
@@ -42,6 +42,7 @@ from framework.compiler.fs_tools import (
 )
 from framework.compiler.tool_context import ToolContext, failure_line
 from framework.compiler.tool_names import model_facing_name
+from framework.errors import PathRefused
 
 ToolCapability = Literal["fs.read", "fs.write", "shell", "network", "python", "agent"]
 """What a built tool touches; carried in ``tool.metadata["capability"]`` for governance."""

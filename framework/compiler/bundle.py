@@ -32,7 +32,7 @@ from framework.compiler.tool_context import ToolContext
 from framework.compiler.tool_names import model_facing_name
 from framework.compiler.tools import build_tools
 from framework.compiler.workflow import compile_workflow
-from framework.errors import RunError
+from framework.errors import AgentNotFound, Failure
 from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
@@ -141,11 +141,11 @@ class Bundle:
         return self.project.agents
 
     def agent(self, name: str) -> AgentSpec:
-        """The spec of ``name``, or a RunError that suggests the closest name."""
+        """The spec of ``name``, or an AgentNotFound that suggests the closest name."""
         if name not in self.project.agents:
             hint = did_you_mean(name, self.project.agents)
             known = ", ".join(sorted(self.project.agents)) or "none"
-            raise RunError(f"agent {name!r} not found{f' ({hint})' if hint else ''}; agents: {known}")
+            raise AgentNotFound(f"agent {name!r} not found{f' ({hint})' if hint else ''}; agents: {known}")
         return self.project.agents[name]
 
     def card(self, name: str) -> AgentCard:
@@ -221,11 +221,12 @@ class Bundle:
                 hooks.finished(context, state="canceled" if canceled else "failed", error=str(exc))
             raise
         answer, usage = final_text(state), dict(state.get("ca_usage") or {})
-        failure = (state.get("ca_stop") or {}).get("failure")
-        if failure:  # the callee's policies ended it failed (its answer broke its contract)
+        stopped = (state.get("ca_stop") or {}).get("failure")
+        if stopped:  # the callee's policies ended it failed (its answer broke its contract): the same kind here
+            failure = Failure.from_json(stopped)
             if hooks is not None:
-                hooks.finished(context, state="failed", error=str(failure.get("message", "")), usage=usage)
-            raise RunError(str(failure.get("message", "")))
+                hooks.finished(context, state="failed", error=failure.message, usage=usage)
+            raise failure.error()
         if hooks is not None:
             hooks.finished(context, state="completed", output=answer, usage=usage)
         return answer, usage

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote_to_bytes
 
+from framework.errors import PathChanged, PathRefused
 from framework.spec.common import shown
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -46,14 +47,6 @@ _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 # Opening relative to a folder's descriptor is what makes the walk race-free; Windows has no
 # dir_fd (and creating links there needs privileges), so it opens the checked path directly.
 _WALKS = bool(_NOFOLLOW) and os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
-
-
-class PathRefused(ValueError):
-    """A path that no capability can allow: it leaves the project root or does not read as itself."""
-
-
-class PathChanged(PathRefused):
-    """A path checked by :func:`confine` became a symbolic link before it was opened."""
 
 
 class Access(Protocol):

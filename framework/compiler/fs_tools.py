@@ -27,9 +27,10 @@ from pathlib import Path
 
 from langchain_core.tools import ToolException
 
-from framework.compiler.confine import PathChanged, PathRefused, confine, open_confined, scan_confined
+from framework.compiler.confine import confine, open_confined, scan_confined
 from framework.compiler.search_worker import Outcome
 from framework.compiler.tool_context import ToolContext
+from framework.errors import PathChanged, PathRefused
 from framework.spec.common import shown
 
 READ_LIMIT = 256 * 1024

@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from framework.compiler.confine import PathRefused, open_confined
+from framework.compiler.confine import open_confined
+from framework.errors import PathRefused
 
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict, TypeVar, cast, get_type_hints
 
@@ -37,7 +37,7 @@ from langgraph.types import Command, interrupt
 
 from framework.compiler.conditions import Classify, LazyLabel, first_label_in, holds, label_or_other
 from framework.compiler.templates import input_text, render_template
-from framework.errors import RunError
+from framework.errors import ApprovalRejected, CAError, Failure, RunError, Signal, ToolError
 from framework.spec.agent import WorkflowAgent
 from framework.spec.workflow import (
     AgentStep,
@@ -223,6 +223,15 @@ def _as_text(result: Any) -> str:
         return str(result)
 
 
+def _step_failure(message: str, artifact: Any) -> CAError:
+    """The error a tool step fails with: the refusal's own kind when governance refused the call
+    (its result carries the typed failure), a ToolError when the tool itself failed."""
+    refused = artifact.get("failure") if isinstance(artifact, Mapping) else None
+    if isinstance(refused, Mapping):
+        return replace(Failure.from_json(refused), message=message).error()
+    return ToolError(message)
+
+
 def _gate_decision(step_id: str, value: Any) -> tuple[bool, str | None]:
     """Read a resume value: ``{"approved": bool, "reason": str | None}``, a bool, or approve/reject."""
     if isinstance(value, bool):
@@ -385,7 +394,8 @@ class _Builder:
     async def run_tool(self, step: ToolStep, state: _RunState) -> tuple[str, _Update]:
         """Run the step's tool call through the middleware: its result, and the middleware's state update.
 
-        A refused, rejected or failed call (an error result) fails the step.
+        A refused, rejected or failed call (an error result) fails the step: with the refusal's
+        kind when governance refused it (the result carries it), else as a ToolError.
         """
         tool = self.tools.get(step.tool)
         if tool is None:
@@ -395,17 +405,17 @@ class _Builder:
         request = ToolCallRequest(tool_call=call, tool=tool, state=state, runtime=get_runtime())  # type: ignore[arg-type]
         try:
             result = await self.run_call(request)
-        except GraphBubbleUp:  # an approval asked for by governance
+        except (GraphBubbleUp, Signal):  # an approval asked for by governance; a cancel
             raise
         except Exception as exc:
-            raise RunError(f"step {step.id!r}: tool {step.tool!r} failed: {exc}") from exc
+            raise ToolError(f"step {step.id!r}: tool {step.tool!r} failed: {exc}") from exc
         update: _Update = {}
         if isinstance(result, Command):
             update = dict(result.update) if isinstance(result.update, Mapping) else {}
             messages = update.pop("messages", [])
             result = messages[-1] if messages else ToolMessage("", tool_call_id=call["id"])
         if result.status == "error":
-            raise RunError(f"step {step.id!r}: tool {step.tool!r} failed: {result.text}")
+            raise _step_failure(f"step {step.id!r}: tool {step.tool!r} failed: {result.text}", result.artifact)
         return result.text, update
 
     @staticmethod
@@ -416,7 +426,7 @@ class _Builder:
             payload["timeout"] = step.gate.timeout
         approved, reason = _gate_decision(step.id, interrupt(payload))
         if not approved:
-            raise RunError(f"gate {step.id!r} rejected" + (f": {reason}" if reason else ""))
+            raise ApprovalRejected(f"gate {step.id!r} rejected" + (f": {reason}" if reason else ""))
         return "approved"
 
     @staticmethod
@@ -429,7 +439,7 @@ class _Builder:
         if isinstance(answer, Mapping):
             if answer.get("declined"):
                 reason = answer.get("reason")
-                raise RunError(f"ask {step.id!r} was declined" + (f": {reason}" if reason else ""))
+                raise ApprovalRejected(f"ask {step.id!r} was declined" + (f": {reason}" if reason else ""))
             answer = answer.get("text", "")
         return str(answer)
 

@@ -1,22 +1,28 @@
 """JSON-RPC 2.0 on plain dicts, independent of framing (HTTP body, stdio line), and the error table.
 
-Error codes — one table for every transport:
+Error codes — one table for every transport (A2A's JSON-RPC and platform methods, ACP):
 
     -32700  parse error            invalid JSON
     -32600  invalid request        not a JSON-RPC 2.0 request object
     -32601  method not found
-    -32602  invalid params
-    -32603  internal error
+    -32602  invalid params         (also: UsageError)
+    -32603  internal error         (also: StoreError, a damaged database under .ca/)
     -32001…-32009                  A2A's own (task not found … version not supported), as a2a-sdk maps them
-    -32080  budget exceeded        a budget with on_exceed: fail was spent
-    -32081  policy denied          a capability, contract or profile rule refused the action
-    -32082  contract violation     the answer broke the agent's contract
-    -32083  approval rejected      a person (or an approval timeout) rejected the action
-    -32084  agent not found
-    -32085  spec invalid           the project's YAML is invalid (see _cleveragents/diagnostics)
+    -32080  budget_exceeded        a budget with on_exceed: fail was spent
+    -32081  policy_denied          a capability, contract or profile rule refused an action the run needed
+    -32082  contract_violation     the answer broke the agent's contract
+    -32083  approval_rejected      a person (or an approval timeout with on_timeout: fail) rejected it
+    -32084  agent_not_found
+    -32085  spec_invalid           the project's YAML is invalid (data: diagnostics)
     -32086  authentication required
-    -32087  forbidden
-    -32088  task not waiting       a decision was sent to a task that waits for none
+    -32088  task_not_waiting       a decision was sent to a task that waits for none
+    -32089  provider_error         a model call failed (the provider answered an error, or is down)
+    -32090  tool_failed            a tool could not be loaded, or a workflow's tool step failed
+    -32091  run_failed             any other failure of a run
+
+The names are the ``code`` of the error classes (``framework.errors``): :data:`ERROR_CODES` maps
+each to its number and :func:`failure_error` builds the answer, with ``data`` ``{kind, code, ...}``.
+A cancelled run is not an error answer (A2A: task state canceled, ACP: stopReason cancelled).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
+
+from framework.errors import CAError, ErrorCode, Failure
 
 
 class Code(IntEnum):
@@ -39,8 +47,27 @@ class Code(IntEnum):
     AGENT_NOT_FOUND = -32084
     SPEC_INVALID = -32085
     AUTHENTICATION_REQUIRED = -32086
-    FORBIDDEN = -32087
     TASK_NOT_WAITING = -32088
+    PROVIDER_ERROR = -32089
+    TOOL_FAILED = -32090
+    RUN_FAILED = -32091
+
+
+ERROR_CODES: dict[ErrorCode, Code] = {
+    "usage_error": Code.INVALID_PARAMS,
+    "store_damaged": Code.INTERNAL_ERROR,
+    "budget_exceeded": Code.BUDGET_EXCEEDED,
+    "policy_denied": Code.POLICY_DENIED,
+    "contract_violation": Code.CONTRACT_VIOLATION,
+    "approval_rejected": Code.APPROVAL_REJECTED,
+    "agent_not_found": Code.AGENT_NOT_FOUND,
+    "spec_invalid": Code.SPEC_INVALID,
+    "task_not_waiting": Code.TASK_NOT_WAITING,
+    "provider_error": Code.PROVIDER_ERROR,
+    "tool_failed": Code.TOOL_FAILED,
+    "run_failed": Code.RUN_FAILED,
+}
+"""The JSON-RPC number of each failure code: the one place a failure becomes a number."""
 
 
 @dataclass
@@ -56,6 +83,17 @@ class JsonRpcError(Exception):
         if self.data is not None:
             error["data"] = self.data
         return error
+
+
+def failure_error(failure: Failure) -> JsonRpcError:
+    """The JSON-RPC error answer for a failure (transports answer a cancelled run otherwise; here it is -32091)."""
+    number = Code.RUN_FAILED if failure.code == "cancelled" else ERROR_CODES[failure.code]
+    return JsonRpcError(number, failure.message, {**failure.data, "kind": failure.kind, "code": failure.code})
+
+
+def error_for(exc: CAError) -> JsonRpcError:
+    """The JSON-RPC error answer for an error of the tree."""
+    return failure_error(Failure.of(exc))
 
 
 @dataclass(frozen=True)

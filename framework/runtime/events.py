@@ -11,10 +11,11 @@
     MessageOut       a Message reply*     (the reply text carries it)
     PlanUpdate       status message       plan
     UsageUpdate      metadata             (budget display)
-    Paused           input-required       session/request_permission
-    RunFinished      completed / failed   stopReason
+    Paused           input-required       session/request_permission (pause: its typed variant)
+    RunFinished      completed / failed   stopReason, or the JSON-RPC error of failure.code
 
 *When a run's only output is message steps; otherwise a status message of the task.
+A failed run's ``failure`` (``framework.errors.Failure``) is mapped by each transport's one table.
 
 ``source`` is the path of nested agents that produced an event: ``()`` for the agent
 that was asked, ``("release", "summary")`` for the ``summary`` step of ``release``.
@@ -24,6 +25,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+from framework.errors import Cancelled, Failure, RunError
+from framework.runtime.pauses import Pause
 
 RunState = Literal["completed", "input-required", "failed", "canceled"]
 StepStatus = Literal["pending", "started", "completed", "failed"]
@@ -141,10 +145,11 @@ class UsageUpdate:
 
 @dataclass(frozen=True, slots=True)
 class Paused:
-    """The run waits for a person: an approval gate or a tool call to approve."""
+    """The run waits for a person: ``pause`` says for what (typed); ``payload`` is its wire form."""
 
     interrupt_id: str
     payload: dict[str, Any]
+    pause: Pause
     source: tuple[str, ...] = ()
     kind: Literal["paused"] = "paused"
 
@@ -154,14 +159,30 @@ StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "
 
 @dataclass(frozen=True, slots=True)
 class RunFinished:
+    """The run's end. A failed (or canceled) run carries its ``failure``, typed (always: one built
+    without gets a RunError or Cancelled of its ``error``); ``error`` is its message."""
+
     state: RunState
     output: str = ""
     error: str = ""
+    failure: Failure | None = None
     usage: Usage = field(default_factory=Usage)
     stop_reason: str = "end_turn"
     """Why a completed turn ended (ACP's stopReason): a budget stops it as max_tokens / max_turn_requests."""
     task_id: str = ""
     kind: Literal["finished"] = "finished"
+
+    def __post_init__(self) -> None:
+        # A run that did not complete always says why, typed: transports branch on ``failure``.
+        if self.failure is None and self.state in ("failed", "canceled"):
+            error = Cancelled(self.error or "cancelled") if self.state == "canceled" else RunError(self.error)
+            object.__setattr__(self, "failure", Failure.of(error))
+
+    @classmethod
+    def failed(cls, failure: Failure, usage: Usage | None = None) -> RunFinished:
+        """The end of a run that failed (or was cancelled) with ``failure``."""
+        state: RunState = "canceled" if failure.code == "cancelled" else "failed"
+        return cls(state, error=failure.message, failure=failure, usage=usage or Usage())
 
 
 RunEvent = (
@@ -182,6 +203,8 @@ RunEvent = (
 def event_to_json(event: RunEvent) -> dict[str, Any]:
     """A JSON-ready dict (``ca run --json`` prints one per line)."""
     data = asdict(event)
+    if isinstance(event, Paused):
+        del data["pause"]  # the payload is its wire form
     if isinstance(event, UsageUpdate | RunFinished):
         data["usage"]["total_tokens"] = event.usage.total_tokens
     return {"kind": data.pop("kind"), **data}

@@ -12,7 +12,7 @@ from langgraph.types import Command, Interrupt, StreamMode
 
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, final_text
-from framework.errors import CAError, RunError
+from framework.errors import CAError, Failure, ProviderError, RunError, Signal, TaskNotWaiting
 from framework.runtime.events import (
     ArtifactOut,
     MessageOut,
@@ -30,6 +30,7 @@ from framework.runtime.events import (
     UsageUpdate,
 )
 from framework.runtime.governance.contracts import holds_output
+from framework.runtime.pauses import read_pause
 
 _PROVIDER_PACKAGES = {"openai", "anthropic", "httpx", "httpcore", "ollama", "langchain_openai", "langchain_anthropic"}
 STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
@@ -167,7 +168,7 @@ class _Translator:
     @staticmethod
     def interrupt(item: Interrupt, source: tuple[str, ...]) -> Paused:
         payload = item.value if isinstance(item.value, dict) else {"message": str(item.value)}
-        return Paused(item.id, payload, source)
+        return Paused(item.id, payload, read_pause(payload), source)
 
     @staticmethod
     def custom(data: dict[str, Any], source: tuple[str, ...]) -> list[RunEvent]:
@@ -317,18 +318,20 @@ class Runner:
                 for event in translator.part(part):
                     yield event
             state = await graph.aget_state(config)
+        except Signal:
+            raise
         except CAError as exc:
-            yield RunFinished("failed", error=str(exc), usage=translator.usage)
+            yield RunFinished.failed(Failure.of(exc), translator.usage)
             return
         except Exception as exc:  # the model, a provider, or a step failed: the run fails, the process goes on
-            yield RunFinished("failed", error=self._describe(agent, exc), usage=translator.usage)
+            yield RunFinished.failed(Failure.of(self._translate(agent, exc)), translator.usage)
             return
         if state.interrupts:
             yield RunFinished("input-required", usage=translator.usage)
             return
         stop = state.values.get("ca_stop") or {}
-        if stop.get("failure"):  # governance ended the task failed (a contract violation)
-            yield RunFinished("failed", error=str(stop["failure"].get("message", "")), usage=translator.usage)
+        if stop.get("failure"):  # governance ended the task failed (a contract violation), typed in the state
+            yield RunFinished.failed(Failure.from_json(stop["failure"]), translator.usage)
             return
         yield RunFinished(
             "completed",
@@ -345,24 +348,29 @@ class Runner:
         if owner and owner != agent:
             raise RunError(f"conversation {thread_id!r} belongs to agent {owner!r}, not {agent!r}")
         if resuming and not state.interrupts:
-            raise RunError(f"conversation {thread_id!r} is not waiting for a decision")
+            raise TaskNotWaiting(f"conversation {thread_id!r} is not waiting for a decision")
         if not resuming and state.interrupts:
             raise RunError(
                 f"conversation {thread_id!r} is waiting for a decision; answer it before sending a new message"
             )
 
-    def _describe(self, agent: str, exc: Exception) -> str:
-        """One line for a failure that is not ours: name the model and server when a provider failed."""
+    def _translate(self, agent: str, exc: Exception) -> CAError:
+        """A foreign exception as an error of the tree, by where it comes from: a provider package's
+        is a ProviderError naming the model and server; anything else fails the run as it is."""
         text = f"{type(exc).__name__}: {exc}"
         package = type(exc).__module__.split(".")[0]
         if package not in _PROVIDER_PACKAGES:
-            return text
+            return RunError(text, data={"exception": type(exc).__name__})
         spec = self.bundle.project.agents.get(agent)
         model = getattr(spec, "model", None) or self.bundle.project.config.defaults.model
+        data: dict[str, Any] = {"agent": agent, "exception": type(exc).__name__}
         if model is None:
-            return f"model call failed: {text}"
+            return ProviderError(f"model call failed: {text}", data=data)
+        data["model"] = model.label()
+        if model.base_url:
+            data["server"] = model.base_url
         where = f" at {model.base_url}" if model.base_url else ""
-        return f"model call failed for agent {agent!r} ({model.label()}{where}): {text}"
+        return ProviderError(f"model call failed for agent {agent!r} ({model.label()}{where}): {text}", data=data)
 
     def _check_skill(self, agent: str, skill: str) -> None:
         from framework.compiler.card import agent_skills

@@ -24,13 +24,14 @@ from typing import Any, cast
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
 from framework.compiler.precompile import compile_graphs
-from framework.errors import CAError, Diagnostic, RunError
+from framework.errors import ApprovalTimedOut, CAError, Diagnostic, Failure, RunError
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.access import CapabilityAccess
 from framework.runtime.governance.middleware import governance_middleware
 from framework.runtime.governance.secrets import KNOWN, mask_logs, project_secrets
+from framework.runtime.pauses import Gate, Pause, Question
 from framework.runtime.remote import Discovery, RemoteFactory
 from framework.runtime.runner import Runner
 from framework.runtime.stores import open_checkpointer
@@ -241,14 +242,37 @@ class Runtime:
         """
         task = self.check_decision(task_id, decision)
         task = self.tasks.claim(task.id, by or self.decider)
+        try:
+            answers = self._answers(task, decision)
+        except ApprovalTimedOut as exc:
+            failure = Failure.of(exc)
+            self.tasks.update(task.id, state="failed", error=failure.message, pending=(), failure=failure)
+            self._audit_task(task, "failed", error=failure.message, code=failure.code)
+            usage = Usage(**{k: int(v) for k, v in task.usage.items() if k in _USAGE_FIELDS})
+            yield dataclasses.replace(RunFinished.failed(failure, usage), task_id=task.id)
+            return
+        async for event in self._drive(
+            task,
+            Runner(self.bundle).run(
+                task.agent, thread_id=task.conversation, context=self._context(task, None, request), resume=answers
+            ),
+        ):
+            yield event
+
+    def _answers(self, task: Task, decision: Mapping[str, Any]) -> dict[str, Any]:
+        """The resume value of each pending decision; ApprovalTimedOut when one expired under ``on_timeout: fail``.
+
+        An expired approval is answered by its ``on_timeout`` (approve or reject) instead of ``decision``.
+        """
         answers: dict[str, Any] = {}
         for pending in task.pending:
             answer = dict(decision)
             if pending.expired():
                 if pending.on_timeout == "fail":
-                    self.tasks.update(task.id, state="failed", error="approval timed out", pending=())
-                    self._audit_task(task, "failed", error="approval timed out")
-                    raise RunError(f"task {task.id[:12]}: the approval timed out (on_timeout: fail); the task failed")
+                    raise ApprovalTimedOut(
+                        f"task {task.id[:12]}: the approval timed out (on_timeout: fail); the task failed",
+                        data={"interrupt": pending.interrupt_id, "expired_at": pending.expires_at},
+                    )
                 answer = {
                     "decision": "approve" if pending.on_timeout == "approve" else "reject",
                     "reason": "the approval timed out",
@@ -261,19 +285,13 @@ class Runtime:
                 agent=task.agent,
                 data={
                     "interrupt": pending.interrupt_id,
-                    "payload_kind": pending.payload.get("kind"),
+                    "payload_kind": pending.pause.kind,
                     "by": task.decided_by,
                     **answer,
                 },
             )
-            answers[pending.interrupt_id] = _for_payload(pending.payload, answer)
-        async for event in self._drive(
-            task,
-            Runner(self.bundle).run(
-                task.agent, thread_id=task.conversation, context=self._context(task, None, request), resume=answers
-            ),
-        ):
-            yield event
+            answers[pending.interrupt_id] = _for_pause(pending.pause, answer)
+        return answers
 
     @property
     def decider(self) -> str:
@@ -290,7 +308,7 @@ class Runtime:
         if task.state != "input-required" or not task.pending:
             who = f"was already decided by {task.decided_by} at {task.decided_at}; it " if task.decided_by else ""
             raise AlreadyDecided(f"task {task.id[:12]} {who}is {task.state}, not waiting for a decision")
-        asks = [p.payload.get("kind") == "ask" for p in task.pending]
+        asks = [isinstance(p.pause, Question) for p in task.pending]
         kind = decision.get("decision")
         if kind == "answer" and not all(asks):
             raise RunError(f"task {task.id[:12]} waits for an approval, not an answer: approve or reject it")
@@ -360,24 +378,30 @@ class Runtime:
         if event.state == "input-required":
             pending = tuple(self._pending(task, p) for p in pauses)
             self.tasks.update(task.id, state="input-required", pending=pending, usage=usage)
-            self._audit_task(task, "input-required", waiting=[p.payload.get("kind") for p in pauses])
+            self._audit_task(task, "input-required", waiting=[p.pause.kind for p in pauses])
         elif event.state == "completed":
             self.tasks.update(task.id, state="completed", output=event.output, pending=(), usage=usage)
             self._audit_task(task, "completed", stop_reason=event.stop_reason, usage=usage)
         else:
-            self.tasks.update(task.id, state=event.state, error=event.error, pending=(), usage=usage)
-            self._audit_task(task, event.state, error=event.error)
+            self.tasks.update(
+                task.id, state=event.state, error=event.error, pending=(), usage=usage, failure=event.failure
+            )
+            code = event.failure.code if event.failure is not None else None
+            self._audit_task(task, event.state, error=event.error, code=code)
 
-    def _pending(self, task: Task, pause: Paused) -> Pending:
+    def _pending(self, task: Task, paused: Paused) -> Pending:
         paused_at = now()
-        timeout, on_timeout = self._timeout(task.agent, pause.payload)
-        return Pending(pause.interrupt_id, pause.payload, paused_at.isoformat(), expiry(paused_at, timeout), on_timeout)
+        timeout, on_timeout = self._timeout(task.agent, paused.pause)
+        return Pending(
+            paused.interrupt_id, paused.payload, paused_at.isoformat(), expiry(paused_at, timeout), on_timeout
+        )
 
-    def _timeout(self, agent: str, payload: Mapping[str, Any]) -> tuple[float | None, str]:
-        if payload.get("kind") in ("gate", "ask"):
-            seconds = payload.get("timeout")
-            return (float(seconds) if seconds else None), "reject"
-        spec = self.bundle.project.agents.get(str(payload.get("agent", agent)))
+    def _timeout(self, agent: str, pause: Pause) -> tuple[float | None, str]:
+        """How long a pause may wait, and what answers it then: a step's own timeout (rejected), or
+        the approval timeout of the asking agent's profile."""
+        if isinstance(pause, Gate | Question):
+            return pause.timeout, "reject"
+        spec = self.bundle.project.agents.get(pause.agent or agent)
         name = (spec.profile if spec else None) or self.bundle.project.config.defaults.profile
         profile = self.bundle.project.profiles.get(name) if name else None
         if profile is None:
@@ -447,13 +471,13 @@ class ChildTasks:
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "model_calls", "tool_calls")
 
 
-def _for_payload(payload: Mapping[str, Any], answer: Mapping[str, Any]) -> Any:
+def _for_pause(pause: Pause, answer: Mapping[str, Any]) -> Any:
     """A workflow gate reads ``{approved, reason}``, an ask ``{text}`` or ``{declined, reason}``;
     tool approvals and budgets read ``{decision, ...}``."""
-    if payload.get("kind") == "ask":
+    if isinstance(pause, Question):
         if answer.get("decision") == "reject":
             return {"declined": True, "reason": answer.get("reason")}
         return {"text": str(answer.get("text") or "")}
-    if payload.get("kind") == "gate":
+    if isinstance(pause, Gate):
         return {"approved": answer.get("decision") in ("approve", "always"), "reason": answer.get("reason")}
     return dict(answer)

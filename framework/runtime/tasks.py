@@ -17,8 +17,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from framework.errors import RunError
+from framework.errors import Failure, RunError, TaskNotWaiting
 from framework.runtime.governance.secrets import KNOWN
+from framework.runtime.pauses import Pause, all_questions, read_pause
 from framework.runtime.stores import state_dir
 
 TaskState = Literal["submitted", "working", "input-required", "completed", "failed", "canceled", "rejected"]
@@ -40,7 +41,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
     decided_by TEXT NOT NULL DEFAULT '',
-    decided_at TEXT NOT NULL DEFAULT ''
+    decided_at TEXT NOT NULL DEFAULT '',
+    failure TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
 CREATE TABLE IF NOT EXISTS remote_calls (
@@ -54,7 +56,11 @@ CREATE INDEX IF NOT EXISTS tasks_conversation ON tasks(conversation);
 """
 
 
-_ADDED_COLUMNS = {"decided_by": "TEXT NOT NULL DEFAULT ''", "decided_at": "TEXT NOT NULL DEFAULT ''"}
+_ADDED_COLUMNS = {
+    "decided_by": "TEXT NOT NULL DEFAULT ''",
+    "decided_at": "TEXT NOT NULL DEFAULT ''",
+    "failure": "TEXT NOT NULL DEFAULT ''",
+}
 """Columns added after the first release of the table, with their definitions."""
 
 
@@ -75,6 +81,11 @@ class Pending:
     def expired(self, at: datetime | None = None) -> bool:
         return self.expires_at is not None and (at or now()) >= datetime.fromisoformat(self.expires_at)
 
+    @property
+    def pause(self) -> Pause:
+        """What the decision is about, typed (the payload is its wire form)."""
+        return read_pause(self.payload)
+
 
 @dataclass(frozen=True)
 class Task:
@@ -94,6 +105,8 @@ class Task:
     decided_by: str = ""
     """Who answered the task's last pause (``cli:alice``, ``acp``, a credential's name)."""
     decided_at: str = ""
+    failure: Failure | None = None
+    """How the task failed, typed (kind, code, message), when it did."""
 
 
 class TaskStore:
@@ -151,6 +164,7 @@ class TaskStore:
         error: str | None = None,
         pending: tuple[Pending, ...] | None = None,
         usage: dict[str, Any] | None = None,
+        failure: Failure | None = None,
     ) -> Task:
         sets = ["state = ?", "updated_at = ?"]
         values: list[Any] = [state, now().isoformat()]
@@ -164,6 +178,9 @@ class TaskStore:
         if usage is not None:
             sets.append("usage = ?")
             values.append(json.dumps(usage))
+        if failure is not None:
+            sets.append("failure = ?")
+            values.append(json.dumps(KNOWN.value(failure.to_json())))
         with self._lock:
             self._conn.execute(f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", (*values, task_id))  # noqa: S608
         return self.get(task_id)
@@ -235,7 +252,7 @@ class TaskStore:
             ).fetchall()
         for (task_id,) in rows:
             task = self.get(task_id)
-            if task.pending and all(p.payload.get("kind") == "ask" for p in task.pending):
+            if all_questions([p.pause for p in task.pending]):
                 return task
         return None
 
@@ -267,14 +284,17 @@ class TaskStore:
         return [_row_to_task(dict(zip(names, row, strict=True))) for row in rows]
 
 
-class AlreadyDecided(RunError):
+class AlreadyDecided(TaskNotWaiting):
     """Another decider took the pause first."""
 
 
 def _row_to_task(row: dict[str, Any]) -> Task:
     pending = tuple(Pending(**p) for p in json.loads(row.pop("pending") or "[]"))
     usage = json.loads(row.pop("usage") or "{}")
-    return Task(**row, pending=pending, usage=usage)
+    failure = row.pop("failure", "")
+    return Task(
+        **row, pending=pending, usage=usage, failure=Failure.from_json(json.loads(failure)) if failure else None
+    )
 
 
 def expiry(paused: datetime, timeout_seconds: float | None) -> str | None:

@@ -10,7 +10,8 @@
     paused               status INPUT_REQUIRED: a data part (APPROVAL_EXTENSION) listing
                          the pending actions and allowed decisions, plus a text fallback
     completed            status COMPLETED (metadata: stopReason, usage)
-    failed               status FAILED with {"error": {"code", "reason"}} (ERRORS table)
+    failed               status FAILED with a text part and a data part {"error": {"code", "reason"}}:
+                         the failure's code (``framework.errors``), see :func:`failure_status`
 
 A message sent to a task in INPUT_REQUIRED is its decision: a data part
 ``{"decision": "approve" | "reject" | "edit" | "always", "reason": ..., "args": ...}`` or
@@ -34,11 +35,11 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types import Message, Part, Task, TaskState, TaskStatus
 
 from framework.compiler.workflow import replies_with_message
-from framework.errors import CAError, RunError
+from framework.errors import CAError, Failure, RunError
 from framework.protocols.a2a.statuses import (
     REPLY_ARTIFACT,
     agent_message,
-    failed_message,
+    failure_status,
     waiting_message,
 )
 from framework.protocols.a2a.wire import EVENT_KEY, to_wire
@@ -54,6 +55,7 @@ from framework.runtime.events import (
     ToolCallStarted,
     event_to_json,
 )
+from framework.runtime.pauses import all_questions
 from framework.runtime.runtime import Runtime
 from framework.spec.agent import WorkflowAgent
 
@@ -62,20 +64,6 @@ COALESCE_SECONDS = 0.05
 DECISIONS = ("approve", "reject", "edit", "always")
 
 _TEXT_DECISION = re.compile(r"^\s*(approve|approved|yes|always|reject|rejected|no)\b\s*:?\s*(.*)$", re.I | re.S)
-
-
-def failure_code(error: str) -> str:
-    """A structured reason for a failed task, from the error text."""
-    for prefix, code in (
-        ("contract violated", "contract_violation"),
-        ("task budget", "budget_exceeded"),
-        ("conversation budget", "budget_exceeded"),
-        ("denied", "policy_denied"),
-        ("approval timed out", "approval_rejected"),
-    ):
-        if prefix in error:
-            return code
-    return "run_failed"
 
 
 def _data_decision(message: Message) -> dict[str, Any] | None:
@@ -175,13 +163,7 @@ class CleverAgentExecutor(AgentExecutor):
         except CAError as exc:  # a user-facing failure before the run started (unknown agent, bad decision...)
             if deferred:
                 await event_queue.enqueue_event(submitted)
-            await updater.failed(
-                agent_message(
-                    task_id,
-                    context_id,
-                    [new_text_part(str(exc)), new_data_part({"error": {"code": "run_failed", "reason": str(exc)}})],
-                )
-            )
+            await self._failed(Failure.of(exc), updater, task_id, context_id)
         except asyncio.CancelledError:
             self.runtime.mark_canceled(task_id)
             raise
@@ -193,7 +175,7 @@ class CleverAgentExecutor(AgentExecutor):
     def _answer(self, task_id: str, message: Message) -> dict[str, Any]:
         """A decision for every pending approval, or the text that answers a workflow's ``ask``."""
         pending = self.runtime.tasks.get(task_id).pending
-        if pending and all(p.payload.get("kind") == "ask" for p in pending):
+        if all_questions([p.pause for p in pending]):
             text = "\n".join(get_text_parts(list(message.parts)))
             return _data_decision(message) or {"decision": "answer", "text": text}
         return parse_decision(message)
@@ -240,28 +222,34 @@ class CleverAgentExecutor(AgentExecutor):
         task_id: str,
         context_id: str,
     ) -> None:
+        if event.failure is not None:
+            await self._failed(event.failure, updater, task_id, context_id)
+            return
         usage = to_wire(event_to_json(event)["usage"])
         if event.state == "input-required":
-            pauses_ = [(p.interrupt_id, p.payload) for p in pauses]
-            await updater.requires_input(waiting_message(task_id, context_id, pauses_))
-            return
-        if event.state == "completed":
-            # The whole reply as one part, replacing the streamed chunks: what GetTask and
-            # non-streaming clients see is the clean text.
-            if event.output or reply.sent:
-                await updater.add_artifact(
-                    [new_text_part(event.output)],
-                    artifact_id=REPLY_ARTIFACT,
-                    name="reply",
-                    append=False,
-                    last_chunk=True,
-                )
-            await updater.update_status(
-                TaskState.TASK_STATE_COMPLETED,
-                metadata={"stopReason": event.stop_reason, "usage": usage},
+            await updater.requires_input(
+                waiting_message(task_id, context_id, [(p.interrupt_id, p.payload) for p in pauses])
             )
             return
-        await updater.failed(failed_message(task_id, context_id, event.error, failure_code(event.error)))
+        # Completed: the whole reply as one part, replacing the streamed chunks (what GetTask and
+        # non-streaming clients see is the clean text).
+        if event.output or reply.sent:
+            await updater.add_artifact(
+                [new_text_part(event.output)],
+                artifact_id=REPLY_ARTIFACT,
+                name="reply",
+                append=False,
+                last_chunk=True,
+            )
+        await updater.update_status(
+            TaskState.TASK_STATE_COMPLETED,
+            metadata={"stopReason": event.stop_reason, "usage": usage},
+        )
+
+    @staticmethod
+    async def _failed(failure: Failure, updater: TaskUpdater, task_id: str, context_id: str) -> None:
+        state, message = failure_status(failure, task_id, context_id)
+        await updater.update_status(state, message=message)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""

@@ -35,12 +35,13 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from framework.compiler.card import public_card
+from framework.errors import AgentNotFound, Failure, RunError
 from framework.protocols.a2a.auth import AuthMiddleware, Credentials
 from framework.protocols.a2a.executor import CleverAgentExecutor
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware
-from framework.protocols.a2a.statuses import failed_message
+from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
-from framework.protocols.jsonrpc import Code, JsonRpcError
+from framework.protocols.jsonrpc import error_for
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
 
@@ -228,7 +229,7 @@ def build_app(runtime: Runtime) -> PlatformMiddleware:
         )
         handler = agents.current.handlers.get(agent)
         if handler is None:
-            raise JsonRpcError(Code.AGENT_NOT_FOUND, f"agent {agent!r} is no longer served")
+            raise AgentNotFound(f"agent {agent!r} is no longer served")
         answer = await handler.on_message_send(SendMessageRequest(message=message), ServerCallContext())
         return dict(json_format.MessageToDict(answer))
 
@@ -246,7 +247,7 @@ def _no_agent(runtime: Runtime) -> Endpoint:
         message = f"agent {name!r} not found; agents: {known}"
         if request.method == "GET":
             return JSONResponse({"error": message}, status_code=404)
-        error = JsonRpcError(Code.AGENT_NOT_FOUND, message)
+        error = error_for(AgentNotFound(message))
         try:
             body = await request.json()
         except ValueError:
@@ -282,8 +283,8 @@ async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> Non
         stored = await store.get(task.id, context)
         if stored is None or stored.status.state not in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
             continue
-        message = failed_message(stored.id, stored.context_id, INTERRUPTED, "run_failed")
-        stored.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_FAILED, message=message))
+        state, message = failure_status(Failure.of(RunError(INTERRUPTED)), stored.id, stored.context_id)
+        stored.status.CopyFrom(TaskStatus(state=state, message=message))
         stored.status.timestamp.GetCurrentTime()
         await store.save(stored, context)
 

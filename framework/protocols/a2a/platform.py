@@ -18,10 +18,10 @@ from starlette.applications import Starlette
 from starlette.types import Message, Receive, Scope, Send
 
 from framework.compiler.card import agent_skills, card_to_json
-from framework.errors import RunError
+from framework.errors import CAError, RunError, TaskNotWaiting
 from framework.protocols.a2a.auth import Credentials, refuse, send_refusal
 from framework.protocols.a2a.wire import to_wire
-from framework.protocols.jsonrpc import Code, JsonRpcError, Request, error, parse_request, result
+from framework.protocols.jsonrpc import Code, JsonRpcError, Request, error, error_for, parse_request, result
 from framework.runtime.runtime import Runtime
 
 PREFIX = "_cleveragents/"
@@ -78,6 +78,13 @@ class Platform:
         }
 
     async def call(self, method: str, params: Mapping[str, Any]) -> Any:
+        """The result of a platform method; an error of the tree answers with its code's number."""
+        try:
+            return await self._call(method, params)
+        except CAError as exc:
+            raise error_for(exc) from exc
+
+    async def _call(self, method: str, params: Mapping[str, Any]) -> Any:
         name = method.removeprefix(PREFIX)
         if name not in self.methods:
             known = ", ".join(PREFIX + m for m in self.methods)
@@ -130,11 +137,7 @@ class Platform:
         return {"agents": agents}
 
     async def registry_get(self, params: NameParams) -> dict[str, Any]:
-        try:
-            card = self.runtime.bundle.card(params.name)
-        except RunError as exc:
-            raise JsonRpcError(Code.AGENT_NOT_FOUND, str(exc)) from exc
-        return {"card": card_to_json(card)}
+        return {"card": card_to_json(self.runtime.bundle.card(params.name))}  # AgentNotFound: -32084
 
     # -- approvals ---------------------------------------------------------------
 
@@ -169,7 +172,7 @@ class Platform:
         except RunError as exc:
             raise JsonRpcError(-32001, str(exc)) from exc
         if task.state != "input-required":
-            raise JsonRpcError(Code.TASK_NOT_WAITING, f"task {task.id} is {task.state}, not waiting for a decision")
+            raise TaskNotWaiting(f"task {task.id} is {task.state}, not waiting for a decision")
         decision = {"decision": params.decision, "reason": params.reason, "args": params.args, "text": params.text}
         if self.decide_via is None:
             raise JsonRpcError(Code.INTERNAL_ERROR, "decisions are not available on this transport")

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 from a2a.helpers.proto_helpers import new_data_part, new_text_part
 from a2a.types import Artifact, Message, Part, Role, Task, TaskState, TaskStatus
 
+from framework.errors import Failure, FailureCode, RunError
 from framework.protocols.a2a.wire import to_wire
+from framework.runtime.pauses import all_questions, read_pause
 
 if TYPE_CHECKING:
-    from framework.runtime.tasks import Pending
     from framework.runtime.tasks import Task as Record
 
 APPROVAL_EXTENSION = "urn:cleveragents:extensions:v1"
@@ -49,21 +50,13 @@ def agent_message(task_id: str, context_id: str, parts: list[Part]) -> Message:
     )
 
 
-def decisions(payload: Mapping[str, Any]) -> list[str]:
-    """What a person may answer to one pause: an ask takes free text (or a reject)."""
-    if payload.get("kind") == "ask":
-        return ["answer", "reject"]
-    return list(payload.get("options", ["approve", "reject"]))
-
-
 def waiting_message(task_id: str, context_id: str, pauses: Sequence[tuple[str, Mapping[str, Any]]]) -> Message:
     """The input-required status message for ``pauses`` ((interrupt id, payload) pairs): the questions
     as text, and a data part listing each pending decision with the answers it takes."""
-    pending = [
-        to_wire({"id": interrupt_id, **payload, "decisions": decisions(payload)}) for interrupt_id, payload in pauses
-    ]
-    text = "\n".join(str(p.get("message", p.get("kind"))) for p in pending)
-    asks = all(p.get("kind") == "ask" for p in pending)
+    typed = [(interrupt_id, payload, read_pause(payload)) for interrupt_id, payload in pauses]
+    pending = [to_wire({"id": i, **payload, "decisions": list(pause.decisions)}) for i, payload, pause in typed]
+    text = "\n".join(pause.message or pause.kind for _, _, pause in typed)
+    asks = all_questions([pause for _, _, pause in typed])
     how = "Reply with your answer." if asks else "Reply 'approve' or 'reject: REASON'."
     return agent_message(
         task_id,
@@ -72,10 +65,16 @@ def waiting_message(task_id: str, context_id: str, pauses: Sequence[tuple[str, M
     )
 
 
-def failed_message(task_id: str, context_id: str, error: str, code: str) -> Message:
-    """The failed status message: the error as text, and ``{"error": {code, reason}}`` as data."""
-    reason = {"code": code, "reason": error}
-    return agent_message(task_id, context_id, [new_text_part(error), new_data_part({"error": reason})])
+FAILURE_STATES: Mapping[FailureCode, TaskState] = {"cancelled": TaskState.TASK_STATE_CANCELED}
+"""The A2A task state a failure ends its task in: FAILED unless listed here."""
+
+
+def failure_status(failure: Failure, task_id: str, context_id: str) -> tuple[TaskState, Message]:
+    """The A2A end of a failed run: its state, and a status message with the reason as text and
+    ``{"error": {"code": CODE, "reason": TEXT}}`` as data (the code is the failure's, never guessed)."""
+    state = FAILURE_STATES.get(failure.code, TaskState.TASK_STATE_FAILED)
+    error = {"code": failure.code, "reason": failure.message}
+    return state, agent_message(task_id, context_id, [new_text_part(failure.message), new_data_part({"error": error})])
 
 
 def derived(task: Task, record: Record | None) -> Task:
@@ -91,9 +90,9 @@ def derived(task: Task, record: Record | None) -> Task:
     out.CopyFrom(task)
     message: Message | None = None
     if record.state == "input-required":
-        message = waiting_message(task.id, task.context_id, [_pause(p) for p in record.pending])
+        message = waiting_message(task.id, task.context_id, [(p.interrupt_id, p.payload) for p in record.pending])
     elif record.state == "failed":
-        message = failed_message(task.id, task.context_id, record.error, "run_failed")
+        state, message = failure_status(record.failure or Failure.of(RunError(record.error)), task.id, task.context_id)
     elif record.state == "completed":
         kept = [a for a in out.artifacts if a.artifact_id != REPLY_ARTIFACT]
         del out.artifacts[:]
@@ -107,7 +106,3 @@ def derived(task: Task, record: Record | None) -> Task:
         status.timestamp.FromDatetime(datetime.fromisoformat(record.updated_at))
     out.status.CopyFrom(status)
     return out
-
-
-def _pause(pending: Pending) -> tuple[str, Mapping[str, Any]]:
-    return pending.interrupt_id, pending.payload

@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from framework.errors import Cancelled, Failure, FailureCode
 from framework.protocols.acp.session import Connection, Session
-from framework.protocols.jsonrpc import Code, JsonRpcError
+from framework.protocols.jsonrpc import Code, JsonRpcError, failure_error
 from framework.runtime.events import (
     ArtifactOut,
     Paused,
@@ -22,6 +23,7 @@ from framework.runtime.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from framework.runtime.pauses import ToolApproval, all_questions
 
 KINDS = {
     "fs.read": "read",
@@ -45,6 +47,9 @@ DECISIONS = {
     "reject_always": {"decision": "reject", "reason": "the user rejected this; do not try it again"},
 }
 PLAN_STATUS = {"pending": "pending", "started": "in_progress", "completed": "completed", "failed": "completed"}
+STOP_REASONS: dict[FailureCode, str] = {"contract_violation": "refusal", "cancelled": "cancelled"}
+"""The stopReason a failure ends the turn with; any other failure answers session/prompt with the
+JSON-RPC error of its code (``framework.protocols.jsonrpc``)."""
 
 
 def prompt_text(blocks: list[Any]) -> str:
@@ -126,17 +131,18 @@ class PromptTurn:
                 self.task_id = finished.task_id
                 if finished.state != "input-required":
                     return self.stop(finished)
-                if all(p.payload.get("kind") == "ask" for p in pauses):
+                if all_questions([p.pause for p in pauses]):
                     # A question: the turn ends with it, and the next prompt is the answer.
-                    question_text = "\n".join(str(p.payload.get("message", "")) for p in pauses)
+                    question_text = "\n".join(p.pause.message for p in pauses)
                     self.update(
                         {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": question_text}}
                     )
                     return {"stopReason": "end_turn"}
-                decision = await self.ask(pauses)
-                if decision is None:
+                try:
+                    decision = await self.ask(pauses)
+                except Cancelled as exc:
                     runtime.mark_canceled(finished.task_id)
-                    return {"stopReason": "cancelled"}
+                    return self.stop(RunFinished.failed(Failure.of(exc)))
                 events = runtime.decide(finished.task_id, decision)
         except asyncio.CancelledError:
             if self.task_id:
@@ -240,19 +246,19 @@ class PromptTurn:
             }
         )
 
-    async def ask(self, pauses: list[Paused]) -> dict[str, Any] | None:
-        """session/request_permission for the first pause; None when the user cancelled."""
-        payload = pauses[0].payload
-        full = payload.get("kind") == "approval"
-        call_id = str(payload.get("call_id") or pauses[0].interrupt_id)
+    async def ask(self, pauses: list[Paused]) -> dict[str, Any]:
+        """session/request_permission for the first pause; Cancelled when the user cancelled it."""
+        pause = pauses[0].pause
+        full = isinstance(pause, ToolApproval)
+        call_id = (pause.call_id if isinstance(pause, ToolApproval) else "") or pauses[0].interrupt_id
         tool_call: dict[str, Any] = {
             "toolCallId": call_id,
-            "title": str(payload.get("message", "Continue?")),
+            "title": pause.message or "Continue?",
             "status": "pending",
-            "rawInput": payload.get("args", {}),
+            "rawInput": dict(pause.args) if isinstance(pause, ToolApproval) else {},
         }
-        if full:
-            tool_call["kind"] = KINDS.get(str(payload.get("tool")), "other")
+        if isinstance(pause, ToolApproval):
+            tool_call["kind"] = KINDS.get(pause.tool, "other")
         params = {
             "sessionId": self.session.id,
             "toolCall": tool_call,
@@ -268,26 +274,24 @@ class PromptTurn:
             self.session.permission = None
         outcome = (answer or {}).get("outcome") if isinstance(answer, dict) else None
         if not isinstance(outcome, dict) or outcome.get("outcome") != "selected":
-            return None
+            raise Cancelled("the permission request was cancelled")
         decision = DECISIONS.get(str(outcome.get("optionId")))
         if decision is None:
             raise JsonRpcError(Code.INVALID_PARAMS, f"unknown permission option {outcome.get('optionId')!r}")
         return dict(decision)
 
     def stop(self, finished: RunFinished) -> dict[str, Any]:
-        if finished.state == "completed":
-            return {"stopReason": finished.stop_reason if finished.stop_reason != "cancelled" else "cancelled"}
-        if finished.state == "canceled":
-            return {"stopReason": "cancelled"}
-        if "contract violated" in finished.error:
-            self.update(
-                {
-                    "sessionUpdate": "agent_message_chunk",
-                    "content": {"type": "text", "text": f"\n[refused] {finished.error}"},
-                }
-            )
-            return {"stopReason": "refusal"}
-        raise JsonRpcError(Code.INTERNAL_ERROR, finished.error or "the run failed")
+        """The answer to session/prompt for a run's end: a stopReason, or the failure's JSON-RPC error."""
+        failure = finished.failure
+        if failure is None:  # completed (a turn never ends paused here)
+            return {"stopReason": finished.stop_reason}
+        reason = STOP_REASONS.get(failure.code)
+        if reason is None:
+            raise failure_error(failure)
+        if reason == "refusal":
+            text = f"\n[refused] {failure.message}"
+            self.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
+        return {"stopReason": reason}
 
 
 async def replay(runtime: Any, agent: str, session_id: str) -> list[dict[str, Any]]:

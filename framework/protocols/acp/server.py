@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from framework.errors import CAError, ModelError, SpecError
 from framework.protocols.acp.hello import initialize_result
 from framework.protocols.acp.session import Session
-from framework.protocols.jsonrpc import Code, JsonRpcError
+from framework.protocols.jsonrpc import Code, JsonRpcError, error_for
 
 AUTH_REQUIRED = -32000
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -59,7 +60,7 @@ class AcpServer:
         self.runtime: Any = None
         self.rows: Any = None
         """The ACP session rows (``SessionStore``), opened with the runtime."""
-        self.load_error: str | None = None
+        self.load_error: SpecError | None = None
         self.methods: dict[str, Handler] = {
             "initialize": self.initialize,
             "authenticate": self.authenticate,
@@ -131,6 +132,10 @@ class AcpServer:
             if request_id is not None:
                 self.send({"id": request_id, "error": exc.to_json()})
             return
+        except CAError as exc:  # the error tree's own: its code's number (framework.protocols.jsonrpc)
+            if request_id is not None:
+                self.send({"id": request_id, "error": error_for(exc).to_json()})
+            return
         except Exception as exc:  # a bug of ours: answer it, keep the connection
             print(f"internal error in {method}: {type(exc).__name__}: {exc}", file=sys.stderr)
             if request_id is not None:
@@ -150,7 +155,6 @@ class AcpServer:
         self.ready = asyncio.create_task(self._load())
 
     async def _load(self) -> None:
-        from framework.errors import SpecError
         from framework.protocols.a2a import open_remote
         from framework.protocols.acp.sessions import SessionStore
         from framework.runtime.runtime import Runtime
@@ -159,7 +163,7 @@ class AcpServer:
         try:
             project = load_project(self.root)
         except SpecError as exc:
-            self.load_error = "the project is invalid:\n" + "\n".join(d.render() for d in exc.errors)
+            self.load_error = exc
             return
         self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote)
         self.rows = SessionStore.open(project.root)
@@ -195,14 +199,9 @@ class AcpServer:
     async def loaded(self) -> Any:
         assert self.ready is not None
         await asyncio.shield(self.ready)
-        if self.load_error:
-            raise JsonRpcError(Code.INTERNAL_ERROR, self.load_error)
-        from framework.errors import CAError
-
-        try:
-            self.runtime.bundle.agent(self.agent_name)
-        except CAError as exc:
-            raise JsonRpcError(Code.INVALID_PARAMS, str(exc)) from exc
+        if self.load_error is not None:
+            raise error_for(self.load_error)  # -32085, every diagnostic in its data
+        self.runtime.bundle.agent(self.agent_name)  # AgentNotFound answers -32084
         return self.runtime
 
     # -- methods -------------------------------------------------------------------------
@@ -240,8 +239,6 @@ class AcpServer:
         ]
 
     def _check_model(self) -> None:
-        from framework.errors import ModelError
-
         try:
             self.runtime.bundle.graph(self.agent_name)
         except ModelError as exc:

@@ -37,7 +37,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from framework.compiler.agent import CALL_CONTEXT, RunContext
-from framework.errors import CAError
+from framework.errors import ApprovalRejected, BudgetExceeded, CAError, ContractViolation, Failure, PolicyDenied
 from framework.runtime.governance import budgets
 from framework.runtime.governance.calls import Decision, ToolCall
 from framework.runtime.governance.capabilities import check_agent, check_capabilities
@@ -51,18 +51,6 @@ APPROVAL_OPTIONS = ("approve", "reject", "edit", "always")
 WITHHELD = "ca_withheld"
 """``response_metadata`` key of a message never shown: an answer that broke the contract, and
 the explanation the model got for it."""
-
-
-class BudgetExceeded(CAError):
-    """A budget with ``on_exceed: fail`` was spent."""
-
-
-class ContractViolation(CAError):
-    """The final answer broke the agent's contract."""
-
-
-class ApprovalTimedOut(CAError):
-    """An approval waited longer than the profile allows and ``on_timeout`` is ``fail``."""
 
 
 def _union(left: list[str] | None, right: list[str] | None) -> list[str]:
@@ -249,7 +237,10 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
                 return {"ca_counts": {f"ext:{task_id}": 1}}
             self.audit(context, "decision", about="budget", decision="reject", limit=overrun.limit)
         elif action == "fail":
-            raise BudgetExceeded(f"{overrun.describe()} (on_exceed: fail)")
+            raise BudgetExceeded(
+                f"{overrun.describe()} (on_exceed: fail)",
+                data={"limit": overrun.limit, "used": overrun.used, "cap": overrun.cap, "scope": overrun.scope},
+            )
         self._signal("release")  # what came before is shown with the stop, as for any answer
         return {
             "jump_to": "end",
@@ -306,7 +297,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
                 "jump_to": "model",
             }
         # Not raised: the update marks the answer withheld in the conversation; the runner fails the task.
-        failure = ContractViolation("contract violated: " + "; ".join(problems))
+        failure = ContractViolation("contract violated: " + "; ".join(problems), data={"violations": problems})
         return {**update, "messages": [withheld], "ca_stop": stopped_by(failure), "jump_to": "end"}
 
     def after_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
@@ -327,7 +318,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             return None
         self._signal("withhold")
         self.audit(_context(runtime), "contract", severity="high", violations=problems, retry=0)
-        raise ContractViolation("contract violated: " + "; ".join(problems))
+        raise ContractViolation("contract violated: " + "; ".join(problems), data={"violations": problems})
 
     async def aafter_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
         return self.after_agent(state, runtime)
@@ -398,7 +389,10 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             choice, reason, args = _decision(answer)
             self.audit(context, "decision", tool=call.tool, decision=choice, reason=reason, by="person")
             if choice == "reject":
-                return None, _error(request, f"rejected by the user{': ' + reason if reason else ''}"), extra
+                rejected = ApprovalRejected(
+                    f"rejected by the user{': ' + reason if reason else ''}", data={"tool": call.tool}
+                )
+                return None, _refused(request, rejected), extra
             if choice == "edit" and isinstance(args, dict):
                 request = request.override(tool_call={**request.tool_call, "args": args})
                 call = _tool_call(request)
@@ -411,7 +405,10 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             self.audit(
                 context, "denial", tool=call.tool, args=dict(call.args), reason=decision.reason, rule=decision.rule
             )
-            return None, _error(request, f"denied: {decision.reason}"), extra
+            # A spent cap of tool calls or depth is the budget's refusal; every other one is policy's.
+            kind = BudgetExceeded if decision.rule.startswith("budget.") else PolicyDenied
+            denied = kind(f"denied: {decision.reason}", data={"tool": call.tool, "rule": decision.rule})
+            return None, _refused(request, denied), extra
         self.audit(context, "tool.call", tool=call.tool, args=dict(call.args), rule=decision.rule)
         _, _, _, task_id = self._usage(state)
         extra["ca_calls"] = [
@@ -485,8 +482,9 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
 
 
 def stopped_by(failure: CAError) -> dict[str, Any]:
-    """``ca_stop`` for a task that ends failed with ``failure`` (its class name and message)."""
-    return {"reason": "refusal", "failure": {"kind": type(failure).__name__, "message": str(failure)}}
+    """``ca_stop`` for a task that ends failed with ``failure``: the typed failure, as JSON (it is
+    checkpointed with the conversation), for the runner to end the run with."""
+    return {"reason": "refusal", "failure": Failure.of(failure).to_json()}
 
 
 def _calls_ahead(state: GovernanceState, call_id: str) -> int:
@@ -513,8 +511,16 @@ def _tool_call(request: ToolCallRequest) -> ToolCall:
     return ToolCall(_spec_name(request), capability, dict(args))  # type: ignore[arg-type]
 
 
-def _error(request: ToolCallRequest, text: str) -> ToolMessage:
-    return ToolMessage(text, tool_call_id=request.tool_call["id"], name=request.tool_call["name"], status="error")
+def _refused(request: ToolCallRequest, refusal: CAError) -> ToolMessage:
+    """The error result of a refused call: the model reads the message; the typed failure rides in
+    the artifact (never sent to the model), so a workflow's tool step fails with its kind."""
+    return ToolMessage(
+        str(refusal),
+        tool_call_id=request.tool_call["id"],
+        name=request.tool_call["name"],
+        status="error",
+        artifact={"failure": Failure.of(refusal).to_json()},
+    )
 
 
 def _args_text(args: Mapping[str, Any]) -> str:
@@ -549,4 +555,4 @@ def governance_middleware(agent: AgentSpec, project: Project) -> list[AgentMiddl
     return [GovernanceMiddleware(policy_for(agent, project))]
 
 
-__all__ = ["WITHHELD", "BudgetExceeded", "ContractViolation", "GovernanceMiddleware", "governance_middleware"]
+__all__ = ["WITHHELD", "GovernanceMiddleware", "governance_middleware"]

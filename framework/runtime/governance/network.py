@@ -26,6 +26,7 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from framework.errors import UrlRefused
 from framework.runtime.governance.calls import Decision, allow, deny, shown
 
 RULE = "capabilities.network.allow"
@@ -33,10 +34,6 @@ RULE = "capabilities.network.allow"
 _DNS_NAME = re.compile(r"[a-z0-9-]+(\.[a-z0-9-]+)*")
 _NUMERIC_LABEL = re.compile(r"\d+|0x[0-9a-f]*")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-class UrlRefused(ValueError):
-    """A URL refused before the allowlist is consulted."""
 
 
 class Target(NamedTuple):

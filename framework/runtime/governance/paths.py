@@ -22,7 +22,8 @@ import os
 import re
 from pathlib import Path
 
-from framework.compiler.confine import PathRefused, confine
+from framework.compiler.confine import confine
+from framework.errors import PathRefused
 from framework.runtime.governance.calls import Decision, ToolCall, allow, deny
 from framework.spec.capabilities import Capabilities
 
