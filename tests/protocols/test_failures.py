@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from tests.conftest import CA, NAP, REPO, run_ca
-from tests.serving import ServeProcess, start_serve
+from tests.serving import ServerProcess, start_serve
 
 pytestmark = pytest.mark.e2e
 
@@ -138,12 +138,12 @@ def project(tmp_path: Path, provider: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, provider: str) -> Iterator[ServeProcess]:
+def served(tmp_path_factory: pytest.TempPathFactory, provider: str) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("failures-serve")
     for name, text in project_files(provider).items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text, encoding="utf-8")
-    server = start_serve(root, tmp_path_factory.mktemp("failures-logs"), env=KEY)
+    server = start_serve(root, logs=tmp_path_factory.mktemp("failures-logs"), env=KEY)
     try:
         yield server
     finally:
@@ -153,7 +153,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, provider: str) -> Iterator[
 # -- A2A over HTTP ------------------------------------------------------------------------------------
 
 
-def a2a(server: ServeProcess, agent: str, method: str, params: Json) -> Json:
+def a2a(server: ServerProcess, agent: str, method: str, params: Json) -> Json:
     body = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
     headers = {"content-type": "application/json", "A2A-Version": "1.0"}
     response = httpx.post(f"{server.url}/agents/{agent}/", json=body, headers=headers, timeout=60)
@@ -176,7 +176,7 @@ def failed_error(task: Json) -> Json:
     return error
 
 
-def test_a_provider_saying_access_denied_is_a_provider_error_over_a2a(served: ServeProcess) -> None:
+def test_a_provider_saying_access_denied_is_a_provider_error_over_a2a(served: ServerProcess) -> None:
     task = a2a(served, "remote", "SendMessage", {"message": message("hi")})["task"]
     error = failed_error(task)
     assert error["code"] == "provider_error"
@@ -184,13 +184,13 @@ def test_a_provider_saying_access_denied_is_a_provider_error_over_a2a(served: Se
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_a_failed_run_ends_its_a2a_task_failed_with_its_code(served: ServeProcess, name: str) -> None:
+def test_a_failed_run_ends_its_a2a_task_failed_with_its_code(served: ServerProcess, name: str) -> None:
     case = CASES[name]
     task = a2a(served, case.agent, "SendMessage", {"message": message(case.prompt)})["task"]
     assert failed_error(task)["code"] == case.code
 
 
-def test_an_approval_answered_after_its_timeout_fails_the_a2a_task_approval_rejected(served: ServeProcess) -> None:
+def test_an_approval_answered_after_its_timeout_fails_the_a2a_task_approval_rejected(served: ServerProcess) -> None:
     paused = a2a(served, "hasty", "SendMessage", {"message": message(WRITE)})["task"]
     assert paused["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     time.sleep(0.6)  # the profile lets an approval wait 300 ms
@@ -201,7 +201,7 @@ def test_an_approval_answered_after_its_timeout_fails_the_a2a_task_approval_reje
     assert not (served.root / "out" / "x.txt").exists()
 
 
-def test_a_canceled_a2a_task_ends_canceled(served: ServeProcess) -> None:
+def test_a_canceled_a2a_task_ends_canceled(served: ServerProcess) -> None:
     params = {"message": message(NAP_LONG), "configuration": {"returnImmediately": True}}
     started = a2a(served, "sleepy", "SendMessage", params)["task"]
     deadline = time.monotonic() + 30

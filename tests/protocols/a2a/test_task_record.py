@@ -77,3 +77,28 @@ def test_a_task_decided_elsewhere_takes_no_second_decision_over_a2a(
         server.stop()
     assert "error" in answer, answer
     assert not (root / "effects.log").exists()
+
+
+def test_a_failure_decided_elsewhere_shows_on_get_task_with_its_code(
+    make_project: ProjectFactory, tmp_path: Path
+) -> None:
+    flow = "name: flow\nkind: workflow\nsteps:\n  - {id: check, gate: {message: \"Publish it\"}}\n"
+    root = make_project({"agents/flow.yaml": flow})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    server = start_serve(root, logs=logs)
+    try:
+        message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "go"}]}
+        request = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+        url = f"{server.url}/agents/flow/"
+        task = httpx.post(url, json=request, headers=V1, timeout=60).json()["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        run_ca("approve", task["id"], "--reject", "--reason", "not today", cwd=root)
+        get = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task["id"]}}
+        got = httpx.post(url, json=get, headers=V1, timeout=60).json()["result"]
+    finally:
+        server.stop()
+    assert got["status"]["state"] == "TASK_STATE_FAILED"
+    [data] = [p["data"] for p in got["status"]["message"]["parts"] if "data" in p]
+    assert data["error"]["code"] == "approval_rejected"
+    assert "not today" in data["error"]["reason"]
