@@ -210,49 +210,48 @@ def ask(payload: dict[str, Any]) -> dict[str, Any] | None:
             err.write("the arguments must be a JSON object; try again\n")
 
 
-async def stream_events(events: Any, view: TerminalView, as_json: bool) -> tuple[RunFinished, list[Paused]]:
-    """Print a run's events; return how it finished and what it paused for."""
-    finished: RunFinished | None = None
-    pauses: list[Paused] = []
-    if not as_json:
-        view.start_waiting()
-    async for event in events:
-        if as_json:
-            print(json.dumps(event_to_json(event), ensure_ascii=False), flush=True)
-        if isinstance(event, RunFinished):
-            finished = event
-            continue
-        if isinstance(event, Paused):
-            pauses.append(event)
+class CliTurn:
+    """The CLI's view of a turn (:class:`framework.runtime.turn.TurnView`): events printed — JSON
+    lines with ``--json``, else the terminal view — and pauses asked at the terminal, if there is one."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.view = TerminalView(sys.stdout, sys.stderr)
         if not as_json:
-            view.show(event)
-    assert finished is not None
-    return finished, pauses
+            self.view.start_waiting()
+
+    async def show(self, event: RunEvent) -> None:
+        if self.as_json:
+            print(json.dumps(event_to_json(event), ensure_ascii=False), flush=True)
+        elif not isinstance(event, RunFinished):
+            self.view.show(event)
+
+    async def decide(self, finished: RunFinished, pauses: list[Paused]) -> dict[str, Any] | None:
+        if self.as_json:
+            return None
+        self.view.stop_waiting()
+        decision = ask(pauses[-1].payload)
+        if decision is not None:
+            self.view.start_waiting()
+        return decision
 
 
 async def drive(runtime: Any, events: Any, *, as_json: bool, session: str) -> int:
     """Show a task's events, answering pauses at the terminal until it ends or no one can answer."""
-    view = TerminalView(sys.stdout, sys.stderr)
-    while True:
-        finished, pauses = await stream_events(events, view, as_json)
-        if finished.state == "input-required" and pauses and not as_json:
-            view.stop_waiting()
-            decision = ask(pauses[-1].payload)
-            if decision is not None:
-                events = runtime.decide(finished.task_id, decision)
-                continue
-        if not as_json:
-            view.finish(finished, session)
-        if finished.state == "input-required":
-            short = finished.task_id[:12]
-            if pauses and all(p.payload.get("kind") == "ask" for p in pauses):
-                sys.stderr.write(f"task {short} is waiting for an answer: ca approve {short} --answer TEXT\n")
-            else:
-                sys.stderr.write(
-                    f"task {short} is waiting for a decision: ca approve {short} [--reject --reason TEXT]\n"
-                )
-            return EXIT_PAUSED
-        return EXIT_OK if finished.state == "completed" else EXIT_FAILED
+    from framework.runtime.turn import drive_turn
+
+    turn = CliTurn(as_json)
+    finished, pauses = await drive_turn(runtime, events, turn)
+    if not as_json:
+        turn.view.finish(finished, session)
+    if finished.state == "input-required":
+        short = finished.task_id[:12]
+        if pauses and all(p.payload.get("kind") == "ask" for p in pauses):
+            sys.stderr.write(f"task {short} is waiting for an answer: ca approve {short} --answer TEXT\n")
+        else:
+            sys.stderr.write(f"task {short} is waiting for a decision: ca approve {short} [--reject --reason TEXT]\n")
+        return EXIT_PAUSED
+    return EXIT_OK if finished.state == "completed" else EXIT_FAILED
 
 
 async def run_command(options: RunOptions) -> int:
