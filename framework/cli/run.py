@@ -71,8 +71,6 @@ class TerminalView:
         self.wrote_text = False
         self.usage = Usage()
         """The run's usage so far (for the finished event of an interrupted run)."""
-        self.pauses: list[Pause] = []
-        """What the run waits for when it ended paused."""
 
     def start_waiting(self) -> None:
         if self.interactive and self.spinning is None:
@@ -220,26 +218,32 @@ def ask(pause: Pause) -> dict[str, Any] | None:
             err.write("the arguments must be a JSON object; try again\n")
 
 
-async def stream_events(events: Any, view: TerminalView, as_json: bool) -> tuple[RunFinished, list[Paused]]:
-    """Print a run's events; return how it finished and what it paused for."""
-    finished: RunFinished | None = None
-    pauses: list[Paused] = []
-    if not as_json:
-        view.start_waiting()
-    async for event in events:
-        if as_json:
-            print(json.dumps(event_to_json(event), ensure_ascii=False), flush=True)
-        if isinstance(event, UsageUpdate):
-            view.usage = event.usage
-        if isinstance(event, RunFinished):
-            finished = event
-            continue
-        if isinstance(event, Paused):
-            pauses.append(event)
+class CliTurn:
+    """The CLI's view of a turn (:class:`framework.runtime.turn.TurnView`): events printed — JSON
+    lines with ``--json``, else the terminal view — and pauses asked at the terminal, if there is one."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.view = TerminalView(sys.stdout, sys.stderr)
         if not as_json:
-            view.show(event)
-    assert finished is not None
-    return finished, pauses
+            self.view.start_waiting()
+
+    async def show(self, event: RunEvent) -> None:
+        if isinstance(event, UsageUpdate):
+            self.view.usage = event.usage
+        if self.as_json:
+            print(json.dumps(event_to_json(event), ensure_ascii=False), flush=True)
+        elif not isinstance(event, RunFinished):
+            self.view.show(event)
+
+    async def decide(self, finished: RunFinished, pauses: list[Paused]) -> dict[str, Any] | None:
+        if self.as_json:
+            return None
+        self.view.stop_waiting()
+        decision = ask(pauses[-1].pause)
+        if decision is not None:
+            self.view.start_waiting()
+        return decision
 
 
 async def drive(runtime: Any, events: Any, *, as_json: bool, session: str, task_id: str) -> int:
@@ -247,9 +251,12 @@ async def drive(runtime: Any, events: Any, *, as_json: bool, session: str, task_
 
     Interrupted (Ctrl-C), the task is recorded canceled and ``--json`` ends with its finished event.
     """
-    view = TerminalView(sys.stdout, sys.stderr)
+    from framework.runtime.turn import drive_turn
+
+    turn = CliTurn(as_json)
+    view = turn.view
     try:
-        finished = await _answering(runtime, events, view, as_json=as_json)
+        finished, pauses = await drive_turn(runtime, events, turn)
     except asyncio.CancelledError:
         view.stop_waiting()
         runtime.mark_canceled(task_id)
@@ -261,25 +268,11 @@ async def drive(runtime: Any, events: Any, *, as_json: bool, session: str, task_
         view.finish(finished, session)
     if finished.state == "input-required":
         short = finished.task_id[:12]
-        if all_questions(view.pauses):
+        if all_questions([p.pause for p in pauses]):
             sys.stderr.write(f"task {short} is waiting for an answer: ca approve {short} --answer TEXT\n")
         else:
             sys.stderr.write(f"task {short} is waiting for a decision: ca approve {short} [--reject --reason TEXT]\n")
     return EXIT_CODES[finished.state]
-
-
-async def _answering(runtime: Any, events: Any, view: TerminalView, *, as_json: bool) -> RunFinished:
-    """Stream the run, asking at the terminal about each pause, until it ends or no one can answer."""
-    while True:
-        finished, pauses = await stream_events(events, view, as_json)
-        view.pauses = [p.pause for p in pauses]
-        if finished.state == "input-required" and pauses and not as_json:
-            view.stop_waiting()
-            decision = ask(pauses[-1].pause)
-            if decision is not None:
-                events = runtime.decide(finished.task_id, decision)
-                continue
-        return finished
 
 
 async def run_command(options: RunOptions) -> int:

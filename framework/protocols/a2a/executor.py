@@ -57,6 +57,7 @@ from framework.runtime.events import (
 )
 from framework.runtime.pauses import all_questions
 from framework.runtime.runtime import Runtime
+from framework.runtime.turn import drive_turn
 from framework.spec.agent import WorkflowAgent
 
 COALESCE_SECONDS = 0.05
@@ -181,37 +182,7 @@ class CleverAgentExecutor(AgentExecutor):
         return parse_decision(message)
 
     async def _forward(self, events: Any, updater: TaskUpdater, task_id: str, context_id: str) -> None:
-        pauses: list[Paused] = []
-        reply = _ReplyStream(updater)
-        async for event in events:
-            if isinstance(event, TextChunk) and not event.source:
-                await reply.add(event.text)
-                continue
-            await reply.flush()  # keep the order of text and everything else
-            if isinstance(event, ToolCallStarted | ToolCallFinished | StepUpdate):
-                await updater.update_status(
-                    TaskState.TASK_STATE_WORKING,
-                    message=agent_message(
-                        task_id, context_id, [new_data_part({EVENT_KEY: to_wire(event_to_json(event))})]
-                    ),
-                )
-            elif isinstance(event, Paused):
-                pauses.append(event)
-            elif isinstance(event, ArtifactOut):
-                await updater.add_artifact(
-                    [_part(p) for p in event.parts],
-                    artifact_id=event.artifact_id,
-                    name=event.name,
-                    metadata={"description": event.description} if event.description else None,
-                    last_chunk=True,
-                )
-            elif isinstance(event, MessageOut) and not event.source:
-                await updater.update_status(
-                    TaskState.TASK_STATE_WORKING,
-                    message=agent_message(task_id, context_id, [new_text_part(event.text)]),
-                )
-            elif isinstance(event, RunFinished):
-                await self._finish(event, pauses, reply, updater, task_id, context_id)
+        await drive_turn(self.runtime, events, _A2ATurn(self, updater, task_id, context_id))
 
     async def _finish(
         self,
@@ -256,6 +227,50 @@ class CleverAgentExecutor(AgentExecutor):
         self.runtime.mark_canceled(task_id)
         updater = TaskUpdater(event_queue, task_id, context.context_id or "")
         await updater.cancel()
+
+
+class _A2ATurn:
+    """The A2A view of a turn (:class:`framework.runtime.turn.TurnView`): every event becomes a task
+    event; it never decides — the turn ends input-required and a decision comes as a message."""
+
+    def __init__(self, executor: CleverAgentExecutor, updater: TaskUpdater, task_id: str, context_id: str) -> None:
+        self.executor = executor
+        self.updater = updater
+        self.task_id = task_id
+        self.context_id = context_id
+        self.pauses: list[Paused] = []
+        self.reply = _ReplyStream(updater)
+
+    async def show(self, event: RunEvent) -> None:
+        updater, task_id, context_id = self.updater, self.task_id, self.context_id
+        if isinstance(event, TextChunk) and not event.source:
+            await self.reply.add(event.text)
+            return
+        await self.reply.flush()  # keep the order of text and everything else
+        if isinstance(event, ToolCallStarted | ToolCallFinished | StepUpdate):
+            await updater.update_status(
+                TaskState.TASK_STATE_WORKING,
+                message=agent_message(task_id, context_id, [new_data_part({EVENT_KEY: to_wire(event_to_json(event))})]),
+            )
+        elif isinstance(event, Paused):
+            self.pauses.append(event)
+        elif isinstance(event, ArtifactOut):
+            await updater.add_artifact(
+                [_part(p) for p in event.parts],
+                artifact_id=event.artifact_id,
+                name=event.name,
+                metadata={"description": event.description} if event.description else None,
+                last_chunk=True,
+            )
+        elif isinstance(event, MessageOut) and not event.source:
+            await updater.update_status(
+                TaskState.TASK_STATE_WORKING, message=agent_message(task_id, context_id, [new_text_part(event.text)])
+            )
+        elif isinstance(event, RunFinished):
+            await self.executor._finish(event, self.pauses, self.reply, updater, task_id, context_id)
+
+    async def decide(self, finished: RunFinished, pauses: list[Paused]) -> None:
+        return None
 
 
 class _ReplyStream:

@@ -24,6 +24,7 @@ from framework.runtime.events import (
     ToolCallStarted,
 )
 from framework.runtime.pauses import ToolApproval, all_questions
+from framework.runtime.turn import drive_turn
 
 KINDS = {
     "fs.read": "read",
@@ -108,6 +109,8 @@ class PromptTurn:
         self.blocks = blocks
         self.calls: dict[str, dict[str, Any]] = {}
         self.task_id = ""
+        self.cancelled: Cancelled | None = None
+        """Set when the person cancelled a permission request (the turn then ends cancelled)."""
 
     def update(self, update: dict[str, Any]) -> None:
         self.server.update(self.session.id, update)
@@ -126,41 +129,40 @@ class PromptTurn:
         else:
             events = runtime.send(self.server.agent_name, text, conversation=self.session.id, skill=skill)
         try:
-            while True:
-                finished, pauses = await self.stream(events)
-                self.task_id = finished.task_id
-                if finished.state != "input-required":
-                    return self.stop(finished)
-                if all_questions([p.pause for p in pauses]):
-                    # A question: the turn ends with it, and the next prompt is the answer.
-                    question_text = "\n".join(p.pause.message for p in pauses)
-                    self.update(
-                        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": question_text}}
-                    )
-                    return {"stopReason": "end_turn"}
-                try:
-                    decision = await self.ask(pauses)
-                except Cancelled as exc:
-                    runtime.mark_canceled(finished.task_id)
-                    return self.stop(RunFinished.failed(Failure.of(exc)))
-                events = runtime.decide(finished.task_id, decision)
+            finished, pauses = await drive_turn(runtime, events, self)
         except asyncio.CancelledError:
             if self.task_id:
                 runtime.mark_canceled(self.task_id)
             raise
+        if finished.state != "input-required":
+            return self.stop(finished)
+        if self.cancelled is not None:
+            runtime.mark_canceled(finished.task_id)
+            return self.stop(RunFinished.failed(Failure.of(self.cancelled)))
+        # A question: the turn ends with it, and the next prompt is the answer.
+        question_text = "\n".join(p.pause.message for p in pauses)
+        self.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": question_text}})
+        return {"stopReason": "end_turn"}
 
-    async def stream(self, events: Any) -> tuple[RunFinished, list[Paused]]:
-        pauses: list[Paused] = []
-        async for event in events:
-            if isinstance(event, RunFinished):
-                return event, pauses
-            if isinstance(event, Paused):
-                pauses.append(event)
-            else:
-                self.show(event)
-        raise JsonRpcError(Code.INTERNAL_ERROR, "the run ended without a result")
+    async def decide(self, finished: RunFinished, pauses: list[Paused]) -> dict[str, Any] | None:
+        """The turn view's decision: a permission request per pause; a question ends the turn."""
+        self.task_id = finished.task_id
+        if all_questions([p.pause for p in pauses]):
+            return None
+        try:
+            return await self.ask(pauses)
+        except Cancelled as exc:  # the person cancelled the permission request
+            self.cancelled = exc
+            return None
 
-    def show(self, event: RunEvent) -> None:
+    async def show(self, event: RunEvent) -> None:
+        """The turn view's display: each event as session/update (pauses are asked, not shown)."""
+        if isinstance(event, RunFinished):
+            self.task_id = event.task_id
+        elif not isinstance(event, Paused):
+            self.render(event)
+
+    def render(self, event: RunEvent) -> None:
         if isinstance(event, TextChunk):
             if not event.source:
                 self.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": event.text}})
