@@ -31,7 +31,7 @@ Foreign exceptions are translated where they enter (``raise SpecError(...) from 
 turns a provider package's exception into ``ProviderError``). A run that fails ends with a
 :class:`Failure` built from the exception's type: ``kind`` (the class), ``code`` (stable, for
 machines), the message and structured ``data``. Each transport maps ``code`` through one table:
-JSON-RPC numbers in ``framework.protocols.jsonrpc``, A2A task states in the A2A executor, ACP stop
+JSON-RPC numbers in ``framework.protocols.jsonrpc``, A2A task states in ``framework.protocols.a2a.statuses``, ACP stop
 reasons in the ACP prompt turn, exit codes in the CLI.
 """
 

@@ -11,7 +11,7 @@
                          the pending actions and allowed decisions, plus a text fallback
     completed            status COMPLETED (metadata: stopReason, usage)
     failed               status FAILED with a text part and a data part {"error": {"code", "reason"}}:
-                         the failure's code (``framework.errors``), see :func:`failure_status`
+                         the failure's code (``framework.errors``), see ``statuses.failure_status``
 
 A message sent to a task in INPUT_REQUIRED is its decision: a data part
 ``{"decision": "approve" | "reject" | "edit" | "always", "reason": ..., "args": ...}`` or
