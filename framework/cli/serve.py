@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import sys
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from framework.errors import UsageError
 
@@ -31,6 +33,39 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+LOCK_FILE = "serve.lock"
+"""Under the project's ``.ca/``: held by the one ``ca serve`` of a project folder while it runs."""
+
+
+def hold_serve_lock(root: Path) -> IO[str]:
+    """Take the project's serve lock (released when the process exits, however it exits).
+
+    A second ``ca serve`` of the same folder would mark the first one's running tasks failed
+    at its start (it takes them for a dead server's): it is refused instead. Replicas share
+    state through ``store.url``, each in its own folder.
+    """
+    import fcntl
+
+    from framework.runtime.stores import state_dir
+
+    handle = (state_dir(root) / LOCK_FILE).open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise UsageError(
+            f"another ca serve ({holder}) already serves {root}: stop it first, or serve a copy of the "
+            "project from another folder (replicas share tasks through store.url)"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle
+
+
 async def serve(options: ServeOptions) -> int:
     import uvicorn
 
@@ -49,7 +84,9 @@ async def serve(options: ServeOptions) -> int:
             "Configure server.auth in ca.yaml, bind to 127.0.0.1, or pass --insecure if you really mean it."
         )
     base_url = (options.public_url or server.public_url or f"http://{host}:{port}").rstrip("/")
+    lock = hold_serve_lock(project.root)
     async with AsyncExitStack() as stack:
+        stack.callback(lock.close)
         runtime = await Runtime.open(project, source="a2a-http", stack=stack, base_url=base_url, remote=open_remote)
         app = build_app(runtime)
         config = uvicorn.Config(

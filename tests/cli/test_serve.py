@@ -1,0 +1,64 @@
+"""`ca serve` guards its project folder: a second server of the same folder is refused, and the
+first one's running task is left alone (the second used to mark it failed, as a dead server's)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import NAP, ProjectFactory, free_port, run_ca
+from tests.serving import start_serve
+
+NAPPER = """
+name: napper
+profile: autonomous
+model:
+  provider: scripted
+  replies:
+    - tool_calls: [{name: nap, args: {seconds: 20}}]
+    - rested
+tools:
+  - python: tools/nap.py:nap
+"""
+
+
+def _rpc(url: str, method: str, params: dict[str, object]) -> dict[str, object]:
+    request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    answer: dict[str, object] = httpx.post(url, json=request, headers={"A2A-Version": "1.0"}, timeout=30).json()
+    return answer
+
+
+def test_a_second_server_of_one_folder_is_refused_and_the_first_keeps_its_tasks(
+    make_project: ProjectFactory, tmp_path: Path
+) -> None:
+    root = make_project({"agents/napper.yaml": NAPPER, "tools/nap.py": NAP})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    first = start_serve(root, logs=logs)
+    try:
+        url = f"{first.url}/agents/napper/"
+        message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "nap"}]}
+        sent = _rpc(url, "SendMessage", {"message": message, "configuration": {"returnImmediately": True}})
+        task = sent["result"]["task"]  # type: ignore[index]
+        time.sleep(1)  # the nap has started
+        second = run_ca("serve", "--port", str(free_port()), cwd=root, timeout=60)
+        assert second.returncode == 2, second.stderr
+        assert f"another ca serve (pid {first.proc.pid}) already serves" in second.stderr
+        assert "Traceback" not in second.stderr
+        state = _rpc(url, "GetTask", {"id": task["id"]})["result"]["status"]["state"]  # type: ignore[index]
+        assert state == "TASK_STATE_WORKING"
+    finally:
+        first.stop()
+
+
+def test_the_folder_is_free_again_once_the_server_stopped(make_project: ProjectFactory, tmp_path: Path) -> None:
+    root = make_project({"agents/napper.yaml": NAPPER, "tools/nap.py": NAP})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    start_serve(root, logs=logs).stop()
+    again = start_serve(root, logs=logs)
+    again.stop()
+    again.assert_clean_exit()
