@@ -82,7 +82,7 @@ def test_a_task_decided_elsewhere_takes_no_second_decision_over_a2a(
 def test_a_failure_decided_elsewhere_shows_on_get_task_with_its_code(
     make_project: ProjectFactory, tmp_path: Path
 ) -> None:
-    flow = "name: flow\nkind: workflow\nsteps:\n  - {id: check, gate: {message: \"Publish it\"}}\n"
+    flow = 'name: flow\nkind: workflow\nsteps:\n  - {id: check, gate: {message: "Publish it"}}\n'
     root = make_project({"agents/flow.yaml": flow})
     logs = tmp_path / "logs"
     logs.mkdir()
