@@ -95,6 +95,21 @@ NAP = '''
 """``tools/nap.py`` for tests: a slow python tool that leaves ``nap-interrupted`` behind when cancelled."""
 
 
+NAPPER = """
+name: napper
+profile: autonomous
+model:
+  provider: scripted
+  replies:
+    - tool_calls: [{name: nap, args: {seconds: 20}}]
+    - rested
+tools:
+  - python: tools/nap.py:nap
+"""
+"""``agents/napper.yaml`` for tests: an agent whose one tool call naps 20 s (``tools/nap.py``: :data:`NAP`),
+so its task stays running while a test looks at it."""
+
+
 def writer_agent(
     name: str = "writer", file: str = "effects.log", extra: str = "", *, reply: str = "done", description: str = ""
 ) -> str:

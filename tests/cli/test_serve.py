@@ -9,20 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import NAP, ProjectFactory, free_port, run_ca
+from tests.conftest import NAP, NAPPER, ProjectFactory, free_port, run_ca
 from tests.serving import start_serve
-
-NAPPER = """
-name: napper
-profile: autonomous
-model:
-  provider: scripted
-  replies:
-    - tool_calls: [{name: nap, args: {seconds: 20}}]
-    - rested
-tools:
-  - python: tools/nap.py:nap
-"""
 
 
 def _rpc(url: str, method: str, params: dict[str, object]) -> dict[str, object]:

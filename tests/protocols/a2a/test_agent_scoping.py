@@ -14,23 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import NAP, ProjectFactory
+from tests.conftest import NAP, NAPPER, ProjectFactory
 from tests.serving import ServerProcess, start_serve
 
 Json = dict[str, Any]
 V1 = {"A2A-Version": "1.0"}
 TASK_NOT_FOUND = -32001
-NAPPER = """
-name: napper
-profile: autonomous
-model:
-  provider: scripted
-  replies:
-    - tool_calls: [{name: nap, args: {seconds: 30}}]
-    - rested
-tools:
-  - python: tools/nap.py:nap
-"""
 
 
 def _rpc(server: ServerProcess, agent: str, method: str, params: Json) -> Json:
