@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.conftest import CA, REPO, SIDE_EFFECT, ProjectFactory, run_ca, writer_agent
 from tests.serving import start_serve
@@ -54,6 +55,7 @@ def _race(root: Path, task_id: str, count: int) -> list[subprocess.CompletedProc
     return results
 
 
+@pytest.mark.timeout(900)  # 20 rounds of 9 processes: about two minutes on two cores
 def test_eight_processes_deciding_one_approval_run_the_side_effect_once(make_project: ProjectFactory) -> None:
     root = make_project({"tools/side.py": SIDE_EFFECT, "agents/writer.yaml": writer_agent()})
     for round_ in range(1, ROUNDS + 1):
