@@ -15,7 +15,6 @@ from pathlib import Path
 from framework.compiler.precompile import compile_graphs
 from framework.errors import Diagnostic
 from framework.runtime.runtime import Runtime
-from framework.spec.project import ProjectConfig
 
 WATCHED_DIRS = ("agents", "profiles", "skills", "tools")
 WATCHED_FILES = ("ca.yaml", "ca.yml", ".env")
@@ -51,34 +50,11 @@ def print_report(ok: bool, errors: list[Diagnostic]) -> None:
     sys.stderr.write(f"reload failed: {len(errors)} error(s); still serving the last good version\n")
 
 
-RESTART_ONLY = (
-    "server.host",
-    "server.port",
-    "server.public_url",
-    "server.max_request_bytes",
-    "store.url",
-    "audit.key_env",
-)
-"""ca.yaml settings read once at start-up: a reload cannot apply them."""
-
-
-def needs_restart(started: ProjectConfig, now: ProjectConfig) -> list[str]:
-    """The settings of ``RESTART_ONLY`` that differ between the running config and the files."""
-    changed = []
-    for setting in RESTART_ONLY:
-        section, name = setting.split(".")
-        before, after = getattr(getattr(started, section), name), getattr(getattr(now, section), name)
-        if before != after:
-            changed.append(f"{setting} ({before} -> {after})")
-    return changed
-
-
 async def watch(runtime: Runtime, report: Report = print_report) -> None:
     """Reload on every change until cancelled."""
     from watchfiles import awatch
 
     root = runtime.root
-    started = runtime.bundle.project.config
     # The start-up bundle is compiled too, so it is a complete "last good version" to fall back to.
     warming = asyncio.create_task(asyncio.to_thread(compile_graphs, runtime.bundle))
     try:
@@ -89,8 +65,9 @@ async def watch(runtime: Runtime, report: Report = print_report) -> None:
             if ok:
                 bundle = runtime.bundle
                 sys.stderr.write(f"reloaded: {bundle.project.summary()} (bundle {bundle.digest[:12]})\n")
-                if changed := needs_restart(started, bundle.project.config):
-                    sys.stderr.write(f"ca.yaml: restart to apply {', '.join(changed)}; the rest is live\n")
+                if runtime.restart_needed:
+                    changed = ", ".join(runtime.restart_needed)
+                    sys.stderr.write(f"ca.yaml: restart to apply {changed}; the rest is live\n")
             report(ok, list(runtime.diagnostics))
     except Exception as exc:  # e.g. the system's limit on watched folders: say so, keep serving
         sys.stderr.write(f"error: hot reload stopped: {type(exc).__name__}: {exc}\n")

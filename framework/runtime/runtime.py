@@ -33,6 +33,7 @@ from framework.runtime.governance.middleware import governance_middleware
 from framework.runtime.governance.secrets import KNOWN, mask_logs, project_secrets
 from framework.runtime.pauses import Gate, Pause, Question
 from framework.runtime.remote import Discovery, RemoteFactory
+from framework.runtime.restart import needs_restart, pinned
 from framework.runtime.runner import Runner
 from framework.runtime.stores import open_checkpointer
 from framework.runtime.tasks import AlreadyDecided, Pending, Task, TaskState, TaskStore, expiry, now
@@ -55,6 +56,10 @@ class Runtime:
         """Conversation -> automation profile chosen for it (ACP session modes)."""
         self.diagnostics: list[Diagnostic] = []
         """Errors of the last reload that could not be applied (the bundle kept serving)."""
+        self.started = bundle.project.config
+        """The ``ca.yaml`` settings at start-up: reloads keep its settings read once (``RESTART_ONLY``)."""
+        self.restart_needed: list[str] = []
+        """The start-up settings the files now change (``setting (before -> after)``): a restart applies them."""
 
     @classmethod
     async def open(
@@ -139,7 +144,9 @@ class Runtime:
         A bad edit changes nothing: the last good bundle keeps serving and the errors are kept
         in ``diagnostics`` (and returned by ``_cleveragents/diagnostics``) until a fix loads.
         Tasks already running finish on the bundle they started with; a task paused for a
-        decision resumes on the bundle current when the decision arrives.
+        decision resumes on the bundle current when the decision arrives. Settings read once at
+        start-up (``server.auth``, the address, ...) keep their start-up values in the new bundle;
+        the ones the files change are listed in ``restart_needed``.
         """
         from framework.errors import SpecError
         from framework.spec import load_project
@@ -148,6 +155,8 @@ class Runtime:
             raise RunError("this runtime was not opened with Runtime.open and cannot reload")
         try:
             project = await asyncio.to_thread(load_project, self.root)
+            restart_needed = needs_restart(self.started, project.config)
+            project = dataclasses.replace(project, config=pinned(self.started, project.config))
             bundle = await self.compile_project(project)
             errors = await asyncio.to_thread(compile_graphs, bundle)
         except SpecError as exc:
@@ -160,6 +169,7 @@ class Runtime:
         self.audit.add_secrets(KNOWN.values)  # compile_project added the new project's
         self.bundle = bundle
         self.diagnostics = []
+        self.restart_needed = restart_needed
         for listener in list(self.listeners):
             try:
                 listener()

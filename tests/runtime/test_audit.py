@@ -22,7 +22,7 @@ import pytest
 from framework.errors import StoreError, UsageError
 from framework.runtime.audit import AuditLog, AuditRecord, format_record
 from framework.runtime.audit_chain import ChainKey, VerifyResult, chain_key, record_hash
-from framework.runtime.reload import needs_restart
+from framework.runtime.restart import needs_restart
 from framework.spec.project import AuditConfig, ProjectConfig
 
 REPO = Path(__file__).resolve().parents[2]

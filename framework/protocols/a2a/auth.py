@@ -1,9 +1,11 @@
 """``server.auth``: bearer tokens and API keys from the environment, required on every call.
 
-Cards and ``/healthz`` stay public (the public card is minimal; ``GetExtendedAgentCard``
-gives authenticated callers the full one). Credentials are compared in constant time
-and never logged. In-process callers (``ca run --stdio``) mark the scope with
-``LOCAL_CALLER`` and need none.
+Only the exact paths the server names public skip it (``/healthz`` and the cards, see
+``framework.protocols.a2a.http.public_path``; the public card is minimal,
+``GetExtendedAgentCard`` gives authenticated callers the full one). Credentials are read once
+at start-up, compared in constant time and never logged. Websocket connections are refused:
+no route speaks it. In-process callers (``ca run --stdio``) mark the scope with ``LOCAL_CALLER``
+and need none.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import hmac
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -19,7 +21,6 @@ from framework.errors import UsageError
 from framework.protocols.jsonrpc import Code
 from framework.spec.project import AuthConfig
 
-PUBLIC_SUFFIXES = ("/.well-known/agent-card.json", "/.well-known/agent.json", "/healthz")
 LOCAL_CALLER = "cleveragents.local_caller"
 """ASGI scope key set by in-process transports (``ca run --stdio``): the caller is the process
 that started us, already the local user. Network servers never set it."""
@@ -62,14 +63,27 @@ class Credentials:
 
 
 class AuthMiddleware:
-    """Refuses every non-public request without valid credentials: HTTP 401, JSON-RPC -32086."""
+    """Refuses every non-public request without valid credentials: HTTP 401, JSON-RPC -32086.
 
-    def __init__(self, app: ASGIApp, credentials: Credentials) -> None:
+    It is the outermost layer of ``ca serve``: a request is refused from its headers alone, before
+    anything reads (and buffers) its body. ``public`` says whether a path is one of the exact paths
+    anyone may fetch (the server's routes own that list; it changes with the agents on reload).
+    """
+
+    def __init__(self, app: ASGIApp, credentials: Credentials, *, public: Callable[[str], bool]) -> None:
         self.app = app
         self.credentials = credentials
+        self.public = public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].endswith(PUBLIC_SUFFIXES):
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            # Websocket (the only other ASGI scope): closing before accepting answers HTTP 403.
+            await send({"type": "websocket.close", "code": 1008, "reason": "websocket is not served"})
+            return
+        if self.public(scope["path"]):
             await self.app(scope, receive, send)
             return
         refusal = refuse(self.credentials, scope)

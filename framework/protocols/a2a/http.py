@@ -29,6 +29,7 @@ from a2a.server.tasks import DatabaseTaskStore
 from a2a.types import AgentCard, Message, Role, SendMessageRequest, TaskState, TaskStatus
 from google.protobuf import json_format
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -165,11 +166,7 @@ class AgentsApp:
         routes.append(Route("/agents/{name}" + CARD_PATH, _no_agent(runtime), methods=["GET"]))
         if default:
             routes.extend(agent_routes(runtime, default, self.handlers[default], ""))
-        app = Starlette(routes=routes)
-        auth = bundle.project.config.server.auth
-        if auth is not None:
-            app.add_middleware(AuthMiddleware, credentials=Credentials(auth, bundle.environ))
-        self.app = app
+        self.app = Starlette(routes=routes)
 
     @staticmethod
     def _handler(
@@ -202,8 +199,8 @@ class Agents:
         await self.current.app(scope, receive, send)
 
 
-def build_app(runtime: Runtime) -> PlatformMiddleware:
-    """The whole server: health, the agents of the current bundle, platform methods, limits."""
+def build_app(runtime: Runtime) -> Starlette:
+    """The whole server: authentication, then the size limit and platform methods, then health and the agents."""
     _quiet_client_errors()
     store = task_store(runtime)
     agents = Agents(runtime, store)
@@ -233,11 +230,30 @@ def build_app(runtime: Runtime) -> PlatformMiddleware:
         answer = await handler.on_message_send(SendMessageRequest(message=message), ServerCallContext())
         return dict(json_format.MessageToDict(answer))
 
-    app = Starlette(
-        routes=[Route("/healthz", _health(runtime), methods=["GET"]), Mount("", app=agents)], lifespan=lifespan
+    config = runtime.bundle.project.config  # its server settings stay as they are now (reload pins them)
+    layers = [
+        Middleware(PlatformMiddleware, platform=Platform(runtime, decide), max_bytes=config.server.max_request_bytes)
+    ]
+    if config.server.auth is not None:
+        # Outermost: a request is refused from its headers before the size limit buffers its body.
+        credentials = Credentials(config.server.auth, runtime.bundle.environ)
+        layers.insert(0, Middleware(AuthMiddleware, credentials=credentials, public=lambda p: public_path(runtime, p)))
+    return Starlette(
+        routes=[Route("/healthz", _health(runtime), methods=["GET"]), Mount("", app=agents)],
+        middleware=layers,
+        lifespan=lifespan,
     )
-    max_bytes = runtime.bundle.project.config.server.max_request_bytes
-    return PlatformMiddleware(app, Platform(runtime, decide), max_bytes=max_bytes)
+
+
+def public_path(runtime: Runtime, path: str) -> bool:
+    """Whether anyone may fetch ``path`` under ``server.auth``: exactly ``/healthz`` and the served cards.
+
+    A path that only ends like one (``/agents/x/healthz``, ``/foo/.well-known/agent.json``) is not.
+    """
+    if path in ("/healthz", CARD_PATH, LEGACY_CARD_PATH):
+        return True
+    name = path.removeprefix("/agents/").removesuffix(CARD_PATH)
+    return path == f"/agents/{name}{CARD_PATH}" and name in runtime.bundle.agents
 
 
 def _no_agent(runtime: Runtime) -> Endpoint:

@@ -14,12 +14,10 @@ from dataclasses import asdict
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.applications import Starlette
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from framework.compiler.card import agent_skills, card_to_json
 from framework.errors import CAError, RunError, TaskNotWaiting
-from framework.protocols.a2a.auth import Credentials, refuse, send_refusal
 from framework.protocols.a2a.wire import to_wire
 from framework.protocols.jsonrpc import Code, JsonRpcError, Request, error, error_for, parse_request, result
 from framework.runtime.runtime import Runtime
@@ -207,17 +205,20 @@ class Platform:
             "agents": sorted(bundle.agents),
             "warnings": [w.to_json() for w in bundle.project.warnings],
             "errors": [d.to_json() for d in self.runtime.diagnostics],
+            "restart": list(self.runtime.restart_needed),
         }
 
 
 class PlatformMiddleware:
-    """ASGI middleware: answers ``_cleveragents/*`` JSON-RPC calls (behind ``server.auth``) and limits request size."""
+    """ASGI middleware: answers ``_cleveragents/*`` JSON-RPC calls and limits request size.
 
-    def __init__(self, app: Starlette, platform: Platform, *, max_bytes: int) -> None:
+    It reads the whole body, so it sits behind ``AuthMiddleware``: only authenticated requests are buffered.
+    """
+
+    def __init__(self, app: ASGIApp, platform: Platform, *, max_bytes: int) -> None:
         self.app = app
         self.platform = platform
         self.max_bytes = max_bytes
-        self._credentials: tuple[object, Credentials] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -246,10 +247,6 @@ class PlatformMiddleware:
         raw = b"".join(chunks)
         call = _platform_call(raw) if scope["path"].endswith("/") else None
         if call is not None:
-            refusal = self._refusal(scope)
-            if refusal is not None:
-                await send_refusal(send, refusal)
-                return
             await _json(send, 200, await self._answer(call))
             return
         replayed = False
@@ -262,16 +259,6 @@ class PlatformMiddleware:
             return {"type": "http.request", "body": raw, "more_body": False}
 
         await self.app(scope, replay, send)
-
-    def _refusal(self, scope: Scope) -> str | None:
-        """Platform calls need the same credentials as A2A calls (they are answered before the agents' auth)."""
-        bundle = self.platform.runtime.bundle
-        auth = bundle.project.config.server.auth
-        if auth is None:
-            return None
-        if self._credentials is None or self._credentials[0] is not bundle:
-            self._credentials = (bundle, Credentials(auth, bundle.environ))
-        return refuse(self._credentials[1], scope)
 
     async def _answer(self, obj: dict[str, Any]) -> dict[str, Any]:
         try:

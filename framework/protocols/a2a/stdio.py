@@ -178,7 +178,7 @@ async def in_process_client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient
     async def local(scope: Scope, receive: Receive, send: Send) -> None:
         await app({**scope, LOCAL_CALLER: True}, receive, send)
 
-    async with app.app.router.lifespan_context(app.app):
+    async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=local)
         async with httpx.AsyncClient(transport=transport, base_url="http://stdio", timeout=None) as client:  # noqa: S113 - streams last as long as their task
             yield client

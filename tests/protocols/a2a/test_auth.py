@@ -6,12 +6,17 @@ One authenticated server serves the module. The start-up refusals run ``ca serve
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 
+from framework.protocols.a2a.auth import AuthMiddleware, Credentials
+from framework.spec.project import AuthConfig
 from tests.a2a_peers import Json, StdioPeer, reply_text, result_of, user_message
 from tests.conftest import free_port, run_ca, write_project
 from tests.serving import ServerProcess, start_serve
@@ -154,6 +159,103 @@ def test_the_rest_binding_is_refused_too(server: ServerProcess) -> None:
 def test_wrong_credentials_are_invalid(server: ServerProcess, credentials: dict[str, str]) -> None:
     for method, params in (RPC_METHODS[0], RPC_METHODS[-1]):
         assert refused(server.post(rpc(method, params), headers=credentials)) == "invalid credentials"
+
+
+NOT_PUBLIC = [
+    "/agents/x/healthz",
+    "/agents/echo/healthz",
+    "/foo/.well-known/agent.json",
+    "/foo/.well-known/agent-card.json",
+    "/agents/echo/.well-known/agent.json",
+    "/agents/nobody/.well-known/agent-card.json",
+    "/agents/echo/rest/healthz",
+    "/agents/echo/rest/tasks/healthz",
+    "/agents/echo/rest/.well-known/agent-card.json",
+    "//healthz",
+]
+
+
+@pytest.mark.parametrize("path", NOT_PUBLIC)
+def test_a_path_that_only_ends_like_a_public_one_needs_credentials(server: ServerProcess, path: str) -> None:
+    assert refused(httpx.get(server.url + path)).startswith("authentication required")
+    assert refused(httpx.post(server.url + path, json=rpc("ListTasks", {}))).startswith("authentication required")
+
+
+PUBLIC = [
+    "/healthz",
+    "/.well-known/agent-card.json",
+    "/.well-known/agent.json",
+    "/agents/echo/.well-known/agent-card.json",
+]
+
+
+@pytest.mark.parametrize("path", PUBLIC)
+def test_the_exact_public_paths_answer_without_credentials(server: ServerProcess, path: str) -> None:
+    assert httpx.get(server.url + path).status_code == 200
+
+
+def test_an_anonymous_5_mib_post_is_refused_before_its_body_is_read(server: ServerProcess) -> None:
+    """The client announces 5 MiB and sends 1 KiB: the 401 comes back without the server waiting for the rest."""
+    head = (
+        "POST /agents/echo/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {5 * 1024 * 1024}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head.encode() + b"[" * 1024)
+        answer = b""
+        while b"authentication required" not in answer and (chunk := sock.recv(4096)):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 401 "), answer[:200]
+    assert b"authentication required" in answer
+
+
+def test_an_authenticated_oversized_post_still_gets_413(server: ServerProcess) -> None:
+    response = server.post(b"[" + b" " * (5 * 1024 * 1024) + b"]", headers=BEARER)
+    assert response.status_code == 413, response.text
+    assert "larger than 4194304 bytes" in response.json()["error"]["message"]
+
+
+def test_a_websocket_is_refused_before_it_reaches_the_app() -> None:
+    """No route of ours speaks websocket: the scope is closed (HTTP 403) whatever the path, credentials or not."""
+    reached: list[str] = []
+
+    async def accepting(scope: Scope, receive: Receive, send: Send) -> None:
+        reached.append(scope["type"])
+        await send({"type": "websocket.accept"})
+
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "websocket.connect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    credentials = Credentials(AuthConfig(bearer_tokens_env="T_TOKENS"), {"T_TOKENS": "token-one"})
+    middleware = AuthMiddleware(accepting, credentials, public=lambda path: path == "/healthz")
+    scope: Scope = {"type": "websocket", "path": "/healthz", "headers": [(b"authorization", b"Bearer token-one")]}
+    asyncio.run(middleware(scope, receive, send))
+    assert reached == []
+    assert [m["type"] for m in sent] == ["websocket.close"]
+
+
+def test_lifespan_passes_through_authentication() -> None:
+    reached: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        reached.append(scope["type"])
+
+    async def nothing() -> Message:
+        return {"type": "lifespan.startup"}
+
+    async def ignore(message: Message) -> None:
+        return None
+
+    credentials = Credentials(AuthConfig(bearer_tokens_env="T_TOKENS"), {"T_TOKENS": "token-one"})
+    asyncio.run(
+        AuthMiddleware(app, credentials, public=lambda path: path == "/healthz")({"type": "lifespan"}, nothing, ignore)
+    )
+    assert reached == ["lifespan"]
 
 
 def test_another_authorization_scheme_counts_as_none(server: ServerProcess) -> None:
