@@ -53,9 +53,12 @@ def served(root: Path, tmp_path: Path) -> Iterator[ServerProcess]:
     server.stop()
 
 
-def _send(server: ServerProcess, context_id: str, text: str) -> Json:
+def _send(server: ServerProcess, context_id: str, text: str, *, blocking: bool = True) -> Json:
     message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "contextId": context_id, "parts": [{"text": text}]}
-    answer = server.rpc("SendMessage", {"message": message})
+    params: Json = {"message": message}
+    if not blocking:
+        params["configuration"] = {"returnImmediately": True}
+    answer = server.rpc("SendMessage", params)
     assert "result" in answer, answer
     task: Json = answer["result"]["task"]
     return task
@@ -105,6 +108,26 @@ def test_concurrent_turns_leave_each_message_followed_by_its_own_answer(served: 
         kinds = [kind for kind, _ in turn]
         assert kinds == ["human", "ai", "tool", "ai"], history
         assert f"You said: {turn[0][1].splitlines()[-1]}" in turn[3][1], history
+
+
+def _state(server: ServerProcess, task_id: str) -> str:
+    return str(server.rpc("GetTask", {"id": task_id})["result"]["status"]["state"])
+
+
+def test_a_message_waiting_for_its_turn_reads_as_submitted_then_completes(served: ServerProcess) -> None:
+    context_id = uuid.uuid4().hex
+    running = _send(served, context_id, _napping("the first", seconds=3), blocking=False)
+    deadline = time.monotonic() + 30
+    while _state(served, running["id"]) != "TASK_STATE_WORKING" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    queued = _send(served, context_id, "the second", blocking=False)
+    time.sleep(0.5)
+    assert _state(served, queued["id"]) == "TASK_STATE_SUBMITTED"
+    deadline = time.monotonic() + 30
+    while _state(served, queued["id"]) != "TASK_STATE_COMPLETED" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _state(served, running["id"]) == "TASK_STATE_COMPLETED"
+    assert "You said: the second" in _reply(served.rpc("GetTask", {"id": queued["id"]})["result"])
 
 
 def test_a_second_process_waits_for_the_running_turn_of_its_conversation(served: ServerProcess, root: Path) -> None:
