@@ -225,15 +225,12 @@ class Runtime:
         )
         self._audit_task(task, "submitted", input_chars=len(text))
         context = dataclasses.replace(self._context(task, skill, request), caps=caps or None, depth=depth, chain=chain)
-        try:
-            async with self.turns.take(conversation, task.id):
-                await self._drop_abandoned_pause(agent, conversation)
-                async for event in self._drive(
-                    task, Runner(self.bundle).run(agent, text, thread_id=conversation, skill=skill, context=context)
-                ):
-                    yield event
-        except ConversationBusy as exc:  # nothing ran: the task fails, retryable, and says so
-            yield self._failed_before_run(task, Failure.of(exc))
+        async for event in self._drive(
+            task,
+            Runner(self.bundle).run(agent, text, thread_id=conversation, skill=skill, context=context),
+            prepare=lambda: self._drop_abandoned_pause(agent, conversation),
+        ):
+            yield event
 
     async def decide(
         self,
@@ -259,20 +256,13 @@ class Runtime:
         except ApprovalTimedOut as exc:
             yield self._failed_before_run(task, Failure.of(exc))
             return
-        try:
-            async with self.turns.take(task.conversation, task.id):
-                async for event in self._drive(
-                    task,
-                    Runner(self.bundle).run(
-                        task.agent,
-                        thread_id=task.conversation,
-                        context=self._context(task, None, request),
-                        resume=answers,
-                    ),
-                ):
-                    yield event
-        except ConversationBusy as exc:
-            yield self._failed_before_run(task, Failure.of(exc))
+        async for event in self._drive(
+            task,
+            Runner(self.bundle).run(
+                task.agent, thread_id=task.conversation, context=self._context(task, None, request), resume=answers
+            ),
+        ):
+            yield event
 
     def _failed_before_run(self, task: Task, failure: Failure) -> RunFinished:
         """End ``task`` failed before its run started (recorded, audited); the event that says so."""
@@ -379,7 +369,28 @@ class Runtime:
         self.tasks.update(task.id, state="canceled", pending=())
         self._audit_task(task, "canceled")
 
-    async def _drive(self, task: Task, events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
+    async def _drive(
+        self,
+        task: Task,
+        events: AsyncIterator[RunEvent],
+        *,
+        prepare: Callable[[], Awaitable[None]] | None = None,
+    ) -> AsyncIterator[RunEvent]:
+        """Run ``events`` (a run not started yet) in the turn of ``task``'s conversation, recording it.
+
+        ``prepare`` runs first, inside the turn. A turn not had within the wait limit fails the task
+        (ConversationBusy) before anything of it ran.
+        """
+        try:
+            async with self.turns.take(task.conversation, task.id):
+                if prepare is not None:
+                    await prepare()
+                async for event in self._recorded(task, events):
+                    yield event
+        except ConversationBusy as exc:  # raised before the run started: nothing of it ran
+            yield self._failed_before_run(task, Failure.of(exc))
+
+    async def _recorded(self, task: Task, events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
         self.tasks.update(task.id, state="working")
         self._audit_task(task, "working")
         pauses: list[Paused] = []
