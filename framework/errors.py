@@ -13,6 +13,8 @@
     └── RunError                 run_failed           a run cannot start or failed; its subclasses say why
         ├── AgentNotFound        agent_not_found      no agent of that name
         ├── TaskNotWaiting       task_not_waiting     a decision for a task that waits for none
+        ├── ConversationBusy     conversation_busy    another turn of the conversation ran past the wait limit
+                                                      (retryable: send the message again later)
         ├── BudgetExceeded       budget_exceeded      a budget with on_exceed: fail was spent
         ├── PolicyDenied         policy_denied        a capability, contract or profile rule refused an action
         │   ├── PathRefused      policy_denied        a path no capability can allow (outside the root, ...)
@@ -51,6 +53,7 @@ ErrorCode = Literal[
     "store_damaged",
     "agent_not_found",
     "task_not_waiting",
+    "conversation_busy",
     "budget_exceeded",
     "policy_denied",
     "contract_violation",
@@ -167,6 +170,15 @@ class TaskNotWaiting(RunError):
     """A decision was sent to a task (or conversation) that waits for none."""
 
     code = "task_not_waiting"
+
+
+class ConversationBusy(RunError):
+    """A message waited longer than the wait limit for the running turn of its conversation to end.
+
+    Retryable: nothing of the message ran; sending it again later starts its turn.
+    """
+
+    code = "conversation_busy"
 
 
 class BudgetExceeded(RunError):

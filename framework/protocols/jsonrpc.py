@@ -15,6 +15,7 @@ Error codes — one table for every transport (A2A's JSON-RPC and platform metho
     -32084  agent_not_found
     -32085  spec_invalid           the project's YAML is invalid (data: diagnostics)
     -32086  authentication required
+    -32087  conversation_busy      another turn of the conversation outlasted the wait limit (retryable)
     -32088  task_not_waiting       a decision was sent to a task that waits for none
     -32089  provider_error         a model call failed (the provider answered an error, or is down)
     -32090  tool_failed            a tool could not be loaded, or a workflow's tool step failed
@@ -47,6 +48,7 @@ class Code(IntEnum):
     AGENT_NOT_FOUND = -32084
     SPEC_INVALID = -32085
     AUTHENTICATION_REQUIRED = -32086
+    CONVERSATION_BUSY = -32087
     TASK_NOT_WAITING = -32088
     PROVIDER_ERROR = -32089
     TOOL_FAILED = -32090
@@ -62,6 +64,7 @@ ERROR_CODES: dict[ErrorCode, Code] = {
     "approval_rejected": Code.APPROVAL_REJECTED,
     "agent_not_found": Code.AGENT_NOT_FOUND,
     "spec_invalid": Code.SPEC_INVALID,
+    "conversation_busy": Code.CONVERSATION_BUSY,
     "task_not_waiting": Code.TASK_NOT_WAITING,
     "provider_error": Code.PROVIDER_ERROR,
     "tool_failed": Code.TOOL_FAILED,

@@ -3,6 +3,9 @@
     send(agent, text, conversation)  -> events   a new task
     decide(task, decision)           -> events   answer a paused task (any process)
 
+Both run in their conversation's turn (``Turns``): the messages of one conversation run one
+after another, in order, never interleaved on its LangGraph thread.
+
 Each task is recorded (``TaskStore``), its transitions and every governance decision
 are audited (``AuditLog``), and a paused task keeps its pending decisions with their
 expiry so ``ca approve`` in another terminal — or a server after a restart — can
@@ -24,7 +27,7 @@ from typing import Any, cast
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
 from framework.compiler.precompile import compile_graphs
-from framework.errors import ApprovalTimedOut, CAError, Diagnostic, Failure, RunError
+from framework.errors import ApprovalTimedOut, CAError, ConversationBusy, Diagnostic, Failure, RunError
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
@@ -37,6 +40,7 @@ from framework.runtime.restart import needs_restart, pinned
 from framework.runtime.runner import Runner
 from framework.runtime.stores import open_checkpointer
 from framework.runtime.tasks import AlreadyDecided, Pending, Task, TaskState, TaskStore, expiry, now
+from framework.runtime.turns import Turns
 from framework.spec.interpolate import load_dotenv
 from framework.spec.project import Project
 
@@ -44,10 +48,12 @@ from framework.spec.project import Project
 class Runtime:
     """Runs tasks of one project; ``async with Runtime.open(project) as rt``."""
 
-    def __init__(self, bundle: Bundle, tasks: TaskStore, audit: AuditLog, *, source: str = "cli") -> None:
+    def __init__(self, bundle: Bundle, tasks: TaskStore, audit: AuditLog, turns: Turns, *, source: str = "cli") -> None:
         self.bundle = bundle
         self.tasks = tasks
         self.audit = audit
+        self.turns = turns
+        """Who runs in each conversation now; every run takes its conversation's turn first."""
         self.source = source
         self.listeners: list[Callable[[], None]] = []
         """Called after each successful reload (protocols rebuild what depends on the bundle)."""
@@ -82,6 +88,8 @@ class Runtime:
         saver = await stack.enter_async_context(open_checkpointer(project.root))
         tasks = TaskStore.open(project.root)
         stack.callback(tasks.close)
+        turns = Turns.open(project.root)
+        stack.callback(turns.close)
         dotenv = load_dotenv(project.root)
         KNOWN.add(project_secrets(project, {**dotenv, **os.environ}, dotenv))
         if key is not None:
@@ -133,7 +141,7 @@ class Runtime:
                 environ=environ,
             )
 
-        runtime = cls(await compile_project(project), tasks, audit, source=source)
+        runtime = cls(await compile_project(project), tasks, audit, turns, source=source)
         runtime.compile_project = compile_project
         return runtime
 
@@ -222,14 +230,15 @@ class Runtime:
         is what workflows see of the message (``message_id``, ``metadata``).
         """
         self.bundle.agent(agent)
-        await self._drop_abandoned_pause(agent, conversation)
         task = self.tasks.create(
             agent=agent, conversation=conversation, source=self.source, input=text, task_id=task_id, parent=parent
         )
         self._audit_task(task, "submitted", input_chars=len(text))
         context = dataclasses.replace(self._context(task, skill, request), caps=caps or None, depth=depth, chain=chain)
         async for event in self._drive(
-            task, Runner(self.bundle).run(agent, text, thread_id=conversation, skill=skill, context=context)
+            task,
+            Runner(self.bundle).run(agent, text, thread_id=conversation, skill=skill, context=context),
+            prepare=lambda: self._drop_abandoned_pause(agent, conversation),
         ):
             yield event
 
@@ -255,11 +264,7 @@ class Runtime:
         try:
             answers = self._answers(task, decision)
         except ApprovalTimedOut as exc:
-            failure = Failure.of(exc)
-            self.tasks.update(task.id, state="failed", error=failure.message, pending=(), failure=failure)
-            self._audit_task(task, "failed", error=failure.message, code=failure.code)
-            usage = Usage(**{k: int(v) for k, v in task.usage.items() if k in _USAGE_FIELDS})
-            yield dataclasses.replace(RunFinished.failed(failure, usage), task_id=task.id)
+            yield self._failed_before_run(task, Failure.of(exc))
             return
         async for event in self._drive(
             task,
@@ -268,6 +273,13 @@ class Runtime:
             ),
         ):
             yield event
+
+    def _failed_before_run(self, task: Task, failure: Failure) -> RunFinished:
+        """End ``task`` failed before its run started (recorded, audited); the event that says so."""
+        self.tasks.update(task.id, state="failed", error=failure.message, pending=(), failure=failure)
+        self._audit_task(task, "failed", error=failure.message, code=failure.code)
+        usage = Usage(**{k: int(v) for k, v in task.usage.items() if k in _USAGE_FIELDS})
+        return dataclasses.replace(RunFinished.failed(failure, usage), task_id=task.id)
 
     def _answers(self, task: Task, decision: Mapping[str, Any]) -> dict[str, Any]:
         """The resume value of each pending decision; ApprovalTimedOut when one expired under ``on_timeout: fail``.
@@ -367,7 +379,28 @@ class Runtime:
         self.tasks.update(task.id, state="canceled", pending=())
         self._audit_task(task, "canceled")
 
-    async def _drive(self, task: Task, events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
+    async def _drive(
+        self,
+        task: Task,
+        events: AsyncIterator[RunEvent],
+        *,
+        prepare: Callable[[], Awaitable[None]] | None = None,
+    ) -> AsyncIterator[RunEvent]:
+        """Run ``events`` (a run not started yet) in the turn of ``task``'s conversation, recording it.
+
+        ``prepare`` runs first, inside the turn. A turn not had within the wait limit fails the task
+        (ConversationBusy) before anything of it ran.
+        """
+        try:
+            async with self.turns.take(task.conversation, task.id):
+                if prepare is not None:
+                    await prepare()
+                async for event in self._recorded(task, events):
+                    yield event
+        except ConversationBusy as exc:  # raised before the run started: nothing of it ran
+            yield self._failed_before_run(task, Failure.of(exc))
+
+    async def _recorded(self, task: Task, events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
         self.tasks.update(task.id, state="working")
         self._audit_task(task, "working")
         pauses: list[Paused] = []

@@ -604,6 +604,31 @@ def test_a_second_prompt_on_a_busy_session_gets_a_clear_error(project: Path) -> 
     run(main())
 
 
+def test_a_prompt_from_another_process_waits_for_the_session_s_running_turn(project: Path) -> None:
+    opening = "from the first\n" + tool_line("nap", seconds=3)
+
+    async def main() -> None:
+        async with agent(project) as first, agent(project) as second:
+            await first.initialize()
+            await second.initialize()
+            session = await first.new_session()
+            task = _prompt_task(first, session, opening)
+            await first.wire.wait_for(lambda: first.wire.updates(session, "tool_call"), "the tool call")
+            await second.conn.load_session(cwd=str(project), session_id=session, mcp_servers=[])
+            since = len(second.wire.updates(session))
+            assert await second.prompt(session, "from the second") == "end_turn"
+            assert (await task).stop_reason == "end_turn"
+            assert "You said: from the first" in first.text(session)
+            assert second.text(session, since).startswith("[helper] You said: from the second")
+        async with agent(project) as third:  # the history holds both turns, one after the other
+            await third.initialize()
+            await third.conn.load_session(cwd=str(project), session_id=session, mcp_servers=[])
+            users = [u["content"]["text"] for u in third.wire.updates(session, "user_message_chunk")]
+            assert users == [opening, "from the second"]
+
+    run(main())
+
+
 # -- load, modes, budgets, auth ------------------------------------------------------------------
 
 

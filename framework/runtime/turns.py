@@ -1,0 +1,148 @@
+"""One conversation, one turn at a time: the messages of a conversation run in order, never interleaved.
+
+A conversation is one LangGraph thread (A2A ``contextId`` = ACP ``sessionId`` = ``thread_id``);
+two runs on it at once would read and write the same checkpoints, and the first task would
+answer the last message. So every run of a task — a new message (``Runtime.send``) and a resumed
+pause (``Runtime.decide``) alike — first takes its conversation's turn, and gives it back when
+the run ends or pauses:
+
+* in this process, an ``asyncio.Lock`` per conversation: waiters take their turn first come,
+  first served;
+* across processes (`ca serve`, `ca run`, `ca approve`, `ca run --stdio` on one project), a row
+  in the ``turns`` table of ``.ca/tasks.db``, the task record, taken with one atomic insert and
+  polled every :data:`POLL_S` while another process holds it. A row whose process is gone (killed
+  mid-run) does not hold the conversation: the next taker removes it.
+
+A message waits at most the wait limit (:data:`TURN_WAIT_S` by default) for its turn; past it, it
+gets :class:`~framework.errors.ConversationBusy` — retryable, nothing of the message ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from framework.errors import ConversationBusy, StoreError
+from framework.runtime.stores import state_dir
+from framework.runtime.tasks import now
+
+TURN_WAIT_S = 120.0
+"""How long a message waits for the running turn of its conversation before it is refused."""
+POLL_S = 0.05
+"""How often a message waiting for another process's turn looks at the ``turns`` table again."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS turns (
+    conversation TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started_at TEXT NOT NULL
+);
+"""
+
+
+class Turns:
+    """The turns of a project's conversations; ``async with turns.take(conversation, task_id):`` runs one."""
+
+    def __init__(self, path: Path, *, wait: float = TURN_WAIT_S) -> None:
+        self.wait = wait
+        """Seconds a message waits for its turn before ConversationBusy."""
+        self.path = path
+        self._lock = threading.Lock()  # one connection, used from worker threads
+        self._conn = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.executescript(_SCHEMA)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: dict[str, int] = {}
+        self._pid = os.getpid()
+
+    @classmethod
+    def open(cls, root: Path) -> Turns:
+        return cls(state_dir(root) / "tasks.db")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @asynccontextmanager
+    async def take(self, conversation: str, task_id: str) -> AsyncIterator[None]:
+        """Hold ``conversation``'s turn for ``task_id``'s run; ConversationBusy after the wait limit."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait
+        lock = self._locks.setdefault(conversation, asyncio.Lock())
+        self._users[conversation] = self._users.get(conversation, 0) + 1
+        try:
+            try:
+                async with asyncio.timeout(self.wait):
+                    await lock.acquire()
+            except TimeoutError:
+                raise self._busy(conversation, "a turn of this process") from None
+            try:
+                while not await asyncio.to_thread(self._claim, conversation, task_id):
+                    if loop.time() >= deadline:
+                        raise self._busy(conversation, "a turn of another process")
+                    await asyncio.sleep(POLL_S)
+                try:
+                    yield
+                finally:
+                    await asyncio.shield(asyncio.to_thread(self._release, conversation, task_id))
+            finally:
+                lock.release()
+        finally:
+            self._users[conversation] -= 1
+            if not self._users[conversation]:  # no one else waits here: forget the lock
+                del self._users[conversation], self._locks[conversation]
+
+    def _busy(self, conversation: str, holder: str) -> ConversationBusy:
+        return ConversationBusy(
+            f"conversation {conversation!r} is busy: {holder} did not end within {self.wait:g} s; "
+            "nothing of this message ran, send it again later",
+            data={"conversation": conversation, "waited_s": self.wait, "retryable": True},
+        )
+
+    def _claim(self, conversation: str, task_id: str) -> bool:
+        """Take the row of ``conversation`` (one atomic insert); a dead process's row is removed first."""
+        try:
+            with self._lock:
+                taken = self._conn.execute(
+                    "INSERT INTO turns (conversation, task_id, pid, started_at) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT(conversation) DO NOTHING",
+                    (conversation, task_id, self._pid, now().isoformat()),
+                ).rowcount
+                if taken == 1:
+                    return True
+                row = self._conn.execute(
+                    "SELECT task_id, pid FROM turns WHERE conversation = ?", (conversation,)
+                ).fetchone()
+                if row is not None and not _alive(int(row[1])):
+                    # Compare-and-delete: only that dead process's row, so of two takers one wins.
+                    self._conn.execute(
+                        "DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ?", (conversation, *row)
+                    )
+                return False
+        except sqlite3.Error as exc:
+            raise StoreError(f"the turns of {self.path} cannot be read: {exc}") from exc
+
+    def _release(self, conversation: str, task_id: str) -> None:
+        try:
+            with self._lock:
+                self._conn.execute("DELETE FROM turns WHERE conversation = ? AND task_id = ?", (conversation, task_id))
+        except sqlite3.Error as exc:
+            raise StoreError(f"the turn of conversation {conversation!r} cannot be given back: {exc}") from exc
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (on this machine: the project's state is local)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it runs, as another user
+        return True
+    return True
