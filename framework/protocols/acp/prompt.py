@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 from framework.errors import Cancelled, Failure, FailureCode
+from framework.protocols.acp.preview import Before, before_write
 from framework.protocols.acp.session import Connection, Session
 from framework.protocols.jsonrpc import Code, JsonRpcError, failure_error
 from framework.runtime.events import (
@@ -25,6 +27,7 @@ from framework.runtime.events import (
 )
 from framework.runtime.pauses import ToolApproval, all_questions
 from framework.runtime.turn import drive_turn
+from framework.spec.common import shown
 
 KINDS = {
     "fs.read": "read",
@@ -125,28 +128,39 @@ class PromptTurn:
                 skill, text = name, rest.strip() or name
         question = runtime.tasks.question_in(self.session.id)
         if question is not None:  # the prompt answers the question the last turn ended with
+            self.task_id = question.id
             events = runtime.decide(question.id, {"decision": "answer", "text": text})
         else:
-            events = runtime.send(self.server.agent_name, text, conversation=self.session.id, skill=skill)
+            # The task's id is ours from the start, so a turn that ends early can close it.
+            self.task_id = uuid.uuid4().hex
+            events = runtime.send(
+                self.server.agent_name, text, conversation=self.session.id, skill=skill, task_id=self.task_id
+            )
         try:
             finished, pauses = await drive_turn(runtime, events, self)
-        except asyncio.CancelledError:
-            if self.task_id:
-                runtime.mark_canceled(self.task_id)
+        except BaseException:  # cancelled, or the editor's answer was unusable: nothing is left open
+            self.abandon()
             raise
         if finished.state != "input-required":
             return self.stop(finished)
         if self.cancelled is not None:
-            runtime.mark_canceled(finished.task_id)
+            self.abandon()
             return self.stop(RunFinished.failed(Failure.of(self.cancelled)))
         # A question: the turn ends with it, and the next prompt is the answer.
         question_text = "\n".join(p.pause.message for p in pauses)
         self.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": question_text}})
         return {"stopReason": "end_turn"}
 
+    def abandon(self) -> None:
+        """The turn ends before its run: every started tool call gets its final update (failed,
+        as ACP has no cancelled status) and the task is canceled, never left working."""
+        for call_id in [c for c, call in self.calls.items() if not call.get("closed")]:
+            self.calls[call_id]["closed"] = True
+            self.update(closing_update(call_id))
+        self.server.runtime.mark_canceled(self.task_id)
+
     async def decide(self, finished: RunFinished, pauses: list[Paused]) -> dict[str, Any] | None:
         """The turn view's decision: a permission request per pause; a question ends the turn."""
-        self.task_id = finished.task_id
         if all_questions([p.pause for p in pauses]):
             return None
         try:
@@ -157,9 +171,12 @@ class PromptTurn:
 
     async def show(self, event: RunEvent) -> None:
         """The turn view's display: each event as session/update (pauses are asked, not shown)."""
-        if isinstance(event, RunFinished):
-            self.task_id = event.task_id
-        elif not isinstance(event, Paused):
+        if isinstance(event, ToolCallStarted):
+            before = None
+            if event.tool == "fs.write":  # the diff's old side: file I/O, so off the event loop
+                before = await asyncio.to_thread(before_write, self.server.runtime.root, event.args.get("path"))
+            self.started(event, before)
+        elif not isinstance(event, Paused | RunFinished):
             self.render(event)
 
     def render(self, event: RunEvent) -> None:
@@ -169,8 +186,6 @@ class PromptTurn:
         elif isinstance(event, ThoughtChunk):
             if not event.source:
                 self.update({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": event.text}})
-        elif isinstance(event, ToolCallStarted):
-            self.started(event)
         elif isinstance(event, ToolCallFinished):
             self.finished(event)
         elif isinstance(event, PlanUpdate) and not event.source:
@@ -199,16 +214,10 @@ class PromptTurn:
         root = self.server.runtime.root
         return {"path": str((root / path).resolve())} if not Path(path).is_absolute() else {"path": path}
 
-    def started(self, event: ToolCallStarted) -> None:
+    def started(self, event: ToolCallStarted, before: Before | None) -> None:
+        """A tool_call update; ``before``: what fs.write replaces (None: no diff is shown)."""
         args = dict(event.args)
-        call: dict[str, Any] = {"tool": event.tool, "args": args}
-        if event.tool == "fs.write" and isinstance(args.get("path"), str):
-            target = self.server.runtime.root / args["path"]
-            try:
-                call["old"] = target.read_text(encoding="utf-8") if target.is_file() else None
-            except (OSError, UnicodeDecodeError):
-                call["old"] = None
-        self.calls[event.call_id] = call
+        self.calls[event.call_id] = {"tool": event.tool, "args": args, "before": before}
         update: dict[str, Any] = {
             "sessionUpdate": "tool_call",
             "toolCallId": event.call_id,
@@ -223,18 +232,20 @@ class PromptTurn:
         self.update(update)
 
     def finished(self, event: ToolCallFinished) -> None:
-        call = self.calls.get(event.call_id, {})
+        call = self.calls.setdefault(event.call_id, {})
+        call["closed"] = True
         content: list[dict[str, Any]] = [{"type": "content", "content": {"type": "text", "text": event.result}}]
         args = call.get("args", {})
+        before: Before | None = call.get("before")
         # The tool's name as it started: a resumed run reports the model-facing name (fs_write).
         tool = call.get("tool", event.tool)
-        if tool == "fs.write" and not event.is_error and isinstance(args.get("path"), str):
+        if tool == "fs.write" and not event.is_error and before is not None and isinstance(args.get("path"), str):
             location = self._location(args["path"]) or {"path": args["path"]}
             content = [
                 {
                     "type": "diff",
                     "path": location["path"],
-                    "oldText": call.get("old"),
+                    "oldText": before.text,
                     "newText": str(args.get("content", "")),
                 }
             ]
@@ -261,7 +272,7 @@ class PromptTurn:
         }
         if isinstance(pause, ToolApproval):
             tool_call["kind"] = KINDS.get(pause.tool, "other")
-        params = {
+        params: dict[str, Any] = {
             "sessionId": self.session.id,
             "toolCall": tool_call,
             "options": FULL_OPTIONS if full else SHORT_OPTIONS,
@@ -272,15 +283,11 @@ class PromptTurn:
         try:
             done, _ = await asyncio.wait({asked, self.session.permission}, return_when=asyncio.FIRST_COMPLETED)
             answer = (asked if asked in done else self.session.permission).result()
+        except JsonRpcError as exc:  # the editor answered with an error (or an unreadable one)
+            raise bad_permission_answer(f"an error ({exc.code}: {exc.message})") from exc
         finally:
             self.session.permission = None
-        outcome = (answer or {}).get("outcome") if isinstance(answer, dict) else None
-        if not isinstance(outcome, dict) or outcome.get("outcome") != "selected":
-            raise Cancelled("the permission request was cancelled")
-        decision = DECISIONS.get(str(outcome.get("optionId")))
-        if decision is None:
-            raise JsonRpcError(Code.INVALID_PARAMS, f"unknown permission option {outcome.get('optionId')!r}")
-        return dict(decision)
+        return permission_decision(answer, params["options"])
 
     def stop(self, finished: RunFinished) -> dict[str, Any]:
         """The answer to session/prompt for a run's end: a stopReason, or the failure's JSON-RPC error."""
@@ -296,8 +303,53 @@ class PromptTurn:
         return {"stopReason": reason}
 
 
+def bad_permission_answer(what: str) -> JsonRpcError:
+    """The answer to session/prompt when the editor's answer to session/request_permission is unusable."""
+    return JsonRpcError(
+        Code.INVALID_PARAMS,
+        f"the editor answered session/request_permission with {what}; expected "
+        '{"outcome": {"outcome": "selected", "optionId": ...}} with one of the offered options, '
+        'or {"outcome": {"outcome": "cancelled"}}; the task was canceled',
+    )
+
+
+def permission_decision(answer: Any, options: list[dict[str, Any]]) -> dict[str, Any]:
+    """The decision an answer to session/request_permission selects; Cancelled when the person
+    cancelled it; :func:`bad_permission_answer` when the answer is not one ACP allows."""
+    outcome = answer.get("outcome") if isinstance(answer, dict) else None
+    if not isinstance(outcome, dict):
+        raise bad_permission_answer(f"a result without an 'outcome' object: {shown(json.dumps(answer))}")
+    if outcome.get("outcome") == "cancelled":
+        raise Cancelled("the permission request was cancelled")
+    if outcome.get("outcome") != "selected":
+        raise bad_permission_answer(f"an unknown outcome {shown(str(outcome.get('outcome')))}")
+    offered = [o["optionId"] for o in options]
+    option = outcome.get("optionId")
+    if option not in offered:
+        raise bad_permission_answer(f"option {shown(str(option))}, which was not offered ({', '.join(offered)})")
+    return dict(DECISIONS[str(option)])
+
+
+CLOSED_BY_CANCEL = "cancelled: the turn ended before the tool call finished"
+"""The final text of a tool call whose turn ended (cancelled) while it ran, live and in a replay."""
+
+
+def closing_update(call_id: str) -> dict[str, Any]:
+    """The final tool_call_update of a call that never finished (ACP has no cancelled status: failed)."""
+    return {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": call_id,
+        "status": "failed",
+        "content": [{"type": "content", "content": {"type": "text", "text": CLOSED_BY_CANCEL}}],
+    }
+
+
 async def replay(runtime: Any, agent: str, session_id: str) -> list[dict[str, Any]]:
-    """The whole conversation as session/update payloads, oldest first."""
+    """The whole conversation as session/update payloads, oldest first.
+
+    A tool call without a result was cancelled while it ran: it is replayed closed (as it was
+    closed live), unless the conversation waits for a decision about it.
+    """
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
     from framework.runtime.governance.middleware import WITHHELD
@@ -305,11 +357,17 @@ async def replay(runtime: Any, agent: str, session_id: str) -> list[dict[str, An
 
     state = await runtime.bundle.graph(agent).aget_state({"configurable": {"thread_id": session_id}})
     updates: list[dict[str, Any]] = []
-    names: dict[str, str] = {}
+    unfinished: dict[str, None] = {}  # tool call ids without a result yet, in order
+
+    def close_unfinished() -> None:
+        updates.extend(closing_update(call_id) for call_id in unfinished)
+        unfinished.clear()
+
     for message in (state.values or {}).get("messages", []):
         if message.response_metadata.get(WITHHELD):  # an answer that broke the contract, and its feedback
             continue
         if isinstance(message, HumanMessage):
+            close_unfinished()  # a new turn: the last one ended
             updates.append({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": message.text}})
         elif isinstance(message, AIMessage):
             if message.text:
@@ -318,7 +376,7 @@ async def replay(runtime: Any, agent: str, session_id: str) -> list[dict[str, An
                 )
             for call in message.tool_calls:
                 tool = spec_tool_name(call["name"])
-                names[call.get("id") or ""] = tool
+                unfinished[call.get("id") or ""] = None
                 updates.append(
                     {
                         "sessionUpdate": "tool_call",
@@ -330,6 +388,7 @@ async def replay(runtime: Any, agent: str, session_id: str) -> list[dict[str, An
                     }
                 )
         elif isinstance(message, ToolMessage):
+            unfinished.pop(message.tool_call_id, None)
             updates.append(
                 {
                     "sessionUpdate": "tool_call_update",
@@ -338,4 +397,6 @@ async def replay(runtime: Any, agent: str, session_id: str) -> list[dict[str, An
                     "content": [{"type": "content", "content": {"type": "text", "text": message.text}}],
                 }
             )
+    if not runtime.tasks.waiting_in(session_id):  # a paused call is open, not cancelled
+        close_unfinished()
     return updates
