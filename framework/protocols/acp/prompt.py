@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.errors import Cancelled, Failure, FailureCode
+from framework.protocols.acp.permission import FULL_OPTIONS, SHORT_OPTIONS, bad_permission_answer, permission_decision
 from framework.protocols.acp.preview import Before, before_write
 from framework.protocols.acp.session import Connection, Session
 from framework.protocols.jsonrpc import Code, JsonRpcError, failure_error
@@ -27,7 +28,6 @@ from framework.runtime.events import (
 )
 from framework.runtime.pauses import ToolApproval, all_questions
 from framework.runtime.turn import drive_turn
-from framework.spec.common import shown
 
 KINDS = {
     "fs.read": "read",
@@ -36,19 +36,6 @@ KINDS = {
     "fs.write": "edit",
     "shell": "execute",
     "http.get": "fetch",
-}
-FULL_OPTIONS = [
-    {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
-    {"optionId": "allow_always", "name": "Always allow in this session", "kind": "allow_always"},
-    {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
-    {"optionId": "reject_always", "name": "Reject (and tell the agent not to retry)", "kind": "reject_always"},
-]
-SHORT_OPTIONS = [FULL_OPTIONS[0], FULL_OPTIONS[2]]
-DECISIONS = {
-    "allow_once": {"decision": "approve"},
-    "allow_always": {"decision": "always"},
-    "reject_once": {"decision": "reject"},
-    "reject_always": {"decision": "reject", "reason": "the user rejected this; do not try it again"},
 }
 PLAN_STATUS = {"pending": "pending", "started": "in_progress", "completed": "completed", "failed": "completed"}
 STOP_REASONS: dict[FailureCode, str] = {"contract_violation": "refusal", "cancelled": "cancelled"}
@@ -112,6 +99,9 @@ class PromptTurn:
         self.blocks = blocks
         self.calls: dict[str, dict[str, Any]] = {}
         self.task_id = ""
+        self.owns_task = False
+        """Whether this turn runs its task (so may cancel it): from the start for a new task; for
+        an answered question once its run streams (another decider may have answered it first)."""
         self.cancelled: Cancelled | None = None
         """Set when the person cancelled a permission request (the turn then ends cancelled)."""
 
@@ -132,7 +122,7 @@ class PromptTurn:
             events = runtime.decide(question.id, {"decision": "answer", "text": text})
         else:
             # The task's id is ours from the start, so a turn that ends early can close it.
-            self.task_id = uuid.uuid4().hex
+            self.task_id, self.owns_task = uuid.uuid4().hex, True
             events = runtime.send(
                 self.server.agent_name, text, conversation=self.session.id, skill=skill, task_id=self.task_id
             )
@@ -157,7 +147,8 @@ class PromptTurn:
         for call_id in [c for c, call in self.calls.items() if not call.get("closed")]:
             self.calls[call_id]["closed"] = True
             self.update(closing_update(call_id))
-        self.server.runtime.mark_canceled(self.task_id)
+        if self.owns_task:
+            self.server.runtime.mark_canceled(self.task_id)
 
     async def decide(self, finished: RunFinished, pauses: list[Paused]) -> dict[str, Any] | None:
         """The turn view's decision: a permission request per pause; a question ends the turn."""
@@ -171,6 +162,7 @@ class PromptTurn:
 
     async def show(self, event: RunEvent) -> None:
         """The turn view's display: each event as session/update (pauses are asked, not shown)."""
+        self.owns_task = True
         if isinstance(event, ToolCallStarted):
             before = None
             if event.tool == "fs.write":  # the diff's old side: file I/O, so off the event loop
@@ -287,6 +279,7 @@ class PromptTurn:
             raise bad_permission_answer(f"an error ({exc.code}: {exc.message})") from exc
         finally:
             self.session.permission = None
+            asked.cancel()  # answered, or cancelled by session/cancel: a late answer is ignored
         return permission_decision(answer, params["options"])
 
     def stop(self, finished: RunFinished) -> dict[str, Any]:
@@ -303,33 +296,6 @@ class PromptTurn:
         return {"stopReason": reason}
 
 
-def bad_permission_answer(what: str) -> JsonRpcError:
-    """The answer to session/prompt when the editor's answer to session/request_permission is unusable."""
-    return JsonRpcError(
-        Code.INVALID_PARAMS,
-        f"the editor answered session/request_permission with {what}; expected "
-        '{"outcome": {"outcome": "selected", "optionId": ...}} with one of the offered options, '
-        'or {"outcome": {"outcome": "cancelled"}}; the task was canceled',
-    )
-
-
-def permission_decision(answer: Any, options: list[dict[str, Any]]) -> dict[str, Any]:
-    """The decision an answer to session/request_permission selects; Cancelled when the person
-    cancelled it; :func:`bad_permission_answer` when the answer is not one ACP allows."""
-    outcome = answer.get("outcome") if isinstance(answer, dict) else None
-    if not isinstance(outcome, dict):
-        raise bad_permission_answer(f"a result without an 'outcome' object: {shown(json.dumps(answer))}")
-    if outcome.get("outcome") == "cancelled":
-        raise Cancelled("the permission request was cancelled")
-    if outcome.get("outcome") != "selected":
-        raise bad_permission_answer(f"an unknown outcome {shown(str(outcome.get('outcome')))}")
-    offered = [o["optionId"] for o in options]
-    option = outcome.get("optionId")
-    if option not in offered:
-        raise bad_permission_answer(f"option {shown(str(option))}, which was not offered ({', '.join(offered)})")
-    return dict(DECISIONS[str(option)])
-
-
 CLOSED_BY_CANCEL = "cancelled: the turn ended before the tool call finished"
 """The final text of a tool call whose turn ended (cancelled) while it ran, live and in a replay."""
 
@@ -342,61 +308,3 @@ def closing_update(call_id: str) -> dict[str, Any]:
         "status": "failed",
         "content": [{"type": "content", "content": {"type": "text", "text": CLOSED_BY_CANCEL}}],
     }
-
-
-async def replay(runtime: Any, agent: str, session_id: str) -> list[dict[str, Any]]:
-    """The whole conversation as session/update payloads, oldest first.
-
-    A tool call without a result was cancelled while it ran: it is replayed closed (as it was
-    closed live), unless the conversation waits for a decision about it.
-    """
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-
-    from framework.runtime.governance.middleware import WITHHELD
-    from framework.runtime.runner import spec_tool_name
-
-    state = await runtime.bundle.graph(agent).aget_state({"configurable": {"thread_id": session_id}})
-    updates: list[dict[str, Any]] = []
-    unfinished: dict[str, None] = {}  # tool call ids without a result yet, in order
-
-    def close_unfinished() -> None:
-        updates.extend(closing_update(call_id) for call_id in unfinished)
-        unfinished.clear()
-
-    for message in (state.values or {}).get("messages", []):
-        if message.response_metadata.get(WITHHELD):  # an answer that broke the contract, and its feedback
-            continue
-        if isinstance(message, HumanMessage):
-            close_unfinished()  # a new turn: the last one ended
-            updates.append({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": message.text}})
-        elif isinstance(message, AIMessage):
-            if message.text:
-                updates.append(
-                    {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": message.text}}
-                )
-            for call in message.tool_calls:
-                tool = spec_tool_name(call["name"])
-                unfinished[call.get("id") or ""] = None
-                updates.append(
-                    {
-                        "sessionUpdate": "tool_call",
-                        "toolCallId": call.get("id") or "",
-                        "title": title(tool, call["args"]),
-                        "kind": KINDS.get(tool, "other"),
-                        "status": "in_progress",
-                        "rawInput": call["args"],
-                    }
-                )
-        elif isinstance(message, ToolMessage):
-            unfinished.pop(message.tool_call_id, None)
-            updates.append(
-                {
-                    "sessionUpdate": "tool_call_update",
-                    "toolCallId": message.tool_call_id,
-                    "status": "failed" if message.status == "error" else "completed",
-                    "content": [{"type": "content", "content": {"type": "text", "text": message.text}}],
-                }
-            )
-    if not runtime.tasks.waiting_in(session_id):  # a paused call is open, not cancelled
-        close_unfinished()
-    return updates

@@ -270,7 +270,7 @@ class AcpServer:
         session = Session(session_id, params["cwd"], saved["mode"] or self._default_mode())
         self.sessions[session_id] = session
         self.runtime.profiles[session_id] = session.mode
-        from framework.protocols.acp.prompt import replay
+        from framework.protocols.acp.replay import replay
 
         for update in await replay(self.runtime, str(self.agent_name), session_id):
             self.update(session_id, update)
