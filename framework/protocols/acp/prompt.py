@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 from framework.errors import Cancelled, Failure, FailureCode
+from framework.protocols.acp.permission import FULL_OPTIONS, SHORT_OPTIONS, bad_permission_answer, permission_decision
+from framework.protocols.acp.preview import Before, before_write
 from framework.protocols.acp.session import Connection, Session
 from framework.protocols.jsonrpc import Code, JsonRpcError, failure_error
 from framework.runtime.events import (
@@ -33,19 +36,6 @@ KINDS = {
     "fs.write": "edit",
     "shell": "execute",
     "http.get": "fetch",
-}
-FULL_OPTIONS = [
-    {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
-    {"optionId": "allow_always", "name": "Always allow in this session", "kind": "allow_always"},
-    {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
-    {"optionId": "reject_always", "name": "Reject (and tell the agent not to retry)", "kind": "reject_always"},
-]
-SHORT_OPTIONS = [FULL_OPTIONS[0], FULL_OPTIONS[2]]
-DECISIONS = {
-    "allow_once": {"decision": "approve"},
-    "allow_always": {"decision": "always"},
-    "reject_once": {"decision": "reject"},
-    "reject_always": {"decision": "reject", "reason": "the user rejected this; do not try it again"},
 }
 PLAN_STATUS = {"pending": "pending", "started": "in_progress", "completed": "completed", "failed": "completed"}
 STOP_REASONS: dict[FailureCode, str] = {"contract_violation": "refusal", "cancelled": "cancelled"}
@@ -109,6 +99,9 @@ class PromptTurn:
         self.blocks = blocks
         self.calls: dict[str, dict[str, Any]] = {}
         self.task_id = ""
+        self.owns_task = False
+        """Whether this turn runs its task (so may cancel it): from the start for a new task; for
+        an answered question once its run streams (another decider may have answered it first)."""
         self.cancelled: Cancelled | None = None
         """Set when the person cancelled a permission request (the turn then ends cancelled)."""
 
@@ -125,28 +118,40 @@ class PromptTurn:
                 skill, text = name, rest.strip() or name
         question = runtime.tasks.question_in(self.session.id)
         if question is not None:  # the prompt answers the question the last turn ended with
+            self.task_id = question.id
             events = runtime.decide(question.id, {"decision": "answer", "text": text})
         else:
-            events = runtime.send(self.server.agent_name, text, conversation=self.session.id, skill=skill)
+            # The task's id is ours from the start, so a turn that ends early can close it.
+            self.task_id, self.owns_task = uuid.uuid4().hex, True
+            events = runtime.send(
+                self.server.agent_name, text, conversation=self.session.id, skill=skill, task_id=self.task_id
+            )
         try:
             finished, pauses = await drive_turn(runtime, events, self)
-        except asyncio.CancelledError:
-            if self.task_id:
-                runtime.mark_canceled(self.task_id)
+        except BaseException:  # cancelled, or the editor's answer was unusable: nothing is left open
+            self.abandon()
             raise
         if finished.state != "input-required":
             return self.stop(finished)
         if self.cancelled is not None:
-            runtime.mark_canceled(finished.task_id)
+            self.abandon()
             return self.stop(RunFinished.failed(Failure.of(self.cancelled)))
         # A question: the turn ends with it, and the next prompt is the answer.
         question_text = "\n".join(p.pause.message for p in pauses)
         self.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": question_text}})
         return {"stopReason": "end_turn"}
 
+    def abandon(self) -> None:
+        """The turn ends before its run: every started tool call gets its final update (failed,
+        as ACP has no cancelled status) and the task is canceled, never left working."""
+        for call_id in [c for c, call in self.calls.items() if not call.get("closed")]:
+            self.calls[call_id]["closed"] = True
+            self.update(closing_update(call_id))
+        if self.owns_task:
+            self.server.runtime.mark_canceled(self.task_id)
+
     async def decide(self, finished: RunFinished, pauses: list[Paused]) -> dict[str, Any] | None:
         """The turn view's decision: a permission request per pause; a question ends the turn."""
-        self.task_id = finished.task_id
         if all_questions([p.pause for p in pauses]):
             return None
         try:
@@ -157,9 +162,13 @@ class PromptTurn:
 
     async def show(self, event: RunEvent) -> None:
         """The turn view's display: each event as session/update (pauses are asked, not shown)."""
-        if isinstance(event, RunFinished):
-            self.task_id = event.task_id
-        elif not isinstance(event, Paused):
+        self.owns_task = True
+        if isinstance(event, ToolCallStarted):
+            before = None
+            if event.tool == "fs.write":  # the diff's old side: file I/O, so off the event loop
+                before = await asyncio.to_thread(before_write, self.server.runtime.root, event.args.get("path"))
+            self.started(event, before)
+        elif not isinstance(event, Paused | RunFinished):
             self.render(event)
 
     def render(self, event: RunEvent) -> None:
@@ -169,8 +178,6 @@ class PromptTurn:
         elif isinstance(event, ThoughtChunk):
             if not event.source:
                 self.update({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": event.text}})
-        elif isinstance(event, ToolCallStarted):
-            self.started(event)
         elif isinstance(event, ToolCallFinished):
             self.finished(event)
         elif isinstance(event, PlanUpdate) and not event.source:
@@ -199,16 +206,10 @@ class PromptTurn:
         root = self.server.runtime.root
         return {"path": str((root / path).resolve())} if not Path(path).is_absolute() else {"path": path}
 
-    def started(self, event: ToolCallStarted) -> None:
+    def started(self, event: ToolCallStarted, before: Before | None) -> None:
+        """A tool_call update; ``before``: what fs.write replaces (None: no diff is shown)."""
         args = dict(event.args)
-        call: dict[str, Any] = {"tool": event.tool, "args": args}
-        if event.tool == "fs.write" and isinstance(args.get("path"), str):
-            target = self.server.runtime.root / args["path"]
-            try:
-                call["old"] = target.read_text(encoding="utf-8") if target.is_file() else None
-            except (OSError, UnicodeDecodeError):
-                call["old"] = None
-        self.calls[event.call_id] = call
+        self.calls[event.call_id] = {"tool": event.tool, "args": args, "before": before}
         update: dict[str, Any] = {
             "sessionUpdate": "tool_call",
             "toolCallId": event.call_id,
@@ -223,18 +224,20 @@ class PromptTurn:
         self.update(update)
 
     def finished(self, event: ToolCallFinished) -> None:
-        call = self.calls.get(event.call_id, {})
+        call = self.calls.setdefault(event.call_id, {})
+        call["closed"] = True
         content: list[dict[str, Any]] = [{"type": "content", "content": {"type": "text", "text": event.result}}]
         args = call.get("args", {})
+        before: Before | None = call.get("before")
         # The tool's name as it started: a resumed run reports the model-facing name (fs_write).
         tool = call.get("tool", event.tool)
-        if tool == "fs.write" and not event.is_error and isinstance(args.get("path"), str):
+        if tool == "fs.write" and not event.is_error and before is not None and isinstance(args.get("path"), str):
             location = self._location(args["path"]) or {"path": args["path"]}
             content = [
                 {
                     "type": "diff",
                     "path": location["path"],
-                    "oldText": call.get("old"),
+                    "oldText": before.text,
                     "newText": str(args.get("content", "")),
                 }
             ]
@@ -261,7 +264,7 @@ class PromptTurn:
         }
         if isinstance(pause, ToolApproval):
             tool_call["kind"] = KINDS.get(pause.tool, "other")
-        params = {
+        params: dict[str, Any] = {
             "sessionId": self.session.id,
             "toolCall": tool_call,
             "options": FULL_OPTIONS if full else SHORT_OPTIONS,
@@ -272,15 +275,12 @@ class PromptTurn:
         try:
             done, _ = await asyncio.wait({asked, self.session.permission}, return_when=asyncio.FIRST_COMPLETED)
             answer = (asked if asked in done else self.session.permission).result()
+        except JsonRpcError as exc:  # the editor answered with an error (or an unreadable one)
+            raise bad_permission_answer(f"an error ({exc.code}: {exc.message})") from exc
         finally:
             self.session.permission = None
-        outcome = (answer or {}).get("outcome") if isinstance(answer, dict) else None
-        if not isinstance(outcome, dict) or outcome.get("outcome") != "selected":
-            raise Cancelled("the permission request was cancelled")
-        decision = DECISIONS.get(str(outcome.get("optionId")))
-        if decision is None:
-            raise JsonRpcError(Code.INVALID_PARAMS, f"unknown permission option {outcome.get('optionId')!r}")
-        return dict(decision)
+            asked.cancel()  # answered, or cancelled by session/cancel: a late answer is ignored
+        return permission_decision(answer, params["options"])
 
     def stop(self, finished: RunFinished) -> dict[str, Any]:
         """The answer to session/prompt for a run's end: a stopReason, or the failure's JSON-RPC error."""
@@ -296,46 +296,15 @@ class PromptTurn:
         return {"stopReason": reason}
 
 
-async def replay(runtime: Any, agent: str, session_id: str) -> list[dict[str, Any]]:
-    """The whole conversation as session/update payloads, oldest first."""
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+CLOSED_BY_CANCEL = "cancelled: the turn ended before the tool call finished"
+"""The final text of a tool call whose turn ended (cancelled) while it ran, live and in a replay."""
 
-    from framework.runtime.governance.middleware import WITHHELD
-    from framework.runtime.runner import spec_tool_name
 
-    state = await runtime.bundle.graph(agent).aget_state({"configurable": {"thread_id": session_id}})
-    updates: list[dict[str, Any]] = []
-    names: dict[str, str] = {}
-    for message in (state.values or {}).get("messages", []):
-        if message.response_metadata.get(WITHHELD):  # an answer that broke the contract, and its feedback
-            continue
-        if isinstance(message, HumanMessage):
-            updates.append({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": message.text}})
-        elif isinstance(message, AIMessage):
-            if message.text:
-                updates.append(
-                    {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": message.text}}
-                )
-            for call in message.tool_calls:
-                tool = spec_tool_name(call["name"])
-                names[call.get("id") or ""] = tool
-                updates.append(
-                    {
-                        "sessionUpdate": "tool_call",
-                        "toolCallId": call.get("id") or "",
-                        "title": title(tool, call["args"]),
-                        "kind": KINDS.get(tool, "other"),
-                        "status": "in_progress",
-                        "rawInput": call["args"],
-                    }
-                )
-        elif isinstance(message, ToolMessage):
-            updates.append(
-                {
-                    "sessionUpdate": "tool_call_update",
-                    "toolCallId": message.tool_call_id,
-                    "status": "failed" if message.status == "error" else "completed",
-                    "content": [{"type": "content", "content": {"type": "text", "text": message.text}}],
-                }
-            )
-    return updates
+def closing_update(call_id: str) -> dict[str, Any]:
+    """The final tool_call_update of a call that never finished (ACP has no cancelled status: failed)."""
+    return {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": call_id,
+        "status": "failed",
+        "content": [{"type": "content", "content": {"type": "text", "text": CLOSED_BY_CANCEL}}],
+    }

@@ -28,6 +28,7 @@ from framework.errors import CAError, ModelError, SpecError
 from framework.protocols.acp.hello import initialize_result
 from framework.protocols.acp.session import Session
 from framework.protocols.jsonrpc import Code, JsonRpcError, error_for
+from framework.spec.common import shown
 
 AUTH_REQUIRED = -32000
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -106,11 +107,10 @@ class AcpServer:
         if "method" not in message and "id" in message:
             future = self.waiting.get(message["id"]) if isinstance(message["id"], int) else None
             if future is not None and not future.done():
-                if "error" in message:
-                    error = message["error"] or {}
-                    future.set_exception(JsonRpcError(error.get("code", -32603), error.get("message", "error")))
-                else:
-                    future.set_result(message.get("result"))
+                try:
+                    future.set_result(_result_of(message))
+                except JsonRpcError as exc:
+                    future.set_exception(exc)
             return
         await self.dispatch(message)
 
@@ -270,7 +270,7 @@ class AcpServer:
         session = Session(session_id, params["cwd"], saved["mode"] or self._default_mode())
         self.sessions[session_id] = session
         self.runtime.profiles[session_id] = session.mode
-        from framework.protocols.acp.prompt import replay
+        from framework.protocols.acp.replay import replay
 
         for update in await replay(self.runtime, str(self.agent_name), session_id):
             self.update(session_id, update)
@@ -354,6 +354,19 @@ class ClientFiles:
         await self.server.request(
             "fs/write_text_file", {"sessionId": self.session_id, "path": str(path), "content": content}
         )
+
+
+def _result_of(answer: dict[str, Any]) -> Any:
+    """The result of the client's answer to one of our requests; its error, or what is wrong with
+    the answer, as a JsonRpcError (so a malformed answer ends the wait instead of hanging it)."""
+    if "error" in answer:
+        error = answer["error"]
+        if isinstance(error, dict) and isinstance(error.get("code"), int) and isinstance(error.get("message"), str):
+            raise JsonRpcError(error["code"], error["message"], error.get("data"))
+        raise JsonRpcError(Code.INVALID_REQUEST, f"a malformed error {shown(json.dumps(error))}")
+    if "result" not in answer:
+        raise JsonRpcError(Code.INVALID_REQUEST, "an answer with neither 'result' nor 'error'")
+    return answer["result"]
 
 
 def _require(params: dict[str, Any], name: str, kind: type) -> Any:
