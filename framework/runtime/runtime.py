@@ -346,16 +346,17 @@ class Runtime:
         ]
         await graph.aupdate_state(config, {"messages": closing}, as_node="tools")
 
-    def mark_canceled(self, task_id: str) -> None:
-        """Record that a task was canceled (its run was stopped by the transport)."""
+    def mark_canceled(self, task_id: str, reason: str = "") -> None:
+        """Record that a task was canceled (its run was stopped by the transport), with ``reason``
+        when it was not the caller who asked (a server shutting down)."""
         try:
             task = self.tasks.get(task_id)
         except RunError:
             return
         if task.state in ("completed", "failed", "canceled", "rejected"):
             return
-        self.tasks.update(task.id, state="canceled", pending=())
-        self._audit_task(task, "canceled")
+        self.tasks.update(task.id, state="canceled", pending=(), error=reason or None)
+        self._audit_task(task, "canceled", **({"error": reason} if reason else {}))
 
     async def _drive(self, task: Task, events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
         self.tasks.update(task.id, state="working")

@@ -14,10 +14,13 @@ decisions and the audit.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,13 @@ INTERRUPTED = (
     "the server stopped while this task was running; it was not resumed because a tool may have run "
     "halfway: send the message again"
 )
+
+SHUT_DOWN = (
+    "the server shut down before this task finished (server.shutdown_timeout {timeout:g} s passed); it was "
+    "canceled, not resumed, because a tool may have run halfway: send the message again"
+)
+STOP_GRACE = 10.0
+"""Seconds the canceled runs of a stopping server get to end (their tools' processes killed)."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -201,9 +211,37 @@ class Agents:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.current.app(scope, receive, send)
 
+    async def stop(self, timeout: float) -> None:
+        """Let the runs in progress finish for up to ``timeout`` seconds, then cancel what is left
+        (canceled with :data:`SHUT_DOWN`, tools stopped) and wait for those runs to end."""
+        executors = [h.agent_executor for h in self.current.handlers.values()]
+        mine = [e for e in executors if isinstance(e, CleverAgentExecutor)]
+        deadline = time.monotonic() + timeout
+        while any(e.running() for e in mine) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        reason = SHUT_DOWN.format(timeout=timeout)
+        for executor in mine:
+            executor.stop(reason)
+        left = [run for e in mine for run in e.running()]
+        if left:
+            await asyncio.wait(left, timeout=STOP_GRACE)
+
+
+@dataclass(frozen=True)
+class Server:
+    """The ASGI app of ``ca serve`` and how to stop its runs (see :meth:`Agents.stop`)."""
+
+    app: PlatformMiddleware
+    stop: Callable[[float], Awaitable[None]]
+
 
 def build_app(runtime: Runtime) -> PlatformMiddleware:
     """The whole server: health, the agents of the current bundle, platform methods, limits."""
+    return build_server(runtime).app
+
+
+def build_server(runtime: Runtime) -> Server:
+    """:func:`build_app`, with the means to stop its runs at shutdown."""
     _quiet_client_errors()
     store = task_store(runtime)
     agents = Agents(runtime, store)
@@ -237,7 +275,7 @@ def build_app(runtime: Runtime) -> PlatformMiddleware:
         routes=[Route("/healthz", _health(runtime), methods=["GET"]), Mount("", app=agents)], lifespan=lifespan
     )
     max_bytes = runtime.bundle.project.config.server.max_request_bytes
-    return PlatformMiddleware(app, Platform(runtime, decide), max_bytes=max_bytes)
+    return Server(PlatformMiddleware(app, Platform(runtime, decide), max_bytes=max_bytes), agents.stop)
 
 
 def _no_agent(runtime: Runtime) -> Endpoint:
