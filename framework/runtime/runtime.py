@@ -130,7 +130,15 @@ class Runtime:
 
         runtime = cls(await compile_project(project), tasks, audit, source=source)
         runtime.compile_project = compile_project
+        runtime.settle_orphans()
         return runtime
+
+    def settle_orphans(self) -> None:
+        """Fail, with the reason, the tasks left running by a process that died (a killed ``ca approve``,
+        ``ca run`` or server): nothing runs them any more, and running them again could repeat a
+        tool's side effect. Tasks waiting for a decision stay waiting; see :meth:`TaskStore.settle_orphans`."""
+        for task in self.tasks.settle_orphans():
+            self._audit_task(task, "failed", error=task.error, code=task.failure.code if task.failure else None)
 
     async def reload(self) -> bool:
         """Load, validate and compile the project again, then swap the bundle in one assignment.

@@ -299,15 +299,18 @@ def _no_agent(runtime: Runtime) -> Endpoint:
 async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> None:
     """End ``failed``, with a reason, the tasks a previous ``ca serve`` was running when it died.
 
-    Nothing runs them any more, and running them again could repeat a tool's side effect. Tasks
-    waiting for a decision are untouched: they resume when answered. Only tasks of ``ca serve``
-    (one server per project) are touched, never those of ``ca run --stdio`` or the CLI.
+    Only records written before tasks had owners: a task with an owner was settled by
+    ``Runtime.open`` if its process is gone (``TaskStore.settle_orphans``), and is left alone if
+    that process still runs it (a ``ca approve`` of an A2A task). Nothing runs them any more, and
+    running them again could repeat a tool's side effect. Tasks waiting for a decision are
+    untouched: they resume when answered. Only tasks of ``ca serve`` (one server per project) are
+    touched, never those of ``ca run --stdio`` or the CLI.
     """
     if runtime.source != "a2a-http":
         return
     context = ServerCallContext()
     for task in runtime.tasks.list(limit=1_000_000):
-        if task.source != runtime.source or task.state not in ("submitted", "working"):
+        if task.source != runtime.source or task.state not in ("submitted", "working") or task.owner_pid:
             continue
         runtime.tasks.update(task.id, state="failed", error=INTERRUPTED, pending=())
         runtime.audit.append(
