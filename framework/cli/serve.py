@@ -89,7 +89,6 @@ class Draining(uvicorn.Server):
 
 
 async def serve(options: ServeOptions) -> int:
-
     from framework.protocols.a2a import open_remote
     from framework.protocols.a2a.http import build_server, describe
     from framework.runtime.runtime import Runtime
