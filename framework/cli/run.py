@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -36,6 +40,8 @@ from framework.runtime.pauses import Pause, Question, ToolApproval, all_question
 
 EXIT_CODES: dict[RunState, int] = {"completed": 0, "failed": 1, "input-required": 3, "canceled": 130}
 """The exit code of ``ca run`` and ``ca approve`` for each way a run ends."""
+INTERRUPTED_AT_PROMPT = 130
+"""The exit code when Ctrl-C answers a prompt: the task stays waiting, to be decided with ``ca approve``."""
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
@@ -218,12 +224,31 @@ def ask(pause: Pause) -> dict[str, Any] | None:
             err.write("the arguments must be a JSON object; try again\n")
 
 
+@contextmanager
+def _ctrl_c_interrupts_reads() -> Iterator[None]:
+    """Make Ctrl-C raise ``KeyboardInterrupt`` in a blocking read of the terminal.
+
+    asyncio's own SIGINT handler only cancels the main task, which a read blocking the loop
+    never notices: the prompt would swallow Ctrl-C until Enter.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class CliTurn:
     """The CLI's view of a turn (:class:`framework.runtime.turn.TurnView`): events printed — JSON
     lines with ``--json``, else the terminal view — and pauses asked at the terminal, if there is one."""
 
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
+        self.interrupted = False
+        """Ctrl-C answered the prompt: the turn ended with the task still waiting."""
         self.view = TerminalView(sys.stdout, sys.stderr)
         if not as_json:
             self.view.start_waiting()
@@ -240,7 +265,14 @@ class CliTurn:
         if self.as_json:
             return None
         self.view.stop_waiting()
-        decision = ask(pauses[-1].pause)
+        try:
+            with _ctrl_c_interrupts_reads():
+                decision = ask(pauses[-1].pause)
+        except KeyboardInterrupt:
+            # Nothing was decided: the task stays input-required (recorded when the run paused).
+            sys.stderr.write("\n")
+            self.interrupted = True
+            return None
         if decision is not None:
             self.view.start_waiting()
         return decision
@@ -249,7 +281,8 @@ class CliTurn:
 async def drive(runtime: Any, events: Any, *, as_json: bool, session: str, task_id: str) -> int:
     """Show a task's events, answering pauses at the terminal until it ends or no one can answer.
 
-    Interrupted (Ctrl-C), the task is recorded canceled and ``--json`` ends with its finished event.
+    Interrupted (Ctrl-C) while it runs, the task is recorded canceled and ``--json`` ends with its
+    finished event; Ctrl-C at a prompt leaves the task waiting (exit 130) for ``ca approve``.
     """
     from framework.runtime.turn import drive_turn
 
@@ -272,7 +305,7 @@ async def drive(runtime: Any, events: Any, *, as_json: bool, session: str, task_
             sys.stderr.write(f"task {short} is waiting for an answer: ca approve {short} --answer TEXT\n")
         else:
             sys.stderr.write(f"task {short} is waiting for a decision: ca approve {short} [--reject --reason TEXT]\n")
-    return EXIT_CODES[finished.state]
+    return INTERRUPTED_AT_PROMPT if turn.interrupted else EXIT_CODES[finished.state]
 
 
 async def run_command(options: RunOptions) -> int:

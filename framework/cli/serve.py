@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import os
+import socket
 import sys
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+import uvicorn
 
 from framework.errors import UsageError
 
@@ -66,11 +70,27 @@ def hold_serve_lock(root: Path) -> IO[str]:
     return handle
 
 
-async def serve(options: ServeOptions) -> int:
-    import uvicorn
+class Draining(uvicorn.Server):
+    """uvicorn's server, stopping as ``ca serve`` must: on SIGTERM (or Ctrl-C) it stops accepting,
+    lets the running tasks finish for up to ``server.shutdown_timeout``, cancels what is left
+    (``stop_runs``), and only then closes the connections and runs the lifespan's shutdown."""
 
+    def __init__(self, config: uvicorn.Config, stop_runs: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(config)
+        self.stop_runs = stop_runs
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for listening in self.servers:
+            listening.close()
+        for sock in sockets or []:
+            sock.close()
+        await self.stop_runs()
+        await super().shutdown(sockets)
+
+
+async def serve(options: ServeOptions) -> int:
     from framework.protocols.a2a import open_remote
-    from framework.protocols.a2a.http import build_app, describe
+    from framework.protocols.a2a.http import build_server, describe
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
@@ -88,11 +108,13 @@ async def serve(options: ServeOptions) -> int:
     async with AsyncExitStack() as stack:
         stack.callback(lock.close)
         runtime = await Runtime.open(project, source="a2a-http", stack=stack, base_url=base_url, remote=open_remote)
-        app = build_app(runtime)
+        served = build_server(runtime)
+        # uvicorn's own wait only cuts connections once it is over: the runs are stopped first
+        # (``Draining``), so the grace left is for the answers to be written.
         config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=10
+            served.app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
         )
-        uv = uvicorn.Server(config)
+        uv = Draining(config, lambda: served.stop(runtime.bundle.project.config.server.shutdown_timeout))
         task = asyncio.create_task(uv.serve())
         watcher = None
         if options.reload:

@@ -143,7 +143,15 @@ class Runtime:
 
         runtime = cls(await compile_project(project), tasks, audit, turns, source=source)
         runtime.compile_project = compile_project
+        runtime.settle_orphans()
         return runtime
+
+    def settle_orphans(self) -> None:
+        """Fail, with the reason, the tasks left running by a process that died (a killed ``ca approve``,
+        ``ca run`` or server): nothing runs them any more, and running them again could repeat a
+        tool's side effect. Tasks waiting for a decision stay waiting; see :meth:`TaskStore.settle_orphans`."""
+        for task in self.tasks.settle_orphans():
+            self._audit_task(task, "failed", error=task.error, code=task.failure.code if task.failure else None)
 
     async def reload(self) -> bool:
         """Load, validate and compile the project again, then swap the bundle in one assignment.
@@ -368,16 +376,17 @@ class Runtime:
         ]
         await graph.aupdate_state(config, {"messages": closing}, as_node="tools")
 
-    def mark_canceled(self, task_id: str) -> None:
-        """Record that a task was canceled (its run was stopped by the transport)."""
+    def mark_canceled(self, task_id: str, reason: str = "") -> None:
+        """Record that a task was canceled (its run was stopped by the transport), with ``reason``
+        when it was not the caller who asked (a server shutting down)."""
         try:
             task = self.tasks.get(task_id)
         except RunError:
             return
         if task.state in ("completed", "failed", "canceled", "rejected"):
             return
-        self.tasks.update(task.id, state="canceled", pending=())
-        self._audit_task(task, "canceled")
+        self.tasks.update(task.id, state="canceled", pending=(), error=reason or None)
+        self._audit_task(task, "canceled", **({"error": reason} if reason else {}))
 
     async def _drive(
         self,

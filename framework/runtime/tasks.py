@@ -9,10 +9,12 @@ the checkpointer; this table only says what is waiting for whom.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
 import threading
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -42,7 +44,9 @@ CREATE TABLE IF NOT EXISTS tasks (
     updated_at TEXT NOT NULL,
     decided_by TEXT NOT NULL DEFAULT '',
     decided_at TEXT NOT NULL DEFAULT '',
-    failure TEXT NOT NULL DEFAULT ''
+    failure TEXT NOT NULL DEFAULT '',
+    owner_pid INTEGER NOT NULL DEFAULT 0,
+    owner_host TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
 CREATE TABLE IF NOT EXISTS remote_calls (
@@ -60,8 +64,32 @@ _ADDED_COLUMNS = {
     "decided_by": "TEXT NOT NULL DEFAULT ''",
     "decided_at": "TEXT NOT NULL DEFAULT ''",
     "failure": "TEXT NOT NULL DEFAULT ''",
+    "owner_pid": "INTEGER NOT NULL DEFAULT 0",
+    "owner_host": "TEXT NOT NULL DEFAULT ''",
 }
 """Columns added after the first release of the table, with their definitions."""
+
+
+ORPHANED = (
+    "the process running this task (pid {pid} on {host}) stopped while this task was running; it was not "
+    "resumed because a tool may have run halfway: send the message again"
+)
+_RUNNING = ("submitted", "working")
+
+
+def _owner() -> tuple[int, str]:
+    """This process, as a task's owner."""
+    return os.getpid(), socket.gethostname()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def now() -> datetime:
@@ -107,6 +135,10 @@ class Task:
     decided_at: str = ""
     failure: Failure | None = None
     """How the task failed, typed (kind, code, message), when it did."""
+    owner_pid: int = 0
+    """The process that last started running the task (0: recorded before owners were)."""
+    owner_host: str = ""
+    """The host of that process."""
 
 
 class TaskStore:
@@ -147,13 +179,14 @@ class TaskStore:
             created_at=stamp,
             updated_at=stamp,
         )
+        pid, host = _owner()
         with self._lock:
             self._conn.execute(
-                "INSERT INTO tasks (id, agent, conversation, source, state, input, parent, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (task.id, agent, conversation, source, task.state, input, parent, stamp, stamp),
+                "INSERT INTO tasks (id, agent, conversation, source, state, input, parent, created_at, updated_at,"
+                " owner_pid, owner_host) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host),
             )
-        return task
+        return replace(task, owner_pid=pid, owner_host=host)
 
     def update(
         self,
@@ -168,6 +201,9 @@ class TaskStore:
     ) -> Task:
         sets = ["state = ?", "updated_at = ?"]
         values: list[Any] = [state, now().isoformat()]
+        if state in _RUNNING:  # whoever runs it owns it: a crash of this process leaves an orphan
+            sets.append("owner_pid = ?, owner_host = ?")
+            values.extend(_owner())
         for column, value in (("output", output), ("error", error)):
             if value is not None:
                 sets.append(f"{column} = ?")
@@ -192,15 +228,45 @@ class TaskStore:
         stamp = now().isoformat()
         with self._lock:
             claimed = self._conn.execute(
-                "UPDATE tasks SET state = 'working', decided_by = ?, decided_at = ?, updated_at = ?"
-                " WHERE id = ? AND state = 'input-required'",
-                (by, stamp, stamp, task_id),
+                "UPDATE tasks SET state = 'working', decided_by = ?, decided_at = ?, updated_at = ?,"
+                " owner_pid = ?, owner_host = ? WHERE id = ? AND state = 'input-required'",
+                (by, stamp, stamp, *_owner(), task_id),
             ).rowcount
         task = self.get(task_id)
         if claimed != 1:
             who = f" by {task.decided_by} at {task.decided_at}" if task.decided_by else ""
             raise AlreadyDecided(f"task {task.id[:12]} was already decided{who}; it is {task.state} now")
         return task
+
+    def settle_orphans(self) -> list[Task]:
+        """End ``failed`` (:data:`ORPHANED`, with the pid) every running task whose process is gone.
+
+        Only tasks owned on this host by a process that no longer exists: a task another live
+        process runs is never touched (nor one of another host, whose processes cannot be seen
+        from here). Each is one compare-and-set on its owner, so a task that was meanwhile
+        claimed again is left alone. Returns the tasks settled, as they are now.
+        """
+        pid, host = _owner()
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, state, owner_pid FROM tasks WHERE state IN (?, ?) AND owner_host = ? AND owner_pid != 0",
+                (*_RUNNING, host),
+            ).fetchall()
+        settled = []
+        for task_id, state, owner in rows:
+            if owner == pid or _alive(owner):
+                continue
+            reason = ORPHANED.format(pid=owner, host=host)
+            failure = json.dumps(Failure.of(RunError(reason)).to_json())
+            with self._lock:
+                changed = self._conn.execute(
+                    "UPDATE tasks SET state = 'failed', error = ?, failure = ?, pending = '[]', updated_at = ?"
+                    " WHERE id = ? AND state = ? AND owner_pid = ? AND owner_host = ?",
+                    (reason, failure, now().isoformat(), task_id, state, owner, host),
+                ).rowcount
+            if changed == 1:
+                settled.append(self.get(task_id))
+        return settled
 
     def find(self, task_id: str) -> Task | None:
         """The task with exactly this id, or None."""

@@ -81,6 +81,10 @@ class ServerConfig(Spec):
     public_url: HttpUrl | None = Field(default=None, description="External URL behind a proxy.")
     auth: AuthConfig | None = None
     max_request_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    shutdown_timeout: Duration = Field(
+        default=30.0,
+        description="On SIGTERM, how long running tasks may take to finish before they are canceled.",
+    )
 
 
 _STORE_SCHEMES = ("sqlite", "sqlite+aiosqlite", "postgresql", "postgresql+asyncpg")

@@ -41,8 +41,9 @@ def _project(make_project: ProjectFactory) -> Path:
     return make_project({"tools/side.py": SIDE_EFFECT, "agents/writer.yaml": WRITER})
 
 
-def _pause_then_kill(root: Path) -> str:
-    """Start `ca run` on a terminal, wait for the approval prompt, SIGKILL it; the paused task's id."""
+def _pause_then_signal(root: Path, sig: signal.Signals) -> tuple[int, str]:
+    """Start `ca run` on a terminal, wait for the approval prompt, send it ``sig``; its exit code
+    and what it wrote to the terminal."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         [*CA, "run", "writer", "go"],
@@ -62,19 +63,52 @@ def _pause_then_kill(root: Path) -> str:
             if ready:
                 seen += os.read(master, 4096)
         assert b"writer wants to run append" in seen
-        proc.send_signal(signal.SIGKILL)
+        proc.send_signal(sig)
         proc.wait(timeout=10)
+        while select.select([master], [], [], 0.2)[0]:
+            try:
+                seen += os.read(master, 4096)
+            except OSError:  # the terminal's other end closed with the process
+                break
     finally:
         os.close(master)
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == -signal.SIGKILL
+    return proc.returncode, seen.decode(errors="replace")
+
+
+def _pending_task(root: Path) -> str:
+    """The id of the one task waiting for a decision (a pending tool approval of writer)."""
     listed = run_ca("tasks", "list", "--pending", "--json", cwd=root)
     assert listed.returncode == 0, listed.stderr
     [task] = json.loads(listed.stdout)
     assert task["state"] == "input-required" and task["agent"] == "writer"
     assert task["pending"][0]["payload"]["tool"] == "append"
     return str(task["id"])
+
+
+def _pause_then_kill(root: Path) -> str:
+    """Start `ca run` on a terminal, wait for the approval prompt, SIGKILL it; the paused task's id."""
+    code, _ = _pause_then_signal(root, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    return _pending_task(root)
+
+
+def test_ctrl_c_at_the_prompt_exits_130_and_leaves_the_task_waiting(make_project: ProjectFactory) -> None:
+    root = _project(make_project)
+    code, terminal = _pause_then_signal(root, signal.SIGINT)
+    assert code == 130, terminal
+    assert "Traceback" not in terminal
+    task_id = _pending_task(root)
+    assert f"ca approve {task_id[:12]}" in terminal  # it says how to decide later
+
+
+def test_a_task_left_at_the_prompt_by_ctrl_c_is_approved_later(make_project: ProjectFactory) -> None:
+    root = _project(make_project)
+    _pause_then_signal(root, signal.SIGINT)
+    approved = run_ca("approve", _pending_task(root)[:12], cwd=root)
+    assert approved.returncode == 0, approved.stderr
+    assert (root / "effects.log").read_text() == "hello\n"
 
 
 def test_paused_run_survives_sigkill_and_is_approved_from_a_new_process(make_project: ProjectFactory) -> None:

@@ -102,8 +102,31 @@ class CleverAgentExecutor(AgentExecutor):
         self.runtime = runtime
         self.agent = agent
         self._running: dict[str, asyncio.Task[Any]] = {}
+        self._stopping: str | None = None
+
+    def running(self) -> list[asyncio.Task[Any]]:
+        """The runs in progress (each an ``execute`` of a2a-sdk's producer task)."""
+        return list(self._running.values())
+
+    def stop(self, reason: str) -> None:
+        """Cancel every run in progress: each task ends ``canceled`` with ``reason`` (its blocking
+        client and subscribers get that state), and its tools are stopped (a shell tool's whole
+        process group is killed)."""
+        self._stopping = reason
+        for run in self.running():
+            run.cancel()
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id = context.task_id or ""
+        current = asyncio.current_task()
+        assert current is not None  # a2a-sdk runs execute in its own task
+        self._running[task_id] = current
+        try:
+            await self._execute(context, event_queue)
+        finally:
+            self._running.pop(task_id, None)
+
+    async def _execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id, context_id = context.task_id or "", context.context_id or ""
         message = context.message
         current = context.current_task
@@ -166,7 +189,12 @@ class CleverAgentExecutor(AgentExecutor):
                 await event_queue.enqueue_event(submitted)
             await self._failed(Failure.of(exc), updater, task_id, context_id)
         except asyncio.CancelledError:
-            self.runtime.mark_canceled(task_id)
+            reason = self._stopping
+            self.runtime.mark_canceled(task_id, reason or "")
+            if reason is not None:  # stopped by the server, not by CancelTask: say so to whoever waits
+                if deferred:
+                    await event_queue.enqueue_event(submitted)
+                await updater.cancel(agent_message(task_id, context_id, [new_text_part(reason)]))
             raise
 
     def _may_reply_with_message(self) -> bool:

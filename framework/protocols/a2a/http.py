@@ -14,10 +14,13 @@ decisions and the audit.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,13 @@ INTERRUPTED = (
     "the server stopped while this task was running; it was not resumed because a tool may have run "
     "halfway: send the message again"
 )
+
+SHUT_DOWN = (
+    "the server shut down before this task finished (server.shutdown_timeout {timeout:g} s passed); it was "
+    "canceled, not resumed, because a tool may have run halfway: send the message again"
+)
+STOP_GRACE = 10.0
+"""Seconds the canceled runs of a stopping server get to end (their tools' processes killed)."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -198,9 +208,37 @@ class Agents:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.current.app(scope, receive, send)
 
+    async def stop(self, timeout: float) -> None:
+        """Let the runs in progress finish for up to ``timeout`` seconds, then cancel what is left
+        (canceled with :data:`SHUT_DOWN`, tools stopped) and wait for those runs to end."""
+        executors = [h.agent_executor for h in self.current.handlers.values()]
+        mine = [e for e in executors if isinstance(e, CleverAgentExecutor)]
+        deadline = time.monotonic() + timeout
+        while any(e.running() for e in mine) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        reason = SHUT_DOWN.format(timeout=timeout)
+        for executor in mine:
+            executor.stop(reason)
+        left = [run for e in mine for run in e.running()]
+        if left:
+            await asyncio.wait(left, timeout=STOP_GRACE)
+
+
+@dataclass(frozen=True)
+class Server:
+    """The ASGI app of ``ca serve`` and how to stop its runs (see :meth:`Agents.stop`)."""
+
+    app: Starlette
+    stop: Callable[[float], Awaitable[None]]
+
 
 def build_app(runtime: Runtime) -> Starlette:
     """The whole server: authentication, then the size limit and platform methods, then health and the agents."""
+    return build_server(runtime).app
+
+
+def build_server(runtime: Runtime) -> Server:
+    """:func:`build_app`, with the means to stop its runs at shutdown."""
     _quiet_client_errors()
     store = task_store(runtime)
     agents = Agents(runtime, store)
@@ -238,11 +276,12 @@ def build_app(runtime: Runtime) -> Starlette:
         # Outermost: a request is refused from its headers before the size limit buffers its body.
         credentials = Credentials(config.server.auth, runtime.bundle.environ)
         layers.insert(0, Middleware(AuthMiddleware, credentials=credentials, public=lambda p: public_path(runtime, p)))
-    return Starlette(
+    app = Starlette(
         routes=[Route("/healthz", _health(runtime), methods=["GET"]), Mount("", app=agents)],
         middleware=layers,
         lifespan=lifespan,
     )
+    return Server(app, agents.stop)
 
 
 def public_path(runtime: Runtime, path: str) -> bool:
@@ -277,15 +316,18 @@ def _no_agent(runtime: Runtime) -> Endpoint:
 async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> None:
     """End ``failed``, with a reason, the tasks a previous ``ca serve`` was running when it died.
 
-    Nothing runs them any more, and running them again could repeat a tool's side effect. Tasks
-    waiting for a decision are untouched: they resume when answered. Only tasks of ``ca serve``
-    (one server per project) are touched, never those of ``ca run --stdio`` or the CLI.
+    Only records written before tasks had owners: a task with an owner was settled by
+    ``Runtime.open`` if its process is gone (``TaskStore.settle_orphans``), and is left alone if
+    that process still runs it (a ``ca approve`` of an A2A task). Nothing runs them any more, and
+    running them again could repeat a tool's side effect. Tasks waiting for a decision are
+    untouched: they resume when answered. Only tasks of ``ca serve`` (one server per project) are
+    touched, never those of ``ca run --stdio`` or the CLI.
     """
     if runtime.source != "a2a-http":
         return
     context = ServerCallContext()
     for task in runtime.tasks.list(limit=1_000_000):
-        if task.source != runtime.source or task.state not in ("submitted", "working"):
+        if task.source != runtime.source or task.state not in ("submitted", "working") or task.owner_pid:
             continue
         runtime.tasks.update(task.id, state="failed", error=INTERRUPTED, pending=())
         runtime.audit.append(

@@ -717,7 +717,7 @@ def test_sigkill_keeps_a_waiting_task_and_fails_a_running_one_with_a_reason(
 
     assert interrupted.status.state == TaskState.TASK_STATE_FAILED  # not "working" forever
     error = status_data(interrupted)["error"]
-    assert error["code"] == "run_failed" and "server stopped while this task was running" in error["reason"]
+    assert error["code"] == "run_failed" and "stopped while this task was running" in error["reason"]
     states = {t["id"]: t["state"] for t in json.loads(listed.stdout)}
     assert states == {paused.id: "completed", running.id: "failed"}
     second.assert_clean_exit()
