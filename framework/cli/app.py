@@ -20,7 +20,6 @@ import typer
 
 from framework import __version__
 from framework.errors import CAError, SpecError
-from framework.runtime.governance.secrets import KNOWN
 
 app = typer.Typer(
     name="ca",
@@ -421,6 +420,13 @@ def audit(
         log.close()
 
 
+def _masked(text: str) -> str:
+    """``text`` with the secrets this process knows masked (imported here: it is off the start-up path)."""
+    from framework.runtime.governance.secrets import KNOWN
+
+    return KNOWN.text(text)
+
+
 def main() -> None:
     """Console entry point: maps the error tree to messages and exit codes; no tracebacks for users.
 
@@ -432,13 +438,13 @@ def main() -> None:
         _print_diagnostics(exc, as_json=False)
         sys.exit(exc.exit_code)
     except CAError as exc:
-        typer.echo(f"error: {KNOWN.text(str(exc))}", err=True)
+        typer.echo(f"error: {_masked(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except Exception as exc:  # a bug in ca: say so plainly, keep the details one variable away
         if os.environ.get("CA_DEBUG"):
             traceback.print_exc()
         typer.echo(
-            f"internal error: {type(exc).__name__}: {KNOWN.text(str(exc))}\n"
+            f"internal error: {type(exc).__name__}: {_masked(str(exc))}\n"
             "This is a bug in ca; rerun with CA_DEBUG=1 for the traceback and please report it.",
             err=True,
         )
