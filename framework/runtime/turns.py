@@ -55,6 +55,7 @@ class Turns:
         self.path = path
         self._lock = threading.Lock()  # one connection, used from worker threads
         self._conn = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
+        self._closed = False
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.executescript(_SCHEMA)
         self._locks: dict[str, asyncio.Lock] = {}
@@ -66,7 +67,11 @@ class Turns:
         return cls(state_dir(root) / "tasks.db")
 
     def close(self) -> None:
-        self._conn.close()
+        # Under the lock: a worker thread may still be giving a turn back (shielded from the
+        # cancellation that ends the process), and closing a connection in use crashes sqlite3.
+        with self._lock:
+            self._closed = True
+            self._conn.close()
 
     @asynccontextmanager
     async def take(self, conversation: str, task_id: str) -> AsyncIterator[None]:
@@ -89,7 +94,9 @@ class Turns:
                 try:
                     yield
                 finally:
-                    await asyncio.shield(asyncio.to_thread(self._release, conversation, task_id))
+                    # At once, with no await: a run that ended holds no turn, even when the process is
+                    # being stopped right after its answer went out (one short DELETE, like the task record's).
+                    self._release(conversation, task_id)
             finally:
                 lock.release()
         finally:
@@ -108,6 +115,8 @@ class Turns:
         """Take the row of ``conversation`` (one atomic insert); a dead process's row is removed first."""
         try:
             with self._lock:
+                if self._closed:
+                    raise StoreError(f"the turns of {self.path} are closed: the process is shutting down")
                 taken = self._conn.execute(
                     "INSERT INTO turns (conversation, task_id, pid, started_at) VALUES (?, ?, ?, ?)"
                     " ON CONFLICT(conversation) DO NOTHING",
@@ -130,6 +139,8 @@ class Turns:
     def _release(self, conversation: str, task_id: str) -> None:
         try:
             with self._lock:
+                if self._closed:  # shutting down: the row goes with this process (a dead pid's row is taken over)
+                    return
                 self._conn.execute("DELETE FROM turns WHERE conversation = ? AND task_id = ?", (conversation, task_id))
         except sqlite3.Error as exc:
             raise StoreError(f"the turn of conversation {conversation!r} cannot be given back: {exc}") from exc
