@@ -314,6 +314,7 @@ class Runner:
                 stream_mode=STREAM_MODES,
                 subgraphs=True,
                 version="v2",
+                durability="exit",
             ):
                 for event in translator.part(part):
                     yield event
