@@ -40,6 +40,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/governance.py
 	$(BIN)/python bench/serve.py
+	$(BIN)/python bench/slow_model.py
 	$(BIN)/python bench/acp.py
 	$(BIN)/python bench/reload.py
 
