@@ -135,7 +135,7 @@ def test_tool_references_of_every_kind(make_project: ProjectFactory) -> None:
                   - agent: https://agents.example.com/agents/writer/
                   - agents: {tags: [review]}
             """,
-            "agents/b.yaml": "name: b\n",
+            "agents/b.yaml": "name: b\nskills: [{id: check, tags: [review]}]\n",
         }
     )
     agent = load_project(root, environ={}).agents["a"]
