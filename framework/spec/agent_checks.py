@@ -140,22 +140,10 @@ def check_capabilities(
     """Warn about each tool the capabilities in force never allow (every call would be denied).
 
     ``agents``: the project's agents (a call to an unknown one is reported as unknown instead)."""
-    where = "the agent's capabilities" if agent.capabilities else "ca.yaml's defaults.capabilities"
     for i, tool in enumerate(agent.tools):
         path: Path_ = ("tools", i)
         if isinstance(tool, BuiltinTool):
-            missing = _missing_grant(tool.builtin, caps)
-            if missing:
-                r.report(
-                    owner,
-                    path,
-                    f"tool {tool.builtin!r} can never run: {where} allow no {missing[0]}"
-                    if caps
-                    else f"tool {tool.builtin!r} can never run: the agent has no capabilities (nor has ca.yaml "
-                    "defaults.capabilities), and nothing unlisted is allowed",
-                    hint=f"add capabilities: {missing[1]}, or remove the tool",
-                    severity="warning",
-                )
+            check_builtin(r, owner, path, tool.builtin, caps, own=agent.capabilities is not None)
         elif isinstance(tool, AgentTool) and not tool.is_remote:
             if tool.agent in agents and (caps is None or tool.agent not in caps.agents):
                 r.report(
@@ -173,6 +161,26 @@ def check_capabilities(
                 hint="add its host to capabilities.network.allow",
                 severity="warning",
             )
+
+
+def check_builtin(
+    r: Reporter, owner: str, path: Path_, builtin: str, caps: Capabilities | None, *, own: bool, what: str = "tool"
+) -> None:
+    """Warn when ``caps`` (the agent's own, or ca.yaml's defaults) can never allow the builtin ``builtin``."""
+    missing = _missing_grant(builtin, caps)
+    if missing is None:
+        return
+    where = "the agent's capabilities" if own else "ca.yaml's defaults.capabilities"
+    r.report(
+        owner,
+        path,
+        f"{what} {builtin!r} can never run: {where} allow no {missing[0]}"
+        if caps
+        else f"{what} {builtin!r} can never run: the agent has no capabilities (nor has ca.yaml "
+        "defaults.capabilities), and nothing unlisted is allowed",
+        hint=f"add capabilities: {missing[1]}, or remove the {what}",
+        severity="warning",
+    )
 
 
 def _missing_grant(builtin: str, caps: Capabilities | None) -> tuple[str, str] | None:

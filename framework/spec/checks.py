@@ -150,8 +150,17 @@ class _Checker:
             if not (self.lost(owner, "capabilities") or (caps is None and self.lost("project", "defaults"))):
                 agent_checks.check_capabilities(self, owner, agent, in_force, self.project.agents)
         else:
-            agent_checks.check_contract(self, owner, agent, None)
+            tool_steps = list(_tool_steps(agent.steps, ("steps",)))
+            names = None if self.lost(owner, "steps") else {step.tool for _, step in tool_steps}
+            agent_checks.check_contract(self, owner, agent, names)
             self.check_steps(owner, agent)
+            in_force = caps or self.project.config.defaults.capabilities
+            if not (self.lost(owner, "capabilities") or (caps is None and self.lost("project", "defaults"))):
+                for path, step in tool_steps:
+                    if step.tool in BUILTIN_TOOLS:
+                        agent_checks.check_builtin(
+                            self, owner, (*path, "tool"), step.tool, in_force, own=caps is not None, what="tool step"
+                        )
 
     def all_skills_known(self) -> bool:
         """Whether every agent and skill file validated in full (so every skill tag is known)."""
@@ -415,6 +424,22 @@ def _calls(agent: AgentSpec) -> Iterator[tuple[str, Path_]]:
                 yield tool.agent, ("tools", i, "agent")
         return
     yield from _step_calls(agent.steps, ("steps",))
+
+
+def _tool_steps(steps: list[Any], base: Path_) -> Iterator[tuple[Path_, ToolStep]]:
+    """(key path, step) of every tool step, nested ones included."""
+    for i, step in enumerate(steps):
+        path = (*base, i)
+        if isinstance(step, ToolStep):
+            yield path, step
+        elif isinstance(step, ParallelStep):
+            yield from _tool_steps(step.parallel, (*path, "parallel"))
+        elif isinstance(step, RouterStep):
+            for j, route in enumerate(step.router.routes):
+                yield from _tool_steps(route.steps, (*path, "router", "routes", j, "steps"))
+            yield from _tool_steps(step.router.default, (*path, "router", "default"))
+        elif isinstance(step, LoopStep):
+            yield from _tool_steps(step.loop.steps, (*path, "loop", "steps"))
 
 
 def _step_calls(steps: list[Any], base: Path_) -> Iterator[tuple[str, Path_]]:

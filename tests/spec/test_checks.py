@@ -133,3 +133,43 @@ def test_an_unset_server_auth_variable_is_a_warning_at_ca_yaml(make_project: Pro
         "ca.yaml:2:29: warning: CA_TOKENS is not set; `ca serve` refuses to start until it holds the credentials"
     ]
     assert problems(root, {"CA_KEYS": "k1", "CA_TOKENS": "t1"}) == []
+
+
+def test_a_workflow_tool_step_its_capabilities_never_allow_is_a_warning(make_project: ProjectFactory) -> None:
+    root = make_project(
+        {
+            "agents/flow.yaml": """
+                name: flow
+                kind: workflow
+                capabilities: {fs: {read: ["**"]}}
+                steps:
+                  - {id: look, tool: fs.list, args: {path: .}}
+                  - parallel:
+                      - {id: save, tool: fs.write, args: {path: out.txt, content: "{{ steps.look.output }}"}}
+                      - {id: other, message: done}
+            """,
+        }
+    )
+    assert problems(root) == [
+        "agents/flow.yaml:7:26: warning: tool step 'fs.write' can never run: the agent's capabilities allow no "
+        "file writes"
+    ]
+
+
+def test_a_workflow_contract_must_name_one_of_its_tool_steps(make_project: ProjectFactory) -> None:
+    root = make_project(
+        {
+            "agents/flow.yaml": """
+                name: flow
+                kind: workflow
+                capabilities: {fs: {read: ["**"]}}
+                contract: {must_always: [{tool_called: fs.read}]}
+                steps:
+                  - {id: look, tool: fs.list, args: {path: .}}
+            """,
+        }
+    )
+    assert problems(root) == [
+        "agents/flow.yaml:4:40: error: the contract requires a call of 'fs.read', a tool the agent does not have, "
+        "so every run would break it"
+    ]
