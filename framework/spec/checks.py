@@ -339,8 +339,9 @@ class _Checker:
                 available.add(step.id)
         return available
 
-    @staticmethod
-    def earlier(available: set[str]) -> str:
+    def earlier(self, available: set[str]) -> str:
+        if self.lost_ids:  # steps with errors of their own are not in `available`
+            return f"earlier valid steps: {', '.join(sorted(available)) or 'none'} (steps with errors are left out)"
         return f"earlier steps: {', '.join(sorted(available))}" if available else "there is no earlier step"
 
     def check_template(self, owner: str, path: Path_, text: str, available: set[str]) -> None:
