@@ -65,11 +65,15 @@ def salvage(model: type[M], data: LMap) -> Salvaged[M] | None:
             if () in targets:
                 return None
             # Later list items first, so an index still names the same item when its turn comes.
+            progress = False
             for path in sorted(targets, key=_order, reverse=True):
                 removed = _remove(pruned, path)
                 if removed is not _ABSENT:
+                    progress = True
                     dropped.add(str(path[0]))
                     lost.update({removed} if path[-1] == "id" and isinstance(removed, str) else _ids(removed))
+            if not progress:
+                return None  # the refused parts cannot be told apart from the rest
             continue
         return Salvaged(spec, pruned, frozenset(dropped), frozenset(lost))
     return None
