@@ -129,3 +129,22 @@ def test_cross_file_errors_come_in_the_same_run_as_the_errors_of_each_file(make_
         ("ca.yaml", "default_agent", "unknown agent 'asistant'"),
         ("ca.yaml", "server.port", "value 0 is out of range: must be >= 1"),
     ]
+
+
+def test_warnings_about_ca_yaml_settings_point_at_ca_yaml(make_project: ProjectFactory) -> None:
+    root = make_project(
+        {
+            "ca.yaml": "defaults:\n  model: openai:gpt-4o-mini\nserver:\n  auth: {bearer_tokens_env: CA_TOKENS}\n",
+            "agents/a.yaml": "name: a\ntools: [shell]\ncapabilities: {fs: {read: ['**']}}\n",
+            "agents/b.yaml": "name: b\n",
+        }
+    )
+    result = run_ca("validate", cwd=root, env={"OPENAI_API_KEY": "", "CA_TOKENS": ""})
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if ": warning: " in line]
+    assert warnings == [
+        "agents/a.yaml:2:9: warning: tool 'shell' can never run: the agent's capabilities allow no commands",
+        "ca.yaml:2:10: warning: OPENAI_API_KEY is not set; model 'openai:gpt-4o-mini' will fail at run time",
+        "ca.yaml:4:29: warning: CA_TOKENS is not set; `ca serve` refuses to start until it holds the credentials",
+    ]
+    assert result.stdout.startswith("ok: 2 agents (2 llm), 3 profiles, 0 skills, 3 warnings")
