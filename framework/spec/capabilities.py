@@ -48,7 +48,25 @@ def _check_host(value: str) -> str:
             "invalid host pattern {value!r}: write 'example.com', '*.example.com' or 'localhost:8080'",
             value=value,
         )
+    suffix = value.lower().removeprefix("*.").split(":")[0] if value.startswith("*.") else ""
+    if suffix and ("." not in suffix or suffix in _SHARED_SUFFIXES) and suffix != "localhost":
+        raise fail(
+            "host",
+            "host pattern {value!r} allows every host under {suffix!r}, a suffix shared by unrelated sites",
+            value=value,
+            suffix=suffix,
+            hint="name the domain you mean, like '*.example.com' or 'api.example.com'",
+        )
     return value.lower()
+
+
+_SHARED_SUFFIXES = frozenset(
+    {"co.uk", "org.uk", "ac.uk", "gov.uk", "com.au", "net.au", "org.au", "co.jp", "ne.jp", "or.jp"}
+    | {"com.br", "com.cn", "com.mx", "co.nz", "co.in", "co.za", "com.tr", "co.kr", "com.tw", "com.sg"}
+    | {"github.io", "herokuapp.com", "appspot.com", "azurewebsites.net", "cloudfront.net", "vercel.app"}
+)
+"""Suffixes under which anyone can register a name: ``*.co.uk`` is as wide as ``*.com``. A short
+list of the common ones, not the whole Public Suffix List: a plain ``*.TLD`` is caught anyway."""
 
 
 HostPattern = Annotated[str, AfterValidator(_check_host), WithJsonSchema({"type": "string"})]

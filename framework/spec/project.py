@@ -75,6 +75,15 @@ class AuthConfig(Spec):
     api_key_header: str = "X-API-Key"
 
 
+def auth_variables(auth: AuthConfig) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every environment variable ``auth`` reads credentials from: (key path below ``server.auth``, name).
+
+    The one place that knows the shape of ``server.auth`` for checks such as "this variable is unset".
+    """
+    keys = ("bearer_tokens_env", "api_keys_env")
+    return [((key,), name) for key in keys if (name := getattr(auth, key)) is not None]
+
+
 class ServerConfig(Spec):
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=1, le=65535)
