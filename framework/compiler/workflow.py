@@ -64,6 +64,8 @@ _Leaf = AgentStep | ToolStep | GateStep | AskStep | ArtifactStep | MessageStep
 _PASS_THROUGH = ("gate", "artifact")
 """Steps that leave their lane as it was: the next step sees what they saw."""
 StepStatus = Literal["started", "completed", "failed"]
+STEP_NODE = "step."
+"""The prefix of a step's node in the workflow's graph (``step.ID``): traces and events find steps by it."""
 
 _V = TypeVar("_V")
 _PLAIN = re.compile(r"[\w .-]{1,40}")
@@ -356,7 +358,7 @@ class _Builder:
             return self.router(step, title, lane)
         if isinstance(step, LoopStep):
             return self.loop(step, title, lane)
-        node = f"step.{step_id}"
+        node = f"{STEP_NODE}{step_id}"
         self.add(node, self.leaf(step, step_id, title, lane))
         return _Fragment(step_id, title, node, node)
 
@@ -480,7 +482,7 @@ class _Builder:
             update = _write(lane, text)
             return (update | {"outputs": {step.id: text}}) if step.id is not None else update
 
-        entry = self.add(f"step.{step_id}", fork)
+        entry = self.add(f"{STEP_NODE}{step_id}", fork)
         exits = []
         for branch, branch_lane in zip(step.parallel, lanes, strict=True):
             (fragment,) = self.chain([branch], branch_lane)

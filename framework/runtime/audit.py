@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -98,6 +98,8 @@ class AuditLog:
         self._secrets = {*secrets, key.secret.decode("utf-8")} if key else set(secrets)
         self._masker = SecretValues(self._secrets)
         self._key = key
+        self.observers: list[Callable[[AuditRecord], None]] = []
+        """Called with each record once it is stored (masked): the run's trace shows it as an event."""
         self._extendable = False
         """Whether the chain's tail was found to accept this log's records (checked before the first append)."""
 
@@ -155,7 +157,10 @@ class AuditLog:
             row: Row = {"seq": seq, "ts": _now(), **fields, "data": body, "prev_hash": prev_hash}
             return {**row, "data": canonical_json(body), "hash": keyed_hash(row, key) if key else record_hash(row)}
 
-        return _to_record(self._store.append(build))
+        record = _to_record(self._store.append(build))
+        for observe in self.observers:
+            observe(record)
+        return record
 
     async def aappend(
         self,

@@ -291,8 +291,11 @@ class Runner:
         skill: str | None = None,
         context: RunContext | None = None,
         resume: Any = None,
+        callbacks: list[Any] | None = None,
     ) -> AsyncIterator[RunEvent]:
-        """Stream the events of one turn: a new message (``text``) or decisions for a pause (``resume``)."""
+        """Stream the events of one turn: a new message (``text``) or decisions for a pause (``resume``).
+
+        ``callbacks``: LangChain callback handlers for the run (its trace spans, when tracing is on)."""
         translator = _Translator()
         context = replace(context or RunContext(), skill=skill, conversation_id=thread_id)
         try:
@@ -303,6 +306,8 @@ class Runner:
                 "configurable": {"thread_id": thread_id},
                 "metadata": {"agent": agent},
             }
+            if callbacks:
+                config["callbacks"] = callbacks
             await self._check_thread(graph, config, agent, thread_id, resuming=resume is not None)
             if skill is not None:
                 self._check_skill(agent, skill)

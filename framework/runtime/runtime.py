@@ -28,6 +28,7 @@ from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
 from framework.compiler.precompile import compile_graphs
 from framework.errors import ApprovalTimedOut, CAError, ConversationBusy, Diagnostic, Failure, RunError
+from framework.runtime import telemetry
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
@@ -97,6 +98,10 @@ class Runtime:
         audit = AuditLog.open(project.root, secrets=KNOWN.values, key=key)
         stack.callback(audit.close)
         audit.check_extendable()
+        tracing = telemetry.start()
+        if tracing is not None:
+            audit.observers.append(tracing.audited)
+            stack.callback(tracing.flush)
         environ = {**load_dotenv(project.root), **os.environ}
         current: dict[str, Any] = {"project": project, "environ": environ}
         opened: list[Any] = []  # the A2A client side, created on first use (a2a's client costs ~50 ms)
@@ -245,7 +250,9 @@ class Runtime:
         context = dataclasses.replace(self._context(task, skill, request), caps=caps or None, depth=depth, chain=chain)
         async for event in self._drive(
             task,
-            Runner(self.bundle).run(agent, text, thread_id=conversation, skill=skill, context=context),
+            lambda callbacks: Runner(self.bundle).run(
+                agent, text, thread_id=conversation, skill=skill, context=context, callbacks=callbacks
+            ),
             prepare=lambda: self._drop_abandoned_pause(agent, conversation),
         ):
             yield event
@@ -274,11 +281,13 @@ class Runtime:
         except ApprovalTimedOut as exc:
             yield self._failed_before_run(task, Failure.of(exc))
             return
+        context = self._context(task, None, request)
         async for event in self._drive(
             task,
-            Runner(self.bundle).run(
-                task.agent, thread_id=task.conversation, context=self._context(task, None, request), resume=answers
+            lambda callbacks: Runner(self.bundle).run(
+                task.agent, thread_id=task.conversation, context=context, resume=answers, callbacks=callbacks
             ),
+            resumed=True,
         ):
             yield event
 
@@ -391,23 +400,47 @@ class Runtime:
     async def _drive(
         self,
         task: Task,
-        events: AsyncIterator[RunEvent],
+        run: Callable[[list[Any] | None], AsyncIterator[RunEvent]],
         *,
         prepare: Callable[[], Awaitable[None]] | None = None,
+        resumed: bool = False,
     ) -> AsyncIterator[RunEvent]:
-        """Run ``events`` (a run not started yet) in the turn of ``task``'s conversation, recording it.
+        """Run ``run(callbacks)`` (the events of a run) in the turn of ``task``'s conversation, recording it.
 
         ``prepare`` runs first, inside the turn. A turn not had within the wait limit fails the task
-        (ConversationBusy) before anything of it ran.
+        (ConversationBusy) before anything of it ran. With tracing on, the run is an ``invoke_agent``
+        span (``resumed``: linked to the run that paused the task).
         """
         try:
             async with self.turns.take(task.conversation, task.id):
                 if prepare is not None:
                     await prepare()
-                async for event in self._recorded(task, events):
-                    yield event
+                tracing = telemetry.tracing()
+                if tracing is None:
+                    async for event in self._recorded(task, run(None)):
+                        yield event
+                    return
+                with tracing.run(
+                    agent=task.agent,
+                    task_id=task.id,
+                    conversation=task.conversation,
+                    source=self.source,
+                    prices=self.bundle.project.config.prices,
+                    paused_by=self._paused_by(task) if resumed else "",
+                ) as spans:
+                    async for event in self._recorded(task, run([spans])):
+                        if isinstance(event, RunFinished):
+                            tracing.finished(task.id, event)
+                        yield event
         except ConversationBusy as exc:  # raised before the run started: nothing of it ran
             yield self._failed_before_run(task, Failure.of(exc))
+
+    def _paused_by(self, task: Task) -> str:
+        """The traceparent of the run that paused ``task`` (in its audit), or ""."""
+        for record in reversed(self.audit.query(task_id=task.id, kind="task.state")):
+            if record.data.get("state") == "input-required":
+                return str(record.data.get("traceparent", ""))
+        return ""
 
     async def _recorded(self, task: Task, events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
         self.tasks.update(task.id, state="working")
@@ -430,7 +463,9 @@ class Runtime:
         if event.state == "input-required":
             pending = tuple(self._pending(task, p) for p in pauses)
             self.tasks.update(task.id, state="input-required", pending=pending, usage=usage)
-            self._audit_task(task, "input-required", waiting=[p.pause.kind for p in pauses])
+            tracing = telemetry.tracing()
+            traced = {"traceparent": tracing.traceparent(task.id)} if tracing is not None else {}
+            self._audit_task(task, "input-required", waiting=[p.pause.kind for p in pauses], **traced)
         elif event.state == "completed":
             self.tasks.update(task.id, state="completed", output=event.output, pending=(), usage=usage)
             self._audit_task(task, "completed", stop_reason=event.stop_reason, usage=usage)
@@ -486,6 +521,9 @@ class ChildTasks:
                 task_id=child_id or None,
             )
             self._record(task.id, context, agent, "submitted", parent=context.task_id)
+        tracing = telemetry.tracing()
+        if tracing is not None and context.task_id:
+            tracing.alias(task.id, context.task_id)
         self.tasks.update(task.id, state="working")
         self._record(task.id, context, agent, "working")
         return dataclasses.replace(context, task_id=task.id)

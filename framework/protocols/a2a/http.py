@@ -45,7 +45,9 @@ from framework.protocols.a2a.executor import CleverAgentExecutor
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware
 from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
+from framework.protocols.a2a.tracing import TraceContext
 from framework.protocols.jsonrpc import error_for
+from framework.runtime import telemetry
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
 
@@ -272,6 +274,8 @@ def build_server(runtime: Runtime) -> Server:
     layers = [
         Middleware(PlatformMiddleware, platform=Platform(runtime, decide), max_bytes=config.server.max_request_bytes)
     ]
+    if telemetry.tracing() is not None:
+        layers.insert(0, Middleware(TraceContext))
     if config.server.auth is not None:
         # Outermost: a request is refused from its headers before the size limit buffers its body.
         credentials = Credentials(config.server.auth, runtime.bundle.environ)
