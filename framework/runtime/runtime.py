@@ -35,6 +35,7 @@ from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.access import CapabilityAccess
 from framework.runtime.governance.middleware import governance_middleware
 from framework.runtime.governance.secrets import KNOWN, mask_logs, project_secrets
+from framework.runtime.metrics import Metrics
 from framework.runtime.pauses import Gate, Pause, Question
 from framework.runtime.remote import Discovery, RemoteFactory
 from framework.runtime.restart import needs_restart, pinned
@@ -65,6 +66,8 @@ class Runtime:
         """Errors of the last reload that could not be applied (the bundle kept serving)."""
         self.started = bundle.project.config
         """The ``ca.yaml`` settings at start-up: reloads keep its settings read once (``RESTART_ONLY``)."""
+        self.metrics: Metrics | None = None
+        """The server's metrics (``ca serve``'s ``/metrics``): each run's model and tool calls feed them."""
         self.restart_needed: list[str] = []
         """The start-up settings the files now change (``setting (before -> after)``): a restart applies them."""
 
@@ -416,8 +419,9 @@ class Runtime:
                 if prepare is not None:
                     await prepare()
                 tracing = telemetry.tracing()
+                measured = [self.metrics.callbacks(task.agent)] if self.metrics is not None else []
                 if tracing is None:
-                    async for event in self._recorded(task, run(None)):
+                    async for event in self._recorded(task, run(measured or None)):
                         yield event
                     return
                 with tracing.run(
@@ -428,7 +432,7 @@ class Runtime:
                     prices=self.bundle.project.config.prices,
                     paused_by=self._paused_by(task) if resumed else "",
                 ) as spans:
-                    async for event in self._recorded(task, run([spans])):
+                    async for event in self._recorded(task, run([spans, *measured])):
                         if isinstance(event, RunFinished):
                             tracing.finished(task.id, event)
                         yield event

@@ -338,6 +338,11 @@ class TaskStore:
             ).fetchone()
         return None if row is None else {"url": row[0], "task_id": row[1], "context_id": row[2]}
 
+    def counts(self) -> dict[str, int]:
+        """How many tasks are in each state."""
+        with self._lock:
+            return dict(self._conn.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall())
+
     def list(self, *, pending_only: bool = False, limit: int = 50) -> list[Task]:
         query = "SELECT * FROM tasks"
         if pending_only:

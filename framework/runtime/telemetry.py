@@ -336,9 +336,7 @@ class RunSpans(BaseCallbackHandler):
     ) -> None:
         from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 
-        meta = metadata or {}
-        provider = str(meta.get("ls_provider") or "unknown")
-        model = str(meta.get("ls_model_name") or (kwargs.get("invocation_params") or {}).get("model") or provider)
+        provider, model = model_of(metadata, kwargs)
         self._models[run_id] = f"{provider}:{model}"
         attributes = {
             gen_ai.GEN_AI_OPERATION_NAME: "chat",
@@ -353,22 +351,19 @@ class RunSpans(BaseCallbackHandler):
         span = self._spans.get(run_id)
         model = self._models.pop(run_id, "")
         if span is not None:
-            generation = response.generations[0][0] if response.generations and response.generations[0] else None
-            message = getattr(generation, "message", None)
-            usage = getattr(message, "usage_metadata", None) or {}
-            tokens_in, tokens_out = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
+            tokens_in, tokens_out, reason = usage_of(response)
             span.set_attribute(gen_ai.GEN_AI_USAGE_INPUT_TOKENS, tokens_in)
             span.set_attribute(gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS, tokens_out)
-            reason = _finish_reason(generation, message)
             if reason:
                 span.set_attribute(gen_ai.GEN_AI_RESPONSE_FINISH_REASONS, [reason])
-            if _known_price(model, self.prices):
+            if known_price(model, self.prices):
                 dollars = cost(model, self.prices, tokens_in, tokens_out)
                 span.set_attribute("ca.usage.cost_usd", dollars)
                 if self._priced:
                     self.cost = (self.cost or 0.0) + dollars
             else:
                 self._priced, self.cost = False, None
+            message = _message(response)
             if self.tracing.contents and message is not None:
                 span.set_attribute("ca.output.text", _content(getattr(message, "content", "")))
         self._close(run_id)
@@ -438,13 +433,32 @@ def _real(error: BaseException) -> BaseException | None:
     return None if isinstance(error, GraphBubbleUp) else error
 
 
-def _finish_reason(generation: Any, message: Any) -> str:
+def model_of(metadata: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> tuple[str, str]:
+    """A model call's provider and model, as LangChain's callbacks report them (``ls_*`` metadata)."""
+    meta = metadata or {}
+    provider = str(meta.get("ls_provider") or "unknown")
+    model = str(meta.get("ls_model_name") or (kwargs.get("invocation_params") or {}).get("model") or provider)
+    return provider, model
+
+
+def _message(response: LLMResult) -> Any:
+    generation = response.generations[0][0] if response.generations and response.generations[0] else None
+    return getattr(generation, "message", None)
+
+
+def usage_of(response: LLMResult) -> tuple[int, int, str]:
+    """Input tokens, output tokens and the finish reason of a model call's result."""
+    generation = response.generations[0][0] if response.generations and response.generations[0] else None
+    message = getattr(generation, "message", None)
+    usage = getattr(message, "usage_metadata", None) or {}
     info = getattr(generation, "generation_info", None) or {}
     meta = getattr(message, "response_metadata", None) or {}
-    return str(info.get("finish_reason") or meta.get("finish_reason") or meta.get("stop_reason") or "")
+    reason = str(info.get("finish_reason") or meta.get("finish_reason") or meta.get("stop_reason") or "")
+    return int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)), reason
 
 
-def _known_price(model: str, prices: Mapping[str, Any]) -> bool:
+def known_price(model: str, prices: Mapping[str, Any]) -> bool:
+    """Whether ``model`` (``provider:model``) has a price (``ca.yaml`` or the built-in table)."""
     from framework.spec.prices import price_for
 
     return price_for(model, prices) is not None

@@ -43,11 +43,13 @@ from framework.errors import AgentNotFound, Failure, RunError
 from framework.protocols.a2a.auth import AuthMiddleware, Credentials
 from framework.protocols.a2a.executor import CleverAgentExecutor
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware
+from framework.protocols.a2a.request_metrics import RequestMetrics
 from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
 from framework.protocols.a2a.tracing import TraceContext
 from framework.protocols.jsonrpc import error_for
 from framework.runtime import telemetry
+from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
 
@@ -274,14 +276,23 @@ def build_server(runtime: Runtime) -> Server:
     layers = [
         Middleware(PlatformMiddleware, platform=Platform(runtime, decide), max_bytes=config.server.max_request_bytes)
     ]
+    metrics = Metrics(runtime.tasks, config.prices)
+    runtime.metrics = metrics
+    runtime.audit.observers.append(metrics.audited)
     if telemetry.tracing() is not None:
         layers.insert(0, Middleware(TraceContext))
     if config.server.auth is not None:
         # Outermost: a request is refused from its headers before the size limit buffers its body.
         credentials = Credentials(config.server.auth, runtime.bundle.environ)
         layers.insert(0, Middleware(AuthMiddleware, credentials=credentials, public=lambda p: public_path(runtime, p)))
+    # Outside even that: refused requests are counted too (it reads no body, only the first chunk read).
+    layers.insert(0, Middleware(RequestMetrics, metrics=metrics))
     app = Starlette(
-        routes=[Route("/healthz", _health(runtime), methods=["GET"]), Mount("", app=agents)],
+        routes=[
+            Route("/healthz", _health(runtime), methods=["GET"]),
+            Route("/metrics", _metrics(metrics), methods=["GET"]),
+            Mount("", app=agents),
+        ],
         middleware=layers,
         lifespan=lifespan,
     )
@@ -349,6 +360,13 @@ async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> Non
         stored.status.CopyFrom(TaskStatus(state=state, message=message))
         stored.status.timestamp.GetCurrentTime()
         await store.save(stored, context)
+
+
+def _metrics(metrics: Metrics) -> Endpoint:
+    async def exposition(request: Request) -> Response:  # behind server.auth like every non-public path
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
+    return exposition
 
 
 def _health(runtime: Runtime) -> Endpoint:
