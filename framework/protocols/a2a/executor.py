@@ -33,9 +33,10 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import Message, Part, Task, TaskState, TaskStatus
+from starlette.authentication import AuthCredentials
 
 from framework.compiler.workflow import replies_with_message
-from framework.errors import CAError, Failure, RunError
+from framework.errors import CAError, Failure, PolicyDenied, RunError
 from framework.protocols.a2a.auth import DECIDED_BY
 from framework.protocols.a2a.statuses import (
     REPLY_ARTIFACT,
@@ -161,6 +162,7 @@ class CleverAgentExecutor(AgentExecutor):
                     return
                 events = self.runtime.decide(task_id, answer, request=request, by=_decider(context))
             else:
+                _may_send(context)
                 text = context.get_user_input() if message is not None else ""
                 caps, depth, parent, chain = _caller_limits(message)
                 events = self.runtime.send(
@@ -372,6 +374,16 @@ def _request(message: Message | None) -> dict[str, Any]:
 
     metadata = json_format.MessageToDict(message.metadata) if message.HasField("metadata") else {}
     return {"message_id": message.message_id, "metadata": metadata}
+
+
+def _may_send(context: RequestContext) -> None:
+    """A new task needs the ``caller`` role (an approver-only credential lists and decides approvals)."""
+    auth = context.call_context.state.get("auth")  # the request's AuthCredentials (a2a-sdk copies it here)
+    if isinstance(auth, AuthCredentials) and "caller" not in auth.scopes:
+        raise PolicyDenied(
+            f"credential {context.call_context.user.user_name!r} has no role 'caller': it may list and decide"
+            " approvals, not send messages; add 'caller' to its roles in server.auth.credentials"
+        )
 
 
 def _decider(context: RequestContext) -> str:

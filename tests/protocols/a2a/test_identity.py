@@ -1,7 +1,8 @@
 """Named callers of one `ca serve`: each sees and answers only its own tasks; an approver decides any.
 
 One real server on loopback with three credentials (``team-a`` a bearer token, ``team-b`` an API
-key, both ``caller``; ``lead`` a bearer token with ``caller`` and ``approver``), driven with the
+key, both ``caller``; ``lead`` a bearer token with ``caller`` and ``approver``; ``reviewer`` an API
+key with ``approver`` only), driven with the
 official a2a-sdk client and plain JSON-RPC / REST for the platform methods.
 """
 
@@ -42,7 +43,13 @@ TASK_NOT_FOUND = -32001
 A = {"Authorization": "Bearer team-a-secret-token"}
 B = {"X-API-Key": "team-b-secret-key"}
 LEAD = {"Authorization": "Bearer lead-secret-token"}
-ENV = {"TEAM_A_TOKEN": "team-a-secret-token", "TEAM_B_KEY": "team-b-secret-key", "LEAD_TOKEN": "lead-secret-token"}
+REVIEWER = {"X-API-Key": "reviewer-secret-key"}
+ENV = {
+    "TEAM_A_TOKEN": "team-a-secret-token",
+    "TEAM_B_KEY": "team-b-secret-key",
+    "LEAD_TOKEN": "lead-secret-token",
+    "REVIEWER_KEY": "reviewer-secret-key",
+}
 PROJECT = {
     "ca.yaml": """
         default_agent: writer
@@ -52,6 +59,7 @@ PROJECT = {
               - {name: team-a, token_env: TEAM_A_TOKEN, roles: [caller]}
               - {name: team-b, api_key_env: TEAM_B_KEY, roles: [caller]}
               - {name: lead, token_env: LEAD_TOKEN, roles: [caller, approver]}
+              - {name: reviewer, api_key_env: REVIEWER_KEY, roles: [approver]}
     """,
     "tools/side.py": SIDE_EFFECT,
     "tools/nap.py": NAP,
@@ -294,3 +302,23 @@ def test_audit_query_shows_a_caller_only_its_own_tasks(server: ServerProcess) ->
     assert result_of(by_context)["records"] == []
     seen_by_lead = {r["task_id"] for r in result_of(platform(server, LEAD, "audit/query", {"limit": 1000}))["records"]}
     assert {of_a.id, of_b.id} <= seen_by_lead
+
+
+def test_an_approver_only_credential_decides_but_cannot_send(server: ServerProcess) -> None:
+    of_b = paused_task(server, B)
+    before = effects(server)
+
+    async def main() -> Task:
+        async with client_as(server, REVIEWER) as client:
+            return await send(client, message("let me run something"))
+
+    refused = run(main())
+    assert refused.status.state == TaskState.TASK_STATE_FAILED
+    assert "has no role 'caller'" in refused.status.message.parts[0].text
+    listed = {a["taskId"] for a in result_of(platform(server, REVIEWER, "approvals/list"))["approvals"]}
+    assert of_b.id in listed
+    rejected = platform(server, REVIEWER, "approvals/decide", {"taskId": of_b.id, "decision": "reject", "reason": "no"})
+    assert result_of(rejected)["task"]["status"]["state"] == "TASK_STATE_COMPLETED"  # the model took the "no"
+    assert effects(server) == before
+    [approval] = audit(server, of_b.id, "approval")
+    assert (approval["data"]["by"], approval["data"]["decision"]) == ("reviewer", "reject")
