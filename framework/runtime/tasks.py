@@ -352,6 +352,15 @@ class TaskStore:
             ).fetchone()
         return None if row is None else {"url": row[0], "task_id": row[1], "context_id": row[2]}
 
+    def adopt(self, caller: str, source: str) -> int:
+        """Give ``caller`` the tasks of ``source`` recorded before tasks had callers; how many."""
+        with self._lock:
+            return int(
+                self._conn.execute(
+                    "UPDATE tasks SET caller = ? WHERE caller = '' AND source = ?", (caller, source)
+                ).rowcount
+            )
+
     def callers_in(self, conversation: str) -> set[str]:
         """Who sent the tasks of this conversation (a conversation belongs to the caller who started it)."""
         with self._lock:

@@ -42,7 +42,7 @@ from starlette.types import Receive, Scope, Send
 
 from framework.compiler.card import public_card
 from framework.errors import AgentNotFound, Failure, RunError
-from framework.protocols.a2a.auth import DECIDED_BY, AuthMiddleware, Caller, CallerBackend, Credentials
+from framework.protocols.a2a.auth import ANONYMOUS, DECIDED_BY, AuthMiddleware, Caller, CallerBackend, Credentials
 from framework.protocols.a2a.executor import CleverAgentExecutor
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware
 from framework.protocols.a2a.statuses import failure_status
@@ -245,10 +245,14 @@ def build_server(runtime: Runtime) -> Server:
     _quiet_client_errors()
     store = task_store(runtime)
     agents = Agents(runtime, store)
+    config = runtime.bundle.project.config  # its server settings stay as they are now (reload pins them)
+    credentials = Credentials(config.server.auth, runtime.bundle.environ) if config.server.auth else None
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await store.initialize()
+        if credentials is None and runtime.source == "a2a-http":
+            await adopt_unowned(runtime, store)
         await fail_interrupted(runtime, store)
         try:
             yield
@@ -274,8 +278,6 @@ def build_server(runtime: Runtime) -> Server:
         answer = await handler.on_message_send(SendMessageRequest(message=message), context)
         return dict(json_format.MessageToDict(answer))
 
-    config = runtime.bundle.project.config  # its server settings stay as they are now (reload pins them)
-    credentials = Credentials(config.server.auth, runtime.bundle.environ) if config.server.auth else None
     layers = [
         # Every request gets its user (Caller): a2a-sdk makes it the owner of the tasks it sends.
         Middleware(AuthenticationMiddleware, backend=CallerBackend(credentials)),
@@ -334,6 +336,14 @@ def _no_agent(runtime: Runtime) -> Endpoint:
         return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error.to_json()}, status_code=404)
 
     return no_agent
+
+
+async def adopt_unowned(runtime: Runtime, store: WriteBehindTaskStore) -> None:
+    """On a server without ``server.auth``, the tasks recorded before tasks had callers are
+    :data:`ANONYMOUS`'s, the one caller such a server has: it keeps seeing them after an upgrade.
+    (With ``server.auth`` they stay without an owner: only approvers see them.)"""
+    runtime.tasks.adopt(ANONYMOUS.name, runtime.source)
+    await store.adopt_unowned(ANONYMOUS.name)
 
 
 async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> None:

@@ -9,9 +9,11 @@ official a2a-sdk client and plain JSON-RPC / REST for the platform methods.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -32,7 +34,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotFoundError
 
-from tests.a2a_peers import Json, result_of
+from tests.a2a_peers import Json, result_of, user_message
 from tests.conftest import NAP, NAPPER, SIDE_EFFECT, write_project, writer_agent
 from tests.serving import ServerProcess, start_serve
 
@@ -322,3 +324,32 @@ def test_an_approver_only_credential_decides_but_cannot_send(server: ServerProce
     assert effects(server) == before
     [approval] = audit(server, of_b.id, "approval")
     assert (approval["data"]["by"], approval["data"]["decision"]) == ("reviewer", "reject")
+
+
+def test_a_server_without_auth_keeps_its_tasks_from_before_callers(tmp_path: Path) -> None:
+    """Rows written before tasks had owners (owner and caller empty) are the anonymous caller's after
+    an upgrade: a server without ``server.auth`` still gets and lists them."""
+    root = write_project(tmp_path, {"agents/echo.yaml": "name: echo\n"})
+    first = start_serve(root)
+    try:
+        task = result_of(first.rpc("SendMessage", {"message": user_message("before")}))["task"]
+    finally:
+        first.stop()
+    with sqlite3.connect(root / ".ca" / "state.db") as db:
+        assert db.execute("UPDATE tasks SET owner = ''").rowcount == 1  # as an older release wrote it
+    with sqlite3.connect(root / ".ca" / "tasks.db") as db:
+        db.execute("UPDATE tasks SET caller = ''")
+    again = start_serve(root)
+    try:
+        assert result_of(again.rpc("GetTask", {"id": task["id"]}))["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert [t["id"] for t in result_of(again.rpc("ListTasks", {}))["tasks"]] == [task["id"]]
+    finally:
+        again.stop()
+    with sqlite3.connect(root / ".ca" / "tasks.db") as db:
+        assert db.execute("SELECT caller FROM tasks").fetchall() == [("anonymous",)]
+
+
+def test_the_card_declares_the_schemes_the_credentials_use(server: ServerProcess) -> None:
+    card = httpx.get(f"{server.url}/agents/writer/.well-known/agent-card.json").json()
+    assert set(card["securitySchemes"]) == {"bearer", "apiKey"}
+    assert card["securitySchemes"]["apiKey"]["apiKeySecurityScheme"]["name"] == "X-API-Key"
