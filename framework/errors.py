@@ -19,7 +19,8 @@
         ├── PolicyDenied         policy_denied        a capability, contract or profile rule refused an action
         │   ├── PathRefused      policy_denied        a path no capability can allow (outside the root, ...)
         │   │   └── PathChanged  policy_denied        a checked path became a symbolic link before it was opened
-        │   └── UrlRefused       policy_denied        a URL refused before the allowlist is consulted
+        │   ├── UrlRefused       policy_denied        a URL refused before the allowlist is consulted
+        │   └── ConversationNotYours policy_denied    a message into a conversation another caller started
         ├── ContractViolation    contract_violation   the answer broke the agent's contract
         └── ApprovalRejected     approval_rejected    a person rejected a gate or an approval, or declined an ask
             └── ApprovalTimedOut approval_rejected    an approval expired under ``on_timeout: fail``
@@ -204,6 +205,10 @@ class PathChanged(PathRefused):
 
 class UrlRefused(PolicyDenied):
     """A URL refused before the allowlist is consulted."""
+
+
+class ConversationNotYours(PolicyDenied):
+    """A message into a conversation another caller started (a conversation has one caller)."""
 
 
 class ContractViolation(RunError):

@@ -54,11 +54,12 @@ def security(project: Project) -> dict[str, Any]:
     if auth is None:
         return {}
     schemes: dict[str, SecurityScheme] = {}
-    if auth.bearer_tokens_env:
+    kinds = {identity.kind for identity in auth.identities()}
+    if "bearer" in kinds:
         schemes["bearer"] = SecurityScheme(
             http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="Bearer", description="A bearer token")
         )
-    if auth.api_keys_env:
+    if "api_key" in kinds:
         schemes["apiKey"] = SecurityScheme(
             api_key_security_scheme=APIKeySecurityScheme(
                 location="header", name=auth.api_key_header, description="An API key"

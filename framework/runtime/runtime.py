@@ -27,7 +27,15 @@ from typing import Any, cast
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
 from framework.compiler.precompile import compile_graphs
-from framework.errors import ApprovalTimedOut, CAError, ConversationBusy, Diagnostic, Failure, RunError
+from framework.errors import (
+    ApprovalTimedOut,
+    CAError,
+    ConversationBusy,
+    ConversationNotYours,
+    Diagnostic,
+    Failure,
+    RunError,
+)
 from framework.runtime import telemetry
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
@@ -239,17 +247,31 @@ class Runtime:
         parent: str = "",
         chain: tuple[str, ...] = (),
         request: Mapping[str, Any] | None = None,
+        caller: str | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Start a task: one message to ``agent`` in ``conversation``; stream its events.
 
         ``task_id`` lets a transport use its own id (an A2A task id) for the task; ``request``
-        is what workflows see of the message (``message_id``, ``metadata``).
+        is what workflows see of the message (``message_id``, ``metadata``). ``caller`` is who
+        sends it (default :attr:`decider`); a conversation belongs to the caller who started it,
+        so another caller's message into it is refused (ConversationNotYours) before anything runs.
         """
         self.bundle.agent(agent)
+        who = self.decider if caller is None else caller
+        if caller is not None and self.tasks.callers_in(conversation) - {caller}:
+            raise ConversationNotYours(
+                f"conversation {conversation!r} was started by another caller: start a new one (send no contextId)"
+            )
         task = self.tasks.create(
-            agent=agent, conversation=conversation, source=self.source, input=text, task_id=task_id, parent=parent
+            agent=agent,
+            conversation=conversation,
+            source=self.source,
+            input=text,
+            task_id=task_id,
+            parent=parent,
+            caller=who,
         )
-        self._audit_task(task, "submitted", input_chars=len(text))
+        self._audit_task(task, "submitted", input_chars=len(text), by=who)
         context = dataclasses.replace(self._context(task, skill, request), caps=caps or None, depth=depth, chain=chain)
         async for event in self._drive(
             task,
@@ -337,11 +359,12 @@ class Runtime:
 
     @property
     def decider(self) -> str:
-        """Who decides when a transport names no one: ``cli:<os user>``, or the source (``acp``, ...)."""
-        if self.source == "cli":
+        """Who sends or decides when a transport names no one: ``cli:<os user>`` at a terminal,
+        ``local:<os user>`` for ``ca run --stdio``, else the source (``acp``)."""
+        if self.source in ("cli", "a2a-stdio"):
             import getpass
 
-            return f"cli:{getpass.getuser()}"
+            return f"{'cli' if self.source == 'cli' else 'local'}:{getpass.getuser()}"
         return self.source
 
     def check_decision(self, task_id: str, decision: Mapping[str, Any]) -> Task:
@@ -516,6 +539,7 @@ class ChildTasks:
         except RunError:
             task = None
         if task is None:
+            parent = self.tasks.find(context.task_id) if context.task_id else None
             task = self.tasks.create(
                 agent=agent,
                 conversation=context.conversation_id,
@@ -523,6 +547,7 @@ class ChildTasks:
                 input=text,
                 parent=context.task_id,
                 task_id=child_id or None,
+                caller=parent.caller if parent is not None else "",
             )
             self._record(task.id, context, agent, "submitted", parent=context.task_id)
         tracing = telemetry.tracing()

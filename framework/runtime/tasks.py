@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     decided_at TEXT NOT NULL DEFAULT '',
     failure TEXT NOT NULL DEFAULT '',
     owner_pid INTEGER NOT NULL DEFAULT 0,
-    owner_host TEXT NOT NULL DEFAULT ''
+    owner_host TEXT NOT NULL DEFAULT '',
+    caller TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
 CREATE TABLE IF NOT EXISTS remote_calls (
@@ -66,6 +67,7 @@ _ADDED_COLUMNS = {
     "failure": "TEXT NOT NULL DEFAULT ''",
     "owner_pid": "INTEGER NOT NULL DEFAULT 0",
     "owner_host": "TEXT NOT NULL DEFAULT ''",
+    "caller": "TEXT NOT NULL DEFAULT ''",
 }
 """Columns added after the first release of the table, with their definitions."""
 
@@ -139,6 +141,9 @@ class Task:
     """The process that last started running the task (0: recorded before owners were)."""
     owner_host: str = ""
     """The host of that process."""
+    caller: str = ""
+    """Who sent the task (its A2A owner): a credential's name, ``local:<os user>``, ``cli:<os user>``,
+    ``acp``, ``anonymous``; a child task has its parent's. Empty for tasks recorded before callers were."""
 
 
 class TaskStore:
@@ -163,9 +168,17 @@ class TaskStore:
         self._conn.close()
 
     def create(
-        self, *, agent: str, conversation: str, source: str, input: str, parent: str = "", task_id: str | None = None
+        self,
+        *,
+        agent: str,
+        conversation: str,
+        source: str,
+        input: str,
+        parent: str = "",
+        task_id: str | None = None,
+        caller: str = "",
     ) -> Task:
-        """Record a new task (``task_id``: a transport's own id, e.g. an A2A task id)."""
+        """Record a new task (``task_id``: a transport's own id, e.g. an A2A task id) sent by ``caller``."""
         stamp = now().isoformat()
         input = KNOWN.text(input)
         task = Task(
@@ -178,13 +191,14 @@ class TaskStore:
             parent=parent,
             created_at=stamp,
             updated_at=stamp,
+            caller=caller,
         )
         pid, host = _owner()
         with self._lock:
             self._conn.execute(
                 "INSERT INTO tasks (id, agent, conversation, source, state, input, parent, created_at, updated_at,"
-                " owner_pid, owner_host) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host),
+                " owner_pid, owner_host, caller) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host, caller),
             )
         return replace(task, owner_pid=pid, owner_host=host)
 
@@ -343,13 +357,33 @@ class TaskStore:
         with self._lock:
             return dict(self._conn.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall())
 
-    def list(self, *, pending_only: bool = False, limit: int = 50) -> list[Task]:
-        query = "SELECT * FROM tasks"
+    def adopt(self, caller: str, source: str) -> int:
+        """Give ``caller`` the tasks of ``source`` recorded before tasks had callers; how many."""
+        with self._lock:
+            return int(
+                self._conn.execute(
+                    "UPDATE tasks SET caller = ? WHERE caller = '' AND source = ?", (caller, source)
+                ).rowcount
+            )
+
+    def callers_in(self, conversation: str) -> set[str]:
+        """Who sent the tasks of this conversation (a conversation belongs to the caller who started it)."""
+        with self._lock:
+            rows = self._conn.execute("SELECT DISTINCT caller FROM tasks WHERE conversation = ?", (conversation,))
+            return {caller for (caller,) in rows.fetchall()}
+
+    def list(self, *, pending_only: bool = False, limit: int = 50, caller: str | None = None) -> list[Task]:
+        """The latest tasks, newest first; only those waiting for a decision, only those ``caller`` sent."""
+        where, values = [], []
         if pending_only:
-            query += " WHERE state = 'input-required'"
+            where.append("state = 'input-required'")
+        if caller is not None:
+            where.append("caller = ?")
+            values.append(caller)
+        query = "SELECT * FROM tasks" + (f" WHERE {' AND '.join(where)}" if where else "")  # noqa: S608
         query += " ORDER BY created_at DESC LIMIT ?"
         with self._lock:
-            cursor = self._conn.execute(query, (limit,))
+            cursor = self._conn.execute(query, (*values, limit))
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
         return [_row_to_task(dict(zip(names, row, strict=True))) for row in rows]

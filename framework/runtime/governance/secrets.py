@@ -139,7 +139,8 @@ def project_secrets(project: Project, environ: Mapping[str, str], dotenv: Mappin
     config = project.config
     auth = config.server.auth
     if auth is not None:
-        found.update(_named(environ, auth.bearer_tokens_env), _named(environ, auth.api_keys_env))
+        for identity in auth.identities():
+            found.update(_named(environ, identity.env))
     for registry in config.registries:
         for variable in registry.headers_env.values():
             found.update(_named(environ, variable))

@@ -296,3 +296,15 @@ def test_stdio_needs_no_credentials(project: Path) -> None:
         assert code == 0
     finally:
         peer.kill()
+
+
+def test_the_shared_forms_are_one_caller_named_after_the_variable(server: ServerProcess) -> None:
+    """Every token of ``bearer_tokens_env`` is the caller ``T_TOKENS`` (they share their tasks); the keys
+    of ``api_keys_env`` are another caller, ``T_KEYS``, who does not see them."""
+    task = result_of(server.rpc("SendMessage", {"message": user_message("shared")}, headers=BEARER))["task"]
+    other_token = {"Authorization": "Bearer token-one"}
+    assert result_of(server.rpc("GetTask", {"id": task["id"]}, headers=other_token))["id"] == task["id"]
+    assert server.rpc("GetTask", {"id": task["id"]}, headers=API_KEY)["error"]["code"] == -32001
+    query = {"taskId": task["id"], "kind": "task.state"}
+    records = result_of(server.rpc("_cleveragents/audit/query", query, headers=other_token))["records"]
+    assert [r["data"]["by"] for r in records if r["data"]["state"] == "submitted"] == ["T_TOKENS"]

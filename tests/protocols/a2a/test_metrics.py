@@ -16,7 +16,14 @@ pytestmark = pytest.mark.e2e
 
 TOKEN = "metrics-token"
 PROJECT = {
-    "ca.yaml": "default_agent: echo\nserver:\n  auth: {bearer_tokens_env: M_TOKENS}\n",
+    "ca.yaml": """
+        default_agent: echo
+        server:
+          auth:
+            credentials:
+              - {name: ops, token_env: OPS_TOKEN, roles: [caller, approver]}
+              - {name: team, token_env: TEAM_TOKEN}
+    """,
     "agents/echo.yaml": "name: echo\n",
     "agents/writer.yaml": writer_agent(),
     "tools/side.py": SIDE_EFFECT,
@@ -40,9 +47,11 @@ def _value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: s
 
 def test_metrics_count_a_known_load_and_are_behind_auth(tmp_path: Path) -> None:
     root = write_project(tmp_path, PROJECT)
-    server = start_serve(root, env={"M_TOKENS": TOKEN})
+    server = start_serve(root, env={"OPS_TOKEN": TOKEN, "TEAM_TOKEN": "team-token"})
     try:
         assert httpx.get(server.url + "/metrics", timeout=30).status_code == 401  # no credentials, no figures
+        team = httpx.get(server.url + "/metrics", headers={"Authorization": "Bearer team-token"}, timeout=30)
+        assert team.status_code == 403 and "approver role" in team.text  # they span every caller's tasks
         for i in range(3):
             sent = result_of(server.rpc("SendMessage", {"message": user_message(f"hello {i}")}, headers=AUTH))
             assert sent["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
@@ -61,6 +70,7 @@ def test_metrics_count_a_known_load_and_are_behind_auth(tmp_path: Path) -> None:
     assert _value(samples, requests, method="_cleveragents/approvals/decide", code="200") == 1
     assert _value(samples, requests, method="unknown", code="-32601") == 2  # unknown names get no label of their own
     assert _value(samples, requests, method="GET /metrics", code="401") == 1
+    assert _value(samples, requests, method="GET /metrics", code="403") == 1
     assert _value(samples, "ca_request_seconds_count", method="SendMessage") == 4
 
     assert _value(samples, "ca_task_runs_total", agent="echo", state="completed") == 3
