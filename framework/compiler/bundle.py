@@ -47,6 +47,15 @@ Graph = CompiledStateGraph[Any, Any, Any, Any]
 
 
 @dataclass(frozen=True)
+class RemoteSkill:
+    """A skill a remote agent's card (or its registry) lists."""
+
+    id: str
+    name: str = ""
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RemoteAgent:
     """An agent found in a registry."""
 
@@ -55,6 +64,7 @@ class RemoteAgent:
     description: str = ""
     tags: tuple[str, ...] = ()
     registry: str = ""
+    skills: tuple[RemoteSkill, ...] = ()
 
 
 class CallHooks(Protocol):
