@@ -20,6 +20,7 @@ import httpx
 import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.client.card_resolver import parse_agent_card
+from a2a.client.transports.jsonrpc import JsonRpcTransport
 from a2a.compat.v0_3 import types as v03
 from a2a.compat.v0_3.conversions import to_core_agent_card
 from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
@@ -142,6 +143,8 @@ def test_every_served_card_parses_as_v03_and_as_v1(net: Net, which: str, path: s
         ("HTTP+JSON", "1.0"),
     ]
     assert new.supported_interfaces[0].url == rpc
+    chosen = ClientFactory(ClientConfig()).create(new)._transport  # type: ignore[attr-defined]
+    assert type(chosen) is JsonRpcTransport  # v1.0, not the v0.3 compat transport
     if which == "t":  # the v0.3 security shape too, and the extended card announced the v0.3 way
         assert old.security_schemes is not None and old.security_schemes["bearer"].root.type == "http"
         assert old.supports_authenticated_extended_card is True
