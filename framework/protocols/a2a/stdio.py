@@ -33,7 +33,7 @@ from starlette.types import Receive, Scope, Send
 
 from framework.protocols.a2a.auth import LOCAL_CALLER
 from framework.protocols.a2a.http import build_app
-from framework.protocols.a2a.stdio_shapes import stdio_card, translate
+from framework.protocols.a2a.stdio_shapes import CARD_METHODS, stdio_card, translate
 from framework.protocols.jsonrpc import Code, JsonRpcError, error, result
 from framework.runtime.runtime import Runtime
 
@@ -119,6 +119,8 @@ class StdioServer:
             answer = _decode(response.content, request_id)
             if name in SENDS:
                 self._track(answer)
+            if name in CARD_METHODS and isinstance(answer.get("result"), dict):
+                answer["result"] = stdio_card(answer["result"])
             await self.write(answer)
 
     def _track(self, answer: dict[str, Any]) -> None:

@@ -10,8 +10,9 @@ gets exactly what the v0.3 method gets):
     {"method": "tasks/cancel", "params": {"task_id": ID}}   -> tasks/cancel {"id": ID}
 
 The A2A shapes of those methods (``tasks/send {"message": ...}``, ``tasks/get {"id": ...}``) pass
-as they are. Over stdio the card's interfaces are left out: they name HTTP endpoints of a
-``ca serve`` that may not be running, while this process answers on its stdin and stdout only.
+as they are. Over stdio every card (``agent/discover``, the extended card) leaves out its interfaces:
+they name HTTP endpoints of a ``ca serve`` that may not be running, while this process answers on
+its stdin and stdout only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 from framework.protocols.jsonrpc import Code, JsonRpcError
 
 BY_TASK_ID = ("tasks/get", "tasks/cancel")
+CARD_METHODS = ("GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard")
+"""Methods that answer with a card: over stdio it leaves out the interfaces, as ``agent/discover``'s."""
 INTERFACE_FIELDS = ("supportedInterfaces", "url", "preferredTransport", "protocolVersion", "additionalInterfaces")
 """The card fields that say where (over HTTP) the agent answers: none of them is true over stdio."""
 
@@ -74,5 +77,5 @@ def _invalid(message: str) -> JsonRpcError:
 
 
 def stdio_card(card: Mapping[str, Any]) -> dict[str, Any]:
-    """The card as ``agent/discover`` answers over stdio: everything but the HTTP interfaces."""
+    """A card as it is answered over stdio: everything but the HTTP interfaces."""
     return {key: value for key, value in card.items() if key not in INTERFACE_FIELDS}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,13 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def peers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, StdioPeer]]:
     project: Path = write_project(tmp_path_factory.mktemp("shapes"), STDIO_PROJECT)
-    started = {"echo": StdioPeer(project, "echo"), "writer": StdioPeer(project, "writer")}
+    auth = {"ca.yaml": "server:\n  auth: {bearer_tokens_env: T_TOKENS}\n", "agents/echo.yaml": "name: echo\n"}
+    authed: Path = write_project(tmp_path_factory.mktemp("authed"), auth)  # it has an extended card
+    started = {
+        "echo": StdioPeer(project, "echo"),
+        "writer": StdioPeer(project, "writer"),
+        "authed": StdioPeer(authed, "echo", env={"T_TOKENS": "t"}),
+    }
     try:
         yield started
     finally:
@@ -72,3 +79,11 @@ def test_a_wrong_legacy_shape_gets_invalid_params_saying_what_to_send(
 ) -> None:
     answer = peers["echo"].request(method, params)
     assert answer["error"] == {"code": -32602, "message": message}
+
+
+@pytest.mark.parametrize("method", ["agent/discover", "GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard"])
+def test_cards_over_stdio_name_no_http_url(peers: dict[str, StdioPeer], method: str) -> None:
+    card = result_of(peers["authed"].request(method, {} if method != "agent/discover" else None))
+    assert card["name"] == "echo" and card["skills"]
+    assert not {"supportedInterfaces", "url", "preferredTransport", "additionalInterfaces"} & set(card)
+    assert "http://" not in json.dumps(card)
