@@ -23,7 +23,8 @@
         │   └── ConversationNotYours policy_denied    a message into a conversation another caller started
         ├── ContractViolation    contract_violation   the answer broke the agent's contract
         └── ApprovalRejected     approval_rejected    a person rejected a gate or an approval, or declined an ask
-            └── ApprovalTimedOut approval_rejected    an approval expired under ``on_timeout: fail``
+            │                                         (the task ends ``rejected``, not ``failed``)
+            └── ApprovalTimedOut approval_rejected    an approval expired under ``on_timeout: fail`` (ends failed)
 
     Signal                                            control flow, not a failure: generic handlers re-raise it
     └── Cancelled                cancelled            the user or a transport stopped the run
@@ -113,6 +114,8 @@ class CAError(Exception):
 
     code: ClassVar[ErrorCode] = "run_failed"
     exit_code: ClassVar[int] = 1
+    rejects: ClassVar[bool] = False
+    """Whether a run that fails with it ends ``rejected`` (a person said no to it), not ``failed``."""
 
     def __init__(self, message: str = "", *, data: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -222,10 +225,14 @@ class ApprovalRejected(RunError):
     step, or the answer to its ask (declined). A model's rejected tool call only tells the model."""
 
     code = "approval_rejected"
+    rejects = True
 
 
 class ApprovalTimedOut(ApprovalRejected):
-    """An approval waited longer than the profile allows and ``on_timeout`` is ``fail``."""
+    """An approval waited longer than the profile allows and ``on_timeout`` is ``fail``: the run
+    fails (nobody rejected it)."""
+
+    rejects = False
 
 
 class SpecError(CAError):
@@ -279,6 +286,12 @@ class Failure:
     def of(cls, exc: CAError | Signal) -> Failure:
         data = exc.data if isinstance(exc, CAError) else {}
         return cls(type(exc).__name__, exc.code, str(exc), dict(data))
+
+    @property
+    def rejected(self) -> bool:
+        """Whether the run ends ``rejected``: its error's class says a person said no (``rejects``)."""
+        known = _error_class(self.kind)
+        return known is not None and known.rejects
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "code": self.code, "message": self.message, "data": dict(self.data)}

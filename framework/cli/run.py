@@ -1,7 +1,7 @@
 """``ca run AGENT [PROMPT]``: one turn of a conversation, streamed to the terminal (or as JSON lines).
 
-Exit codes (:data:`EXIT_CODES`, by how the run ended): 0 completed, 1 failed (whatever the
-failure's kind: ``--json`` gives it in the finished event), 3 paused waiting for a decision
+Exit codes (:data:`EXIT_CODES`, by how the run ended): 0 completed, 1 failed or rejected (whatever
+the failure's kind: ``--json`` gives it in the finished event), 3 paused waiting for a decision
 (non-interactive), 130 interrupted; errors before a run starts exit with their class's
 ``exit_code`` (2 for an invalid project or usage).
 """
@@ -38,7 +38,7 @@ from framework.runtime.events import (
 )
 from framework.runtime.pauses import Pause, Question, ToolApproval, all_questions
 
-EXIT_CODES: dict[RunState, int] = {"completed": 0, "failed": 1, "input-required": 3, "canceled": 130}
+EXIT_CODES: dict[RunState, int] = {"completed": 0, "failed": 1, "rejected": 1, "input-required": 3, "canceled": 130}
 """The exit code of ``ca run`` and ``ca approve`` for each way a run ends."""
 INTERRUPTED_AT_PROMPT = 130
 """The exit code when Ctrl-C answers a prompt: the task stays waiting, to be decided with ``ca approve``."""
@@ -112,8 +112,11 @@ class TerminalView:
             mark = "✗" if event.is_error else "←"
             self._line(f"{mark} {_who(event.source)}{event.tool}: {_preview(event.result)}")
         elif isinstance(event, StepUpdate):
+            ended = " — stopped at its max, its until never held" if event.ended_by == "max" else ""
             self._line(
-                f"▸ {_who(event.source)}step {event.step} {event.status}" + (f" ({event.title})" if event.title else "")
+                f"▸ {_who(event.source)}step {event.step} {event.status}"
+                + (f" ({event.title})" if event.title else "")
+                + ended
             )
         elif isinstance(event, PlanUpdate) and not event.source:
             self._line("plan: " + " → ".join(e.step for e in event.entries))
@@ -146,7 +149,7 @@ class TerminalView:
             f"[{event.state}] {usage.total_tokens} tokens ({usage.input_tokens} in, {usage.output_tokens} out), "
             f"{_count(usage.model_calls, 'model call')}, {_count(usage.tool_calls, 'tool call')} · session {session}"
         )
-        if event.state == "failed":
+        if event.state in ("failed", "rejected"):
             self.err.write(f"error: {event.error}\n")
         self.err.write(summary + "\n")
         self.err.flush()

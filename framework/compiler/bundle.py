@@ -32,7 +32,7 @@ from framework.compiler.tool_context import ToolContext
 from framework.compiler.tool_names import model_facing_name
 from framework.compiler.tools import build_tools
 from framework.compiler.workflow import compile_workflow
-from framework.errors import AgentNotFound, Failure
+from framework.errors import AgentNotFound, CAError, Failure
 from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
@@ -47,6 +47,15 @@ Graph = CompiledStateGraph[Any, Any, Any, Any]
 
 
 @dataclass(frozen=True)
+class RemoteSkill:
+    """A skill a remote agent's card (or its registry) lists."""
+
+    id: str
+    name: str = ""
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RemoteAgent:
     """An agent found in a registry."""
 
@@ -55,6 +64,7 @@ class RemoteAgent:
     description: str = ""
     tags: tuple[str, ...] = ()
     registry: str = ""
+    skills: tuple[RemoteSkill, ...] = ()
 
 
 class CallHooks(Protocol):
@@ -218,7 +228,9 @@ class Bundle:
         except BaseException as exc:
             if hooks is not None:
                 canceled = isinstance(exc, asyncio.CancelledError)
-                hooks.finished(context, state="canceled" if canceled else "failed", error=str(exc))
+                rejected = isinstance(exc, CAError) and exc.rejects
+                state = "canceled" if canceled else "rejected" if rejected else "failed"
+                hooks.finished(context, state=state, error=str(exc))
             raise
         answer, usage = final_text(state), dict(state.get("ca_usage") or {})
         stopped = (state.get("ca_stop") or {}).get("failure")

@@ -181,6 +181,7 @@ class _Translator:
                     str(data.get("title", "")),
                     str(data.get("kind", "")),
                     source,
+                    ended_by=data.get("ended_by", ""),
                 )
             ]
         if kind == "plan":
@@ -247,6 +248,7 @@ def _child_event(event: Any, source: tuple[str, ...]) -> list[RunEvent]:
                 str(event.get("title", "")),
                 str(event.get("step_kind", "")),
                 where,
+                ended_by=event.get("ended_by", ""),
             )
         ]
     return []

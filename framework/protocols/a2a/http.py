@@ -44,7 +44,7 @@ from framework.compiler.card import public_card
 from framework.errors import AgentNotFound, Failure, RunError
 from framework.protocols.a2a.auth import ANONYMOUS, DECIDED_BY, AuthMiddleware, Caller, CallerBackend, Credentials
 from framework.protocols.a2a.executor import CleverAgentExecutor
-from framework.protocols.a2a.platform import Platform, PlatformMiddleware
+from framework.protocols.a2a.platform import Platform, PlatformMiddleware, declare_methods
 from framework.protocols.a2a.request_metrics import RequestMetrics
 from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
@@ -131,9 +131,14 @@ def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def full_card(runtime: Runtime, name: str) -> AgentCard:
+    """The agent's whole card: the compiled one, declaring the platform methods."""
+    return declare_methods(runtime.bundle.card(name))
+
+
 def served_card(runtime: Runtime, name: str) -> AgentCard:
     """The card anyone may fetch: the full one, or a minimal one when auth is on."""
-    card = runtime.bundle.card(name)
+    card = full_card(runtime, name)
     return public_card(card) if runtime.bundle.project.config.server.auth else card
 
 
@@ -144,7 +149,7 @@ def request_handler(runtime: Runtime, name: str, store: WriteBehindTaskStore) ->
         CleverAgentExecutor(runtime, name),
         AgentTaskStore(store, name),
         served_card(runtime, name),
-        extended_agent_card=runtime.bundle.card(name) if authed else None,
+        extended_agent_card=full_card(runtime, name) if authed else None,
     )
 
 
@@ -156,7 +161,7 @@ def agent_routes(runtime: Runtime, name: str, handler: DefaultRequestHandler, pr
         *create_jsonrpc_routes(handler, rpc_url=f"{prefix}/", enable_v0_3_compat=True),
     ]
     # The REST routes end in a catch-all tenant mount: keep them inside their own prefix.
-    routes.append(Mount(f"{prefix}/rest", routes=create_rest_routes(handler)))
+    routes.append(Mount(f"{prefix}/rest", routes=create_rest_routes(handler, enable_v0_3_compat=True)))
     return routes
 
 
@@ -195,7 +200,7 @@ class AgentsApp:
             return request_handler(runtime, name, store)
         handler._agent_card = served_card(runtime, name)  # a2a-sdk reads its capabilities
         auth = runtime.bundle.project.config.server.auth
-        handler.extended_agent_card = runtime.bundle.card(name) if auth else None
+        handler.extended_agent_card = full_card(runtime, name) if auth else None
         return handler
 
 

@@ -13,15 +13,17 @@ decides every task's pending approvals, and reads every task's budget and audit 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
+from a2a.types import AgentCard
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from framework.compiler.card import agent_skills, card_to_json
+from framework.compiler.card import EXTENSION_URI, agent_skills, card_to_json
 from framework.errors import CAError, RunError, TaskNotWaiting
 from framework.protocols.a2a.auth import ANONYMOUS, Caller
 from framework.protocols.a2a.wire import to_wire
@@ -68,6 +70,50 @@ class AuditParams(_Params):
     limit: int = Field(default=100, ge=1, le=1000)
 
 
+METHODS: Mapping[str, tuple[type[_Params] | None, str]] = {
+    "registry/list": (None, "registry_list"),
+    "registry/get": (NameParams, "registry_get"),
+    "approvals/list": (ApprovalsListParams, "approvals_list"),
+    "approvals/decide": (DecideParams, "approvals_decide"),
+    "budget/status": (BudgetParams, "budget_status"),
+    "audit/query": (AuditParams, "audit_query"),
+    "diagnostics": (None, "diagnostics"),
+}
+"""Every platform method: its name after ``_cleveragents/``, its params model (None: takes none) and
+the :class:`Platform` method that answers it. The one list: dispatch and the card are made from it."""
+
+
+@functools.cache
+def method_catalog() -> list[dict[str, Any]]:
+    """The platform methods as the card's extension params list them: each name and the JSON Schema
+    of its params (by name, unknown ones refused), so a client learns them without probing."""
+    catalog = []
+    for name, (model, _) in METHODS.items():
+        schema: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+        if model is not None:
+            full = model.model_json_schema(by_alias=True)
+            schema["properties"] = {key: _untitled(value) for key, value in full.get("properties", {}).items()}
+            if full.get("required"):
+                schema["required"] = full["required"]
+        catalog.append({"method": PREFIX + name, "params": schema})
+    return catalog
+
+
+def _untitled(schema: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in schema.items() if key != "title"}
+
+
+def declare_methods(card: AgentCard) -> AgentCard:
+    """``card`` with :func:`method_catalog` in its CleverAgents extension's params (a copy; a card
+    whose extension has no params, the public one under ``server.auth``, is returned as it is)."""
+    out = AgentCard()
+    out.CopyFrom(card)
+    for extension in out.capabilities.extensions:
+        if extension.uri == EXTENSION_URI and extension.HasField("params"):
+            extension.params.update({"methods": method_catalog()})
+    return out
+
+
 class Platform:
     """The ``_cleveragents/*`` methods of one Runtime."""
 
@@ -75,13 +121,7 @@ class Platform:
         self.runtime = runtime
         self.decide_via = decide
         self.methods: dict[str, tuple[type[_Params] | None, Callable[..., Awaitable[Any]]]] = {
-            "registry/list": (None, self.registry_list),
-            "registry/get": (NameParams, self.registry_get),
-            "approvals/list": (ApprovalsListParams, self.approvals_list),
-            "approvals/decide": (DecideParams, self.approvals_decide),
-            "budget/status": (BudgetParams, self.budget_status),
-            "audit/query": (AuditParams, self.audit_query),
-            "diagnostics": (None, self.diagnostics),
+            name: (model, getattr(self, handler)) for name, (model, handler) in METHODS.items()
         }
 
     async def call(self, method: str, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> Any:
@@ -131,13 +171,12 @@ class Platform:
         bundle = self.runtime.bundle
         agents = []
         for name, spec in sorted(bundle.agents.items()):
-            card = card_to_json(bundle.card(name))
             agents.append(
                 {
                     "name": name,
                     "kind": spec.kind,
                     "description": spec.description,
-                    "url": card["supportedInterfaces"][0]["url"],
+                    "url": bundle.card(name).supported_interfaces[0].url,
                     "source": "project",
                     "tags": sorted({t for s in agent_skills(spec, bundle.project) for t in s.tags}),
                     "skills": [
@@ -154,14 +193,15 @@ class Platform:
                     "description": remote.description,
                     "url": remote.url,
                     "source": f"registry:{remote.registry}",
-                    "skills": [],
-                    "tags": list(remote.tags),
+                    "skills": [{"id": s.id, "name": s.name or s.id, "tags": list(s.tags)} for s in remote.skills],
+                    "tags": sorted(set(remote.tags)),
                 }
             )
         return {"agents": agents}
 
     async def registry_get(self, params: NameParams) -> dict[str, Any]:
-        return {"card": card_to_json(self.runtime.bundle.card(params.name))}  # AgentNotFound: -32084
+        card = declare_methods(self.runtime.bundle.card(params.name))  # AgentNotFound: -32084
+        return {"card": card_to_json(card)}
 
     # -- approvals ---------------------------------------------------------------
 

@@ -4,7 +4,8 @@ Each request line goes to the same Starlette app ``ca serve`` runs, in process (
 httpx's ASGI transport), so every operation, error and result is the one HTTP gives:
 
 * v1.0 method names (``SendMessage``, ``GetTask`` …) and v0.3 names (``message/send`` …);
-* the aliases ``agent/discover`` (the agent's card) and ``tasks/send`` (= ``message/send``);
+* the aliases ``agent/discover`` (the agent's card, without its HTTP interfaces) and ``tasks/send``
+  (= ``message/send``), and the seed's request shapes (:mod:`.stdio_shapes`);
 * the ``_cleveragents/*`` platform methods.
 
 Streaming methods (``SendStreamingMessage``, ``message/stream``, ``SubscribeToTask``,
@@ -32,6 +33,7 @@ from starlette.types import Receive, Scope, Send
 
 from framework.protocols.a2a.auth import LOCAL_CALLER
 from framework.protocols.a2a.http import build_app
+from framework.protocols.a2a.stdio_shapes import CARD_METHODS, stdio_card, translate
 from framework.protocols.jsonrpc import Code, JsonRpcError, error, result
 from framework.runtime.runtime import Runtime
 
@@ -92,12 +94,17 @@ class StdioServer:
             response = await self.client.post(self.path, content=line.encode(), headers=JSON)
             await self.write(_decode(response.content, None))
             return
+        request_id = obj.get("id")
+        try:
+            obj = translate(obj)
+        except JsonRpcError as exc:
+            await self.write(error(request_id if isinstance(request_id, str | int) else None, exc))
+            return
         method = obj.get("method")
         name = method if isinstance(method, str) else ""
-        request_id = obj.get("id")
         if name == "agent/discover":
             card = await self.client.get(f"{self.path}.well-known/agent-card.json")
-            await self.write(result(request_id, card.json()))
+            await self.write(result(request_id, stdio_card(card.json())))
             return
         if name in ALIASES:
             name = ALIASES[name]
@@ -112,6 +119,8 @@ class StdioServer:
             answer = _decode(response.content, request_id)
             if name in SENDS:
                 self._track(answer)
+            if name in CARD_METHODS and isinstance(answer.get("result"), dict):
+                answer["result"] = stdio_card(answer["result"])
             await self.write(answer)
 
     def _track(self, answer: dict[str, Any]) -> None:
