@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from framework.errors import UsageError
+from framework.protocols.a2a.gate import is_rest_path, rest_error
 from framework.protocols.jsonrpc import Code
 from framework.spec.project import AuthConfig
 
@@ -90,7 +91,7 @@ class AuthMiddleware:
         if refusal is None:
             await self.app(scope, receive, send)
             return
-        await send_refusal(send, refusal)
+        await send_refusal(send, refusal, rest=is_rest_path(scope["path"]))
 
 
 def refuse(credentials: Credentials, scope: Scope) -> str | None:
@@ -105,11 +106,13 @@ def refuse(credentials: Credentials, scope: Scope) -> str | None:
     return "authentication required: send Authorization: Bearer TOKEN or an API key header"
 
 
-async def send_refusal(send: Send, message: str) -> None:
-    """HTTP 401 with a JSON-RPC -32086 error."""
-    body = json.dumps(
-        {"jsonrpc": "2.0", "id": None, "error": {"code": int(Code.AUTHENTICATION_REQUIRED), "message": message}}
-    ).encode()
+async def send_refusal(send: Send, message: str, *, rest: bool = False) -> None:
+    """HTTP 401 with a JSON-RPC -32086 error, or on the REST binding a REST error body."""
+    if rest:
+        body = json.dumps(rest_error(401, "UNAUTHENTICATED", "UNAUTHENTICATED", message)).encode()
+    else:
+        error = {"code": int(Code.AUTHENTICATION_REQUIRED), "message": message}
+        body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
     await send(
         {
             "type": "http.response.start",

@@ -42,6 +42,7 @@ from framework.compiler.card import public_card
 from framework.errors import AgentNotFound, Failure, RunError
 from framework.protocols.a2a.auth import AuthMiddleware, Credentials
 from framework.protocols.a2a.executor import CleverAgentExecutor
+from framework.protocols.a2a.gate import RequestGate
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware
 from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
@@ -233,7 +234,7 @@ class Server:
 
 
 def build_app(runtime: Runtime) -> Starlette:
-    """The whole server: authentication, then the size limit and platform methods, then health and the agents."""
+    """The whole server: authentication, then the request gate and platform methods, then health and the agents."""
     return build_server(runtime).app
 
 
@@ -270,10 +271,11 @@ def build_server(runtime: Runtime) -> Server:
 
     config = runtime.bundle.project.config  # its server settings stay as they are now (reload pins them)
     layers = [
-        Middleware(PlatformMiddleware, platform=Platform(runtime, decide), max_bytes=config.server.max_request_bytes)
+        Middleware(RequestGate, max_bytes=config.server.max_request_bytes),
+        Middleware(PlatformMiddleware, platform=Platform(runtime, decide)),
     ]
     if config.server.auth is not None:
-        # Outermost: a request is refused from its headers before the size limit buffers its body.
+        # Outermost: a request is refused from its headers before the gate buffers its body.
         credentials = Credentials(config.server.auth, runtime.bundle.environ)
         layers.insert(0, Middleware(AuthMiddleware, credentials=credentials, public=lambda p: public_path(runtime, p)))
     app = Starlette(
