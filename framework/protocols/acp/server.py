@@ -130,6 +130,8 @@ class AcpServer:
         params = message.get("params") or {}
         if method == "session/cancel":
             self.cancel(params)
+            if request_id is not None:  # a notification in ACP; sent as a request, it gets its answer
+                self.send({"id": request_id, "result": None})
             return
         try:
             if not isinstance(method, str) or method not in self.methods:
