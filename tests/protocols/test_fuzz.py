@@ -316,7 +316,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(project: Path) -> Iterator[ServerProcess]:
-    served = start_serve(project)
+    served: ServerProcess = start_serve(project)
     try:
         yield served
     finally:

@@ -26,7 +26,7 @@ DEEP = "[" * 1000 + "]" * 1000
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    served = start_serve(write_project(tmp_path_factory.mktemp("hostile-http"), PROJECT))
+    served: ServerProcess = start_serve(write_project(tmp_path_factory.mktemp("hostile-http"), PROJECT))
     try:
         yield served
     finally:
