@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from tests.a2a_peers import Json, StdioPeer, result_of, user_message
@@ -162,6 +162,13 @@ cases = st.builds(
     damage=st.one_of(st.none(), st.none(), st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"{", b"\x00"])),
     raw=st.one_of(st.none(), st.none(), st.none(), st.binary(max_size=40)),
 )
+
+
+def sending(method: str, part: Any, role: str = "ROLE_USER") -> Case:
+    """A well-formed send with one extra part: the cases that reach the agent and the stores."""
+    message = {**user_message("fuzz"), "role": role}
+    message["parts"] = [{"text": "fuzz"}, part] if role == "ROLE_USER" else [{"kind": "text", "text": "fuzz"}]
+    return Case("2.0", "string", method, {"message": message}, omit_params=False, damage=None, raw=None)
 
 
 def encode(value: Any) -> str:
@@ -333,6 +340,10 @@ def test_fuzzed_json_rpc_and_rest_over_http(server: ServerProcess) -> None:
         path=st.sampled_from(["/agents/echo/", "/", "/agents/echo", "/agents/nobody/"]),
         version=st.sampled_from([None, "1.0", "0.3", "x"]),
     )
+    @example(case=sending("SendMessage", {"data": {"n": Raw("1e999")}}), path="/agents/echo/", version="1.0")
+    @example(case=sending("SendMessage", {"text": "ok"}), path="/agents/echo", version="1.0")
+    @example(case=sending("SendStreamingMessage", {"data": {"n": 1}}), path="/", version="1.0")
+    @example(case=sending("message/send", {"text": "v0.3"}, role="user"), path="/agents/echo/", version=None)
     def json_rpc(case: Case, path: str, version: str | None) -> None:
         data = build(case, uuid.uuid4().hex)
         headers = {"content-type": "application/json", **({"A2A-Version": version} if version else {})}
@@ -343,6 +354,12 @@ def test_fuzzed_json_rpc_and_rest_over_http(server: ServerProcess) -> None:
             assert response.status_code == 204 and response.content == b"", (response.text[:300], data[:300])
             return
         assert response.status_code in ((200, 404) if "nobody" in path else (200,)), response.text[:300]
+        if response.headers["content-type"].startswith("text/event-stream"):  # a stream: every event answers
+            events = [json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")]
+            assert events, response.text[:300]
+            for event in events:
+                check_answer(event, expected)
+            return
         check_answer(response.json(), expected)
 
     @FUZZ
@@ -417,6 +434,9 @@ def test_fuzzed_lines_on_stdio(project: Path, protocol: str) -> None:
 
         @FUZZ
         @given(case=cases)
+        @example(case=sending("SendMessage", {"data": {"n": Raw("-1e999")}}))
+        @example(case=sending("SendStreamingMessage", {"text": "ok"}))
+        @example(case=sending("session/prompt", {"text": "ok"}))
         def line(case: Case) -> None:
             if case.id_kind == "null":  # an id null answer is indistinguishable from a refusal's here
                 return
