@@ -5,7 +5,7 @@ the Agent Client Protocol, anything else A2A JSON-RPC. Blank lines are skipped; 
 it that is not a JSON-RPC request is answered (-32700 or -32600, id null) and decides nothing.
 Input is read as bytes, each line decoded on its own, so invalid UTF-8 is an error answer,
 never the end of the process, whatever the locale. This module imports only the
-standard library, so ``initialize`` is answered within milliseconds of start-up; the
+standard library (and ``framework.protocols.jsontext``, which does too), so ``initialize`` is answered within milliseconds of start-up; the
 runtime loads in the background meanwhile. Everything the process prints other than
 protocol goes to stderr: file descriptor 1 is re-pointed at stderr and the protocol
 writes to a private duplicate of the original stdout.

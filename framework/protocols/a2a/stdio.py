@@ -13,9 +13,10 @@ Streaming methods (``SendStreamingMessage``, ``message/stream``, ``SubscribeToTa
 with the response to the request, whose result is the last event. Requests run
 concurrently (a cancel can overtake a send). Input is read as bytes and each line decoded on
 its own, as the HTTP gate decodes a body (``framework.protocols.a2a.gate``): a malformed line
-gets its error (-32700 for invalid JSON or UTF-8) and the loop goes on; blank lines are skipped;
-a notification (no ``id``) runs and gets no answer. At end of input, requests in flight finish (and tasks a non-blocking send left
-running), then the process exits; every task is in the stores. Nothing but protocol is
+gets its error (-32700 for invalid JSON or UTF-8) and the loop goes on; blank lines are
+skipped; a notification (no ``id``) runs and gets no answer; a line longer than
+``server.max_request_bytes`` is refused unread. At end of input, requests in flight finish
+(and tasks a non-blocking send left running), then the process exits; every task is in the stores. Nothing but protocol is
 written to stdout. The caller is the local user who started the process, so ``server.auth``
 asks it for no credentials.
 """

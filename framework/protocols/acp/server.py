@@ -114,7 +114,7 @@ class AcpServer:
                     future.set_exception(exc)
             return
         try:
-            parse_request(message)  # the envelope; params are each method's to check
+            parse_request(message)  # the envelope and values no output could carry; each method checks its params
         except JsonRpcError as exc:
             if exc.code == Code.INVALID_REQUEST or "id" in message:
                 self._refuse(answer_id(message), exc)  # null when the id is what is invalid
