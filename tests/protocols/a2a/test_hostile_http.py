@@ -133,6 +133,16 @@ def test_invalid_utf8_in_a_rest_body_is_a_rest_400(server: ServerProcess) -> Non
     assert (error["code"], error["status"]) == (400, "INVALID_ARGUMENT") and "not UTF-8" in error["message"]
 
 
+def test_a_rest_send_with_an_unstorable_value_is_a_rest_400_and_stores_nothing(server: ServerProcess) -> None:
+    message = user_message("poison over rest")
+    body = json.dumps({"message": {**message, "parts": "PARTS"}}).replace('"PARTS"', '[{"data": {"n": 1e999}}]')
+    response = post(server, body, "/agents/echo/rest/message:send")
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT" and "body.message.parts[0].data.n" in error["message"]
+    assert all(task["history"][0]["messageId"] != message["messageId"] for task in list_tasks(server))
+
+
 @pytest.mark.parametrize(
     "request_id", ["9" * 4301, "true", "false", '{"a": 1}', "[1]", '"\\ud800"'],
     ids=["4301-digits", "true", "false", "object", "array", "lone-surrogate"],
