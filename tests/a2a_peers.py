@@ -130,6 +130,19 @@ class StdioPeer:
         self.proc.stdin.write(line.encode("utf-8") + b"\n")
         self.proc.stdin.flush()
 
+    def send_raw(self, data: bytes) -> None:
+        """Write bytes as they are (a test of hostile input adds the newline itself)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def rss_mib(self) -> float:
+        """The process's resident memory."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no VmRSS for the stdio process")
+
     def _pull(self, deadline: float) -> Json | None:
         """The next message, or None at end of output; fails at the deadline or on a non-JSON line."""
         if self._eof:

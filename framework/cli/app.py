@@ -164,7 +164,7 @@ def run(
         ),
     ] = False,
     protocol: Annotated[
-        str, typer.Option("--protocol", help="With --stdio: acp or a2a instead of choosing from the first message.")
+        str, typer.Option("--protocol", help="With --stdio: acp or a2a instead of choosing from the first request.")
     ] = "auto",
     reload: Annotated[bool, typer.Option("--reload", help="With --stdio: reload when the project changes.")] = False,
     project: ProjectOpt = Path(),

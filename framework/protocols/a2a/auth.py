@@ -30,6 +30,7 @@ from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from framework.errors import UsageError
+from framework.protocols.a2a.gate import is_rest_path, rest_error
 from framework.protocols.jsonrpc import Code
 from framework.spec.project import AuthConfig, Identity, Role
 
@@ -194,16 +195,22 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         if verdict is False:
-            await send_refusal(send, "invalid credentials")
+            await send_refusal(send, "invalid credentials", rest=is_rest_path(scope["path"]))
             return
-        await send_refusal(send, "authentication required: send Authorization: Bearer TOKEN or an API key header")
+        await send_refusal(
+            send,
+            "authentication required: send Authorization: Bearer TOKEN or an API key header",
+            rest=is_rest_path(scope["path"]),
+        )
 
 
-async def send_refusal(send: Send, message: str) -> None:
-    """HTTP 401 with a JSON-RPC -32086 error."""
-    body = json.dumps(
-        {"jsonrpc": "2.0", "id": None, "error": {"code": int(Code.AUTHENTICATION_REQUIRED), "message": message}}
-    ).encode()
+async def send_refusal(send: Send, message: str, *, rest: bool = False) -> None:
+    """HTTP 401 with a JSON-RPC -32086 error, or on the REST binding a REST error body."""
+    if rest:
+        body = json.dumps(rest_error(401, "UNAUTHENTICATED", "UNAUTHENTICATED", message)).encode()
+    else:
+        error = {"code": int(Code.AUTHENTICATION_REQUIRED), "message": message}
+        body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
     await send(
         {
             "type": "http.response.start",

@@ -44,6 +44,7 @@ from framework.compiler.card import public_card
 from framework.errors import AgentNotFound, Failure, RunError
 from framework.protocols.a2a.auth import ANONYMOUS, DECIDED_BY, AuthMiddleware, Caller, CallerBackend, Credentials
 from framework.protocols.a2a.executor import CleverAgentExecutor
+from framework.protocols.a2a.gate import RequestGate
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware, declare_methods
 from framework.protocols.a2a.request_metrics import RequestMetrics
 from framework.protocols.a2a.statuses import failure_status
@@ -245,7 +246,7 @@ class Server:
 
 
 def build_app(runtime: Runtime) -> Starlette:
-    """The whole server: authentication, then the size limit and platform methods, then health and the agents."""
+    """The whole server: authentication, then the request gate and platform methods, then health and the agents."""
     return build_server(runtime).app
 
 
@@ -290,7 +291,8 @@ def build_server(runtime: Runtime) -> Server:
     layers = [
         # Every request gets its user (Caller): a2a-sdk makes it the owner of the tasks it sends.
         Middleware(AuthenticationMiddleware, backend=CallerBackend(credentials)),
-        Middleware(PlatformMiddleware, platform=Platform(runtime, decide), max_bytes=config.server.max_request_bytes),
+        Middleware(RequestGate, max_bytes=config.server.max_request_bytes),
+        Middleware(PlatformMiddleware, platform=Platform(runtime, decide)),
     ]
     metrics = Metrics(runtime.tasks, config.prices)
     runtime.metrics = metrics
@@ -298,7 +300,7 @@ def build_server(runtime: Runtime) -> Server:
     if telemetry.tracing() is not None:
         layers.insert(0, Middleware(TraceContext))
     if credentials is not None:
-        # Outermost: a request is refused from its headers before the size limit buffers its body.
+        # Outermost: a request is refused from its headers before the gate buffers its body.
         layers.insert(0, Middleware(AuthMiddleware, credentials=credentials, public=lambda p: public_path(runtime, p)))
     # Outside even that: refused requests are counted too (it reads no body, only the first chunk read).
     layers.insert(0, Middleware(RequestMetrics, metrics=metrics))

@@ -3,7 +3,7 @@
 They answer on every agent's JSON-RPC endpoint (HTTP and stdio alike), next to the A2A
 methods, declared in each card under ``urn:cleveragents:extensions:v1``. Results are
 documented in docs/a2a.md. An ASGI middleware picks them out of the request stream
-before a2a-sdk's dispatcher sees the request; it also enforces the request size limit.
+before a2a-sdk's dispatcher sees the request (after the request gate: size, JSON, envelope).
 
 Each call is made by the request's :class:`~framework.protocols.a2a.auth.Caller`. A caller sees
 and decides the approvals, budgets and audit records of its own tasks only: another caller's task
@@ -285,38 +285,26 @@ _SCOPED = frozenset({"approvals/list", "approvals/decide", "budget/status", "aud
 
 
 class PlatformMiddleware:
-    """ASGI middleware: answers ``_cleveragents/*`` JSON-RPC calls and limits request size.
+    """ASGI middleware: answers ``_cleveragents/*`` JSON-RPC calls.
 
-    It reads the whole body, so it sits behind ``AuthMiddleware``: only authenticated requests are buffered.
+    It sits behind ``RequestGate`` (``framework.protocols.a2a.gate``): bodies reaching it are within
+    the size limit and, on JSON-RPC paths, valid JSON-RPC requests.
     """
 
-    def __init__(self, app: ASGIApp, platform: Platform, *, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, platform: Platform) -> None:
         self.app = app
         self.platform = platform
-        self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
-        size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
-            body = message.get("body", b"")
-            size += len(body)
-            if size > self.max_bytes:
-                await _json(
-                    send,
-                    413,
-                    error(
-                        None, JsonRpcError(Code.INVALID_REQUEST, f"request body is larger than {self.max_bytes} bytes")
-                    ),
-                )
-                return
-            chunks.append(body)
+            chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
         raw = b"".join(chunks)

@@ -97,6 +97,8 @@ def answer_first(message: Any, out: TextIO, root: Path, agent: str | None) -> bo
     """Answer the first message if it is ``initialize``; True when answered."""
     if not (isinstance(message, dict) and message.get("method") == "initialize" and "id" in message):
         return False
+    if isinstance(message["id"], bool) or not isinstance(message["id"], str | int):
+        return False  # the server answers the invalid id (-32600, id null)
     reply = {"jsonrpc": "2.0", "id": message["id"], "result": initialize_result(message.get("params"), root, agent)}
     out.write(json.dumps(reply) + "\n")
     out.flush()

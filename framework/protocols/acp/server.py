@@ -27,7 +27,8 @@ from typing import Any, TextIO
 from framework.errors import CAError, ModelError, SpecError
 from framework.protocols.acp.hello import initialize_result
 from framework.protocols.acp.session import Session
-from framework.protocols.jsonrpc import Code, JsonRpcError, error_for
+from framework.protocols.jsonrpc import Code, JsonRpcError, answer_id, error_for, parse_request, read_message
+from framework.protocols.jsontext import read_line
 from framework.spec.common import shown
 
 AUTH_REQUIRED = -32000
@@ -95,14 +96,14 @@ class AcpServer:
         finally:
             self.waiting.pop(request_id, None)
 
-    async def handle(self, line: str) -> None:
+    async def handle(self, line: bytes | str) -> None:
         try:
-            message = json.loads(line)
-        except ValueError as exc:
-            self.send({"id": None, "error": {"code": Code.PARSE_ERROR, "message": f"invalid JSON: {exc}"}})
+            message = read_message(line)  # invalid JSON or UTF-8: -32700, id null (there is no id to read)
+        except JsonRpcError as exc:
+            self._refuse(None, exc)
             return
         if not isinstance(message, dict):
-            self.send({"id": None, "error": {"code": Code.INVALID_REQUEST, "message": "expected a JSON object"}})
+            self._refuse(None, JsonRpcError(Code.INVALID_REQUEST, "expected a JSON object"))
             return
         if "method" not in message and "id" in message:
             future = self.waiting.get(message["id"]) if isinstance(message["id"], int) else None
@@ -112,13 +113,25 @@ class AcpServer:
                 except JsonRpcError as exc:
                     future.set_exception(exc)
             return
+        try:
+            parse_request(message)  # the envelope and values no output could carry; each method checks its params
+        except JsonRpcError as exc:
+            if exc.code == Code.INVALID_REQUEST or "id" in message:
+                self._refuse(answer_id(message), exc)  # null when the id is what is invalid
+            return
         await self.dispatch(message)
+
+    def _refuse(self, request_id: Any, exc: JsonRpcError) -> None:
+        print(f"refused a message: {exc.code} {exc.message}", file=sys.stderr)
+        self.send({"id": request_id, "error": exc.to_json()})
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         method, request_id = message.get("method"), message.get("id")
         params = message.get("params") or {}
         if method == "session/cancel":
             self.cancel(params)
+            if request_id is not None:  # a notification in ACP; sent as a request, it gets its answer
+                self.send({"id": request_id, "result": None})
             return
         try:
             if not isinstance(method, str) or method not in self.methods:
@@ -376,21 +389,30 @@ def _require(params: dict[str, Any], name: str, kind: type) -> Any:
     return value
 
 
+LINE_LIMIT = 64 * 1024 * 1024
+"""Bytes one ACP message may have (a prompt can embed files); a longer line is refused and skipped."""
+
+
 async def _serve(
-    root: Path, agent: str | None, out: TextIO, first_answered: bool, first: str, reload: bool = False
+    root: Path, agent: str | None, out: TextIO, first_answered: bool, first: bytes, reload: bool = False
 ) -> None:
     server = AcpServer(root, agent, out, initialized=first_answered, reload=reload)
     server.start_loading()
     loop = asyncio.get_running_loop()
     in_flight: set[asyncio.Task[None]] = set()
     if first_answered:  # acp_hello answered initialize: keep what the client offers (fs, terminal)
-        params = json.loads(first).get("params")
+        params = read_message(first).get("params")
         server.client_caps = (params.get("clientCapabilities") if isinstance(params, dict) else None) or {}
     elif first.strip():  # the raw line: invalid JSON gets its -32700 too
         await server.handle(first)
     async with server.stack:
         while True:
-            line = await loop.run_in_executor(None, sys.stdin.readline)
+            line = await loop.run_in_executor(None, read_line, sys.stdin.buffer, LINE_LIMIT)
+            if isinstance(line, int):
+                server._refuse(
+                    None, JsonRpcError(Code.INVALID_REQUEST, f"a line of {line} bytes is longer than {LINE_LIMIT}")
+                )
+                continue
             if not line:
                 break
             if line.strip():
@@ -408,7 +430,7 @@ async def _serve(
 
 
 def run_acp(
-    root: Path, agent: str | None, out: TextIO, *, first_answered: bool, first: str, reload: bool = False
+    root: Path, agent: str | None, out: TextIO, *, first_answered: bool, first: bytes, reload: bool = False
 ) -> int:
     """Serve ACP until the client closes stdin."""
     try:

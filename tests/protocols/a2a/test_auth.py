@@ -71,11 +71,14 @@ def server(project: Path) -> Iterator[ServerProcess]:
 
 
 def refused(response: httpx.Response) -> str:
-    """The message of a 401 answer (after checking its shape)."""
+    """The message of a 401 answer (after checking its shape: REST-shaped under the REST binding)."""
     assert response.status_code == 401, (response.status_code, response.text)
     assert response.headers["www-authenticate"].startswith("Bearer")
     body = response.json()
-    assert body["jsonrpc"] == "2.0" and body["error"]["code"] == -32086
+    if "/rest" in response.request.url.path:
+        assert (body["error"]["code"], body["error"]["status"]) == (401, "UNAUTHENTICATED"), body
+    else:
+        assert body["jsonrpc"] == "2.0" and body["error"]["code"] == -32086
     message: str = body["error"]["message"]
     return message
 
@@ -147,8 +150,13 @@ def test_every_rpc_without_credentials_is_refused(server: ServerProcess, method:
         assert message.startswith("authentication required")
 
 
-def test_the_rest_binding_is_refused_too(server: ServerProcess) -> None:
-    refused(httpx.get(f"{server.url}/agents/echo/rest/tasks", headers={"A2A-Version": "1.0"}))
+def test_the_rest_binding_is_refused_too_with_a_rest_shaped_body(server: ServerProcess) -> None:
+    response = httpx.get(f"{server.url}/agents/echo/rest/tasks", headers={"A2A-Version": "1.0"})
+    assert response.status_code == 401 and response.headers["www-authenticate"].startswith("Bearer")
+    error = response.json()["error"]  # as a2a-sdk's REST errors: google.rpc.Status with an ErrorInfo
+    assert (error["code"], error["status"]) == (401, "UNAUTHENTICATED")
+    assert error["message"].startswith("authentication required")
+    assert error["details"][0]["reason"] == "UNAUTHENTICATED"
 
 
 @pytest.mark.parametrize(
