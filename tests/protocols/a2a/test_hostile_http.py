@@ -227,8 +227,8 @@ def test_a_bad_v03_request_is_invalid_params_with_a_one_line_reason_and_log(
 
 def test_a_rest_call_without_a2a_version_is_taken_as_the_cards_version(server: ServerProcess) -> None:
     card = server.client.get(server.url + "/agents/echo/.well-known/agent-card.json").json()
-    [rest] = [i for i in card["supportedInterfaces"] if i["protocolBinding"] == "HTTP+JSON"]
-    assert rest["protocolVersion"] == "1.0"
+    rest = [i for i in card["supportedInterfaces"] if i["protocolBinding"] == "HTTP+JSON"]
+    assert rest[0]["protocolVersion"] == "1.0"  # first: what a client picks (0.3.0 follows for v0.3 clients)
     body = json.dumps({"message": user_message("over rest")})
     response = post(server, body, "/agents/echo/rest/message:send")
     assert response.status_code == 200, response.text
