@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from framework import __version__
 from framework.compiler.agent import CALL_CONTEXT, RunContext, compile_llm_agent
 from framework.compiler.confine import Access
+from framework.compiler.mcp_tools import McpServers, build_mcp_tools, mcp_refs
 from framework.compiler.models import build_model
 from framework.compiler.tool_context import ToolContext
 from framework.compiler.tool_names import model_facing_name
@@ -37,6 +38,7 @@ from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
 from framework.spec.interpolate import load_dotenv
+from framework.spec.mcp_lock import read_lock
 from framework.spec.project import Project
 from framework.spec.tools import AgentSelector, AgentTool
 
@@ -124,6 +126,8 @@ class Bundle:
     """Records in-process agent calls as tasks of their own (the runtime provides it)."""
     """Calls a remote A2A agent (URL, input) -> (answer, artifact); the runtime provides it."""
     """Policies for each llm agent (the runtime plugs governance in here)."""
+    mcp: McpServers | None = field(default=None, repr=False)
+    """The MCP client side (the runtime provides it): the tools of ``mcp_servers``."""
     checkpointer: Any = field(default=None, repr=False)
     environ: Mapping[str, str] | None = field(default=None, repr=False)
     _graphs: dict[tuple[str, bool], Graph] = field(default_factory=dict, repr=False)
@@ -178,6 +182,8 @@ class Bundle:
         if isinstance(spec, LlmAgent):
             config = spec.model or self.project.config.defaults.model
             tools: list[BaseTool] = [*build_tools(spec, context), *self._agent_tools(spec)]
+            if mcp_refs(spec):
+                tools.extend(build_mcp_tools(spec, self.mcp, read_lock(self.project.root)))
             skills = {s.id: s for s in (self.project.skills[s] if isinstance(s, str) else s for s in spec.skills)}
             return compile_llm_agent(
                 spec,
@@ -198,6 +204,12 @@ class Bundle:
             middleware=middleware,
         )
 
+    async def prepare(self, name: str) -> None:
+        """Start the MCP servers ``name`` uses (off the event loop) before its graph is compiled."""
+        spec = self.agent(name)
+        if self.mcp is not None and isinstance(spec, LlmAgent) and (refs := mcp_refs(spec)):
+            await self.mcp.prepare(dict.fromkeys(r.mcp for r in refs))
+
     async def call_agent(self, name: str, text: str) -> str:
         """Run another agent of the project in-process, nested in the current run; its answer."""
         answer, _ = await self.call_agent_with_usage(name, text)
@@ -210,6 +222,7 @@ class Bundle:
         if hooks is not None:
             context = hooks.started(name, text, context)
         try:
+            await self.prepare(name)
             state = await self.graph(name, nested=True).ainvoke({"messages": [HumanMessage(text)]}, context=context)
         except GraphBubbleUp:
             if hooks is not None:
@@ -309,6 +322,7 @@ def build_bundle(
     remote: RemoteCaller | None = None,
     call_hooks: CallHooks | None = None,
     directory: Sequence[RemoteAgent] = (),
+    mcp: McpServers | None = None,
     checkpointer: Any = None,
     environ: Mapping[str, str] | None = None,
     base_url: str | None = None,
@@ -329,6 +343,7 @@ def build_bundle(
         remote=remote,
         call_hooks=call_hooks,
         directory=tuple(directory),
+        mcp=mcp,
         checkpointer=checkpointer,
         environ=environ,
     )

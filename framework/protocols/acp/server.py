@@ -157,6 +157,7 @@ class AcpServer:
     async def _load(self) -> None:
         from framework.protocols.a2a import open_remote
         from framework.protocols.acp.sessions import SessionStore
+        from framework.protocols.mcp import open_mcp
         from framework.runtime.runtime import Runtime
         from framework.spec import load_project
 
@@ -165,7 +166,7 @@ class AcpServer:
         except SpecError as exc:
             self.load_error = exc
             return
-        self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote)
+        self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote, mcp=open_mcp)
         self.rows = SessionStore.open(project.root)
         self.stack.callback(self.rows.close)
         self.agent_name = self.agent_name or project.default_agent
