@@ -142,6 +142,8 @@ class _Session:
                 return await request
         except MCPError as exc:
             if exc.error.code == CONNECTION_CLOSED:
+                self.client, self.error = None, exc  # the next call starts it again
+                self._stop.set()
                 raise ServerDown(f"MCP server {self.name!r} closed the connection (it exited or crashed)") from exc
             raise
 
