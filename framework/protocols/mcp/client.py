@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from framework.compiler.confine import confine
 from framework.compiler.mcp_tools import McpResult, McpToolInfo
-from framework.errors import PathRefused, ToolError
+from framework.errors import McpServerFailed, PathRefused, ToolError
 from framework.spec.mcp import McpServer
 from framework.spec.project import Project
 
@@ -61,7 +61,7 @@ class _Session:
             try:
                 cwd = self.root / confine(self.root, spec.cwd) if spec.cwd else self.root
             except PathRefused as exc:
-                raise ToolError(f"MCP server {self.name!r}: cwd {spec.cwd!r}: {exc}") from exc
+                raise McpServerFailed(f"MCP server {self.name!r}: cwd {spec.cwd!r}: {exc}") from exc
             return StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env), cwd=cwd)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
@@ -69,7 +69,9 @@ class _Session:
         headers = {}
         for header, var in spec.headers_env.items():
             if var not in self.environ:
-                raise ToolError(f"MCP server {self.name!r}: header {header!r} needs variable {var}, which is not set")
+                raise McpServerFailed(
+                    f"MCP server {self.name!r}: header {header!r} needs variable {var}, which is not set"
+                )
             headers[header] = self.environ[var]
         client = httpx2.AsyncClient(headers=headers, timeout=spec.timeout)
         assert spec.url is not None
@@ -82,12 +84,12 @@ class _Session:
                 await self._ready.wait()
         except TimeoutError:
             await self.close()
-            raise ToolError(
+            raise McpServerFailed(
                 f"MCP server {self.name!r} did not answer within {self.spec.timeout:g} s of starting; "
                 f"check its command (or url), or raise its `timeout:` in ca.yaml"
             ) from None
         if self.client is None:
-            raise ToolError(f"MCP server {self.name!r} could not start: {_reason(self.error)}")
+            raise McpServerFailed(f"MCP server {self.name!r} could not start: {_reason(self.error)}")
 
     async def _own(self, target: Any) -> None:
         from mcp import Client
@@ -215,7 +217,7 @@ class McpHub:
                 self._restarts[server] = self._restarts.get(server, 0) + 1
             spec = self.project.config.mcp_servers.get(server)
             if spec is None:
-                raise ToolError(f"MCP server {server!r} is not declared in ca.yaml `mcp_servers:`")
+                raise McpServerFailed(f"MCP server {server!r} is not declared in ca.yaml `mcp_servers:`")
             session = _Session(server, spec, self.project.root, self.environ)
             self._sessions[server] = session
             await session.start()
@@ -229,7 +231,7 @@ class McpHub:
         except ToolError:
             raise
         except Exception as exc:
-            raise ToolError(f"MCP server {server!r}: cannot list its tools: {_reason(exc)}") from exc
+            raise McpServerFailed(f"MCP server {server!r}: cannot list its tools: {_reason(exc)}") from exc
         self._lists.setdefault(server, tuple(tools))
         return tools
 
