@@ -43,6 +43,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/serve.py
 	$(BIN)/python bench/acp.py
 	$(BIN)/python bench/reload.py
+	$(BIN)/python bench/mcp.py
 
 $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
 	$(UV) sync --frozen --extra dev
