@@ -308,3 +308,17 @@ def test_sigkill_of_ca_mid_call_leaves_no_server(make_project: ProjectFactory, e
         if proc.poll() is None:
             proc.kill()
     assert_no_servers_left(Path(env["MCP_PID_DIR"]))
+
+
+def test_validating_and_compiling_the_spec_imports_nothing_of_the_mcp_sdk(make_project: ProjectFactory) -> None:
+    root = project(make_project, agent([]))
+    code = (
+        "import sys; from pathlib import Path; import framework.cli.app; from framework.spec import load_project; "
+        f"load_project(Path({str(root)!r})); "
+        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_types'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
