@@ -27,7 +27,15 @@ from pydantic import BaseModel, Field
 from framework import __version__
 from framework.compiler.agent import CALL_CONTEXT, RunContext, compile_llm_agent
 from framework.compiler.confine import Access
-from framework.compiler.mcp_tools import McpServers, build_mcp_tools, mcp_refs
+from framework.compiler.mcp_tools import (
+    CLIENT_MCP,
+    ClientServer,
+    McpServers,
+    build_mcp_tools,
+    client_tools,
+    mcp_refs,
+    takes_clients,
+)
 from framework.compiler.models import build_model
 from framework.compiler.tool_context import ToolContext
 from framework.compiler.tool_names import model_facing_name
@@ -130,7 +138,7 @@ class Bundle:
     """The MCP client side (the runtime provides it): the tools of ``mcp_servers``."""
     checkpointer: Any = field(default=None, repr=False)
     environ: Mapping[str, str] | None = field(default=None, repr=False)
-    _graphs: dict[tuple[str, bool], Graph] = field(default_factory=dict, repr=False)
+    _graphs: dict[tuple[str, bool, tuple[ClientServer, ...]], Graph] = field(default_factory=dict, repr=False)
     _cards: dict[str, AgentCard] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -163,13 +171,19 @@ class Bundle:
 
     def graph(self, name: str, *, nested: bool = False) -> Graph:
         """The compiled graph of an agent (with the checkpointer; ``nested`` graphs inherit their caller's)."""
-        key = (name, nested)
+        spec = self.agent(name)
+        # The MCP servers an editor passed (ACP) make a graph of their own for the agents that take them.
+        clients = CLIENT_MCP.get() if isinstance(spec, LlmAgent) and takes_clients(self._caps(spec)) else ()
+        key = (name, nested, clients)
         with self._lock:
             if key not in self._graphs:
-                self._graphs[key] = self._compile(self.agent(name), nested=nested)
+                self._graphs[key] = self._compile(spec, nested=nested, clients=clients)
             return self._graphs[key]
 
-    def _compile(self, spec: AgentSpec, *, nested: bool) -> Graph:
+    def _caps(self, spec: AgentSpec) -> Capabilities | None:
+        return spec.capabilities or self.project.config.defaults.capabilities
+
+    def _compile(self, spec: AgentSpec, *, nested: bool, clients: tuple[ClientServer, ...] = ()) -> Graph:
         checkpointer = None if nested else self.checkpointer
         middleware = self.middleware(spec, self.project) if self.middleware else ()
         capabilities = spec.capabilities or self.project.config.defaults.capabilities
@@ -184,6 +198,7 @@ class Bundle:
             tools: list[BaseTool] = [*build_tools(spec, context), *self._agent_tools(spec)]
             if mcp_refs(spec):
                 tools.extend(build_mcp_tools(spec, self.mcp, read_lock(self.project.root)))
+            tools.extend(client_tools(capabilities, self.mcp, clients))
             skills = {s.id: s for s in (self.project.skills[s] if isinstance(s, str) else s for s in spec.skills)}
             return compile_llm_agent(
                 spec,
@@ -207,8 +222,14 @@ class Bundle:
     async def prepare(self, name: str) -> None:
         """Start the MCP servers ``name`` uses (off the event loop) before its graph is compiled."""
         spec = self.agent(name)
-        if self.mcp is not None and isinstance(spec, LlmAgent) and (refs := mcp_refs(spec)):
-            await self.mcp.prepare(dict.fromkeys(r.mcp for r in refs))
+        if self.mcp is None or not isinstance(spec, LlmAgent):
+            return
+        servers = [r.mcp for r in mcp_refs(spec)]
+        if takes_clients(self._caps(spec)) and (clients := CLIENT_MCP.get()):
+            self.mcp.add_clients(clients)
+            servers.extend(c.name for c in clients)
+        if servers:
+            await self.mcp.prepare(dict.fromkeys(servers))
 
     async def call_agent(self, name: str, text: str) -> str:
         """Run another agent of the project in-process, nested in the current run; its answer."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,6 +22,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
 from framework.errors import ToolError
 from framework.spec.agent import LlmAgent
+from framework.spec.capabilities import Capabilities
 from framework.spec.mcp import McpTool
 from framework.spec.mcp_lock import McpLock, tool_digest
 
@@ -55,6 +57,28 @@ class McpResult:
     is_error: bool = False
 
 
+CLIENT_PREFIX = "client."
+"""Servers an editor passed (ACP session/new) are named ``client.NAME``; their tools ``client.NAME.TOOL``."""
+
+
+@dataclass(frozen=True)
+class ClientServer:
+    """An MCP server a client (an editor, over ACP) asked the agent to use: stdio or HTTP."""
+
+    name: str
+    """``client.NAME``."""
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    url: str | None = None
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+
+CLIENT_MCP: ContextVar[tuple[ClientServer, ...]] = ContextVar("ca_client_mcp", default=())
+"""Set by a transport whose client passed MCP servers (ACP sessions); an agent whose
+``capabilities.mcp.from_client`` is true gets their tools in runs of that context."""
+
+
 class McpServers(Protocol):
     """The MCP client side of one runtime: one session per server, shared by every agent."""
 
@@ -68,6 +92,10 @@ class McpServers(Protocol):
 
     async def call(self, server: str, tool: str, args: Mapping[str, Any]) -> McpResult:
         """Call a tool; a server that fails or crashed gives an error result (``is_error``)."""
+        ...
+
+    def add_clients(self, servers: Iterable[ClientServer]) -> None:
+        """Make the servers a client passed known by name (started on first use, like the others)."""
         ...
 
 
@@ -103,6 +131,25 @@ def build_mcp_tools(agent: LlmAgent, servers: McpServers | None, lock: McpLock) 
             if selected(ref, info.name):
                 out.append(mcp_tool(info, servers, lock))
     return out
+
+
+def takes_clients(caps: Capabilities | None) -> bool:
+    """Whether an agent with these capabilities uses the MCP servers a client passes."""
+    return caps is not None and caps.mcp.from_client
+
+
+def client_tools(
+    caps: Capabilities | None, servers: McpServers | None, clients: Sequence[ClientServer]
+) -> list[BaseTool]:
+    """The tools of the servers a client passed, for an agent whose capabilities take them (else none).
+
+    They are not pinned (``ca.mcp.lock`` covers the servers of ``ca.yaml``); profile rules and
+    the audit see them as ``client.NAME.TOOL``.
+    """
+    if servers is None or not clients or not takes_clients(caps):
+        return []
+    servers.add_clients(clients)
+    return [mcp_tool(info, servers, McpLock()) for client in clients for info in servers.tools(client.name)]
 
 
 def mcp_tool(info: McpToolInfo, servers: McpServers, lock: McpLock) -> BaseTool:
@@ -148,4 +195,14 @@ def capped(text: str, limit: int = RESULT_LIMIT) -> str:
     return text[:limit] + f"\n[... {len(text) - limit} more characters cut: MCP results are capped at {limit}]"
 
 
-__all__ = ["RESULT_LIMIT", "McpResult", "McpServers", "McpToolInfo", "build_mcp_tools", "mcp_refs"]
+__all__ = [
+    "CLIENT_MCP",
+    "RESULT_LIMIT",
+    "ClientServer",
+    "McpResult",
+    "McpServers",
+    "McpToolInfo",
+    "build_mcp_tools",
+    "client_tools",
+    "mcp_refs",
+]

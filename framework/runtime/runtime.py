@@ -126,8 +126,8 @@ class Runtime:
         servers: list[Any] = []  # the MCP client side, one for the runtime's whole life
 
         def mcp_servers(project: Project, environ: Mapping[str, str]) -> McpServers | None:
-            if mcp is None or not project.config.mcp_servers:
-                return servers[0] if servers else None
+            if mcp is None:  # the client side costs nothing until a server starts (an editor may pass one)
+                return None
             if not servers:
                 servers.append(mcp(project, environ))
                 stack.push_async_callback(servers[0].close)

@@ -131,6 +131,10 @@ class McpCapabilities(Spec):
         default_factory=list,
         description="'SERVER.TOOL' patterns of MCP tools the agent may call, e.g. 'github.*' or 'notes.list_*'.",
     )
+    from_client: bool = Field(
+        default=False,
+        description="Use the MCP servers an editor passes in ACP session/new (tools named client.SERVER.TOOL).",
+    )
 
 
 class Capabilities(Spec):

@@ -153,6 +153,17 @@ class ProjectConfig(Spec):
         default_factory=dict, description="MCP servers by name; agents use them with `tools: [{mcp: NAME}]`."
     )
 
+    @field_validator("mcp_servers")
+    @classmethod
+    def _not_client(cls, value: dict[str, McpServer]) -> dict[str, McpServer]:
+        if "client" in value:
+            raise fail(
+                "mcp_server",
+                "the MCP server name 'client' is reserved for the servers an editor passes (client.NAME.TOOL); "
+                "choose another name",
+            )
+        return value
+
 
 @dataclass(frozen=True)
 class Project:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from framework.compiler.confine import confine
-from framework.compiler.mcp_tools import McpResult, McpToolInfo
+from framework.compiler.mcp_tools import ClientServer, McpResult, McpToolInfo
 from framework.errors import McpServerFailed, PathRefused, ToolError
 from framework.spec.mcp import McpServer
 from framework.spec.project import Project
@@ -42,9 +42,12 @@ class ServerDown(Exception):
 class _Session:
     """One server's connection, entered and left by its own owner task (on the hub's loop)."""
 
-    def __init__(self, name: str, spec: McpServer, root: Path, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, name: str, spec: McpServer, root: Path, environ: Mapping[str, str], headers: Mapping[str, str] = {}
+    ) -> None:
         self.name = name
         self.spec = spec
+        self.headers = dict(headers)
         self.root = root
         self.environ = environ
         self.client: Any = None
@@ -66,7 +69,7 @@ class _Session:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        headers = {}
+        headers = dict(self.headers)
         for header, var in spec.headers_env.items():
             if var not in self.environ:
                 raise McpServerFailed(
@@ -160,6 +163,7 @@ class McpHub:
         self._lists: dict[str, tuple[McpToolInfo, ...]] = {}
         self._restarts: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._clients: dict[str, ClientServer] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._guard = threading.Lock()
@@ -193,6 +197,15 @@ class McpHub:
     async def call(self, server: str, tool: str, args: Mapping[str, Any]) -> McpResult:
         return await self._on_hub(self._call(server, tool, args))
 
+    def add_clients(self, servers: Iterable[ClientServer]) -> None:
+        for server in servers:
+            known = self._clients.get(server.name)
+            if known is not None and known != server:  # same name, another server: stop the old one
+                self._lists.pop(server.name, None)
+                self._restarts.pop(server.name, None)
+                self._submit(self._drop(server.name))
+            self._clients[server.name] = server
+
     async def list_fresh(self, server: str) -> list[McpToolInfo]:
         """The server's tools as it lists them now (``ca mcp list``, ``ca mcp lock``)."""
         return await self._on_hub(self._list(server, fresh=True))
@@ -215,13 +228,23 @@ class McpHub:
                         "until `ca` restarts (see its error output)"
                     )
                 self._restarts[server] = self._restarts.get(server, 0) + 1
-            spec = self.project.config.mcp_servers.get(server)
-            if spec is None:
+            client = self._clients.get(server)
+            if client is not None:
+                spec, headers = _client_spec(client), dict(client.headers)
+            elif (declared := self.project.config.mcp_servers.get(server)) is not None:
+                spec, headers = declared, {}
+            else:
                 raise McpServerFailed(f"MCP server {server!r} is not declared in ca.yaml `mcp_servers:`")
-            session = _Session(server, spec, self.project.root, self.environ)
+            session = _Session(server, spec, self.project.root, self.environ, headers)
             self._sessions[server] = session
             await session.start()
             return session
+
+    async def _drop(self, server: str) -> None:
+        async with self._lock(server):
+            session = self._sessions.pop(server, None)
+            if session is not None:
+                await session.close()
 
     async def _list(self, server: str, *, fresh: bool = False) -> list[McpToolInfo]:
         if server in self._lists and not fresh:
@@ -259,6 +282,19 @@ class McpHub:
         await asyncio.to_thread(thread.join, 5)
         loop.close()
         self._loop = self._thread = None
+
+
+def _client_spec(client: ClientServer) -> McpServer:
+    """A client's server as a declaration (not validated: the client, not a YAML file, chose it)."""
+    return McpServer.model_construct(
+        command=client.command,
+        args=list(client.args),
+        env=dict(client.env),
+        cwd=None,
+        url=client.url,
+        headers_env={},
+        timeout=60.0,
+    )
 
 
 def result_text(result: Any) -> str:

@@ -1,0 +1,79 @@
+"""The MCP servers an editor passes in ACP ``session/new``: the official ACP SDK client drives a real
+``ca run --stdio``; the server is the mcp-SDK test server over stdio. Its tools are the agent's
+(``client.notes.TOOL``) only when ``capabilities.mcp.from_client`` is true."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from acp.schema import EnvVariable, McpServerStdio
+
+from tests.acp_client import Client, agent, run, tool_line
+from tests.conftest import REPO, ProjectFactory
+
+SERVER = REPO / "tests" / "fixtures" / "mcp" / "server.py"
+
+
+def project(make_project: ProjectFactory, from_client: bool) -> Path:
+    return make_project(
+        {
+            "agents/helper.yaml": f"""
+                name: helper
+                profile: supervised
+                capabilities: {{mcp: {{from_client: {str(from_client).lower()}}}}}
+            """
+        }
+    )
+
+
+def notes(pids: Path) -> McpServerStdio:
+    return McpServerStdio(
+        name="notes",
+        command=sys.executable,
+        args=[str(SERVER)],
+        env=[EnvVariable(name="MCP_PID_DIR", value=str(pids))],
+    )
+
+
+def test_an_editor_server_is_used_when_the_agent_takes_client_servers(
+    make_project: ProjectFactory, tmp_path: Path
+) -> None:
+    root = project(make_project, True)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+
+    async def main() -> None:
+        async with agent(root, "helper", client=Client(["reject_once"])) as a:
+            await a.initialize()
+            response = await a.conn.new_session(cwd=str(root), mcp_servers=[notes(pids)])
+            session = str(response.session_id)
+            text = "go\n" + tool_line("client.notes.echo", text="from the editor") + "\n"
+            text += tool_line("client.notes.add_note", text="x")
+            assert await a.prompt(session, text) == "end_turn"
+            updates = a.wire.updates(session, "tool_call_update")
+            results = [u["content"][0]["content"]["text"] for u in updates if u.get("content")]
+            assert "echo: from the editor" in results, a.text(session)  # read-only: ran without asking
+            [asked] = a.client.asked  # add_note has no hints: supervised asks
+            assert "wants to run client.notes.add_note" in asked["toolCall"]["title"]
+
+    run(main())
+    assert len(list(pids.iterdir())) == 1
+
+
+def test_an_editor_server_is_not_used_without_from_client(make_project: ProjectFactory, tmp_path: Path) -> None:
+    root = project(make_project, False)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+
+    async def main() -> None:
+        async with agent(root, "helper") as a:
+            await a.initialize()
+            response = await a.conn.new_session(cwd=str(root), mcp_servers=[notes(pids)])
+            session = str(response.session_id)
+            assert await a.prompt(session, tool_line("client.notes.echo", text="hi")) == "end_turn"
+            assert a.wire.updates(session, "tool_call") == []
+            assert "cannot call 'client.notes.echo': this agent has no such tool" in a.text(session)
+
+    run(main())
+    assert list(pids.iterdir()) == []  # never started
