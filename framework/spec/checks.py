@@ -177,7 +177,7 @@ class _Checker:
                     self.unknown(owner, ("tools", i, "agent"), "agent", tool.agent, self.project.agents)
             elif isinstance(tool, McpTool):
                 servers = self.project.config.mcp_servers
-                if tool.mcp not in servers:
+                if tool.mcp not in servers and not self.invalid.get("project"):
                     hint = (
                         did_you_mean(tool.mcp, servers)
                         or f"declare it in ca.yaml under `mcp_servers: {{{tool.mcp}: ...}}`"

@@ -12,6 +12,7 @@ import os
 import pty
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from framework.runtime.audit import AuditLog
-from tests.conftest import CA, REPO, ProjectFactory, events, run_ca
+from tests.conftest import CA, REPO, ProjectFactory, events, free_port, run_ca
 
 SERVER = REPO / "tests" / "fixtures" / "mcp" / "server.py"
 
@@ -322,3 +323,53 @@ def test_validating_and_compiling_the_spec_imports_nothing_of_the_mcp_sdk(make_p
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[str]:
+    """The test server over streamable HTTP on loopback, requiring a bearer token; its URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER), "--http", str(port), HTTP_TOKEN],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "the HTTP MCP server did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+HTTP_TOKEN = "sekrit-token-4242"
+
+
+def test_a_streamable_http_server_gets_its_headers_and_they_stay_secret(
+    make_project: ProjectFactory, http_server: str
+) -> None:
+    root = make_project(
+        {
+            "ca.yaml": f"mcp_servers:\n  notes: {{url: '{http_server}', headers_env: {{Authorization: NOTES_AUTH}}}}\n",
+            "agents/notebook.yaml": agent([call("echo", text="over http"), call("add_note", text="n")]),
+        }
+    )
+    done = run_ca("run", "notebook", "go", "--json", cwd=root, env={"NOTES_AUTH": f"Bearer {HTTP_TOKEN}"})
+    assert done.returncode == 0, done.stderr
+    assert results(done.stdout) == [
+        ("notes_echo", "echo: over http", False),
+        ("notes_add_note", "noted (1 notes)", False),
+    ]
+    wrong = run_ca("run", "notebook", "go", cwd=root, env={"NOTES_AUTH": "Bearer wrong-token-0000"})
+    assert wrong.returncode == 1 and "MCP server 'notes'" in wrong.stderr
+    assert "wrong-token-0000" not in wrong.stderr + wrong.stdout
+    unset = run_ca("run", "notebook", "go", cwd=root)
+    assert unset.returncode == 1
+    assert "header 'Authorization' needs variable NOTES_AUTH, which is not set" in unset.stderr
