@@ -60,6 +60,33 @@ def lock_command(project: ProjectOpt = Path()) -> None:
     raise typer.Exit(asyncio.run(_lock(project)))
 
 
+@mcp_app.command("serve")
+def serve_command(project: Annotated[Path, typer.Argument(help="Project folder.")] = Path()) -> None:
+    """Serve the project's agents as an MCP server over stdio: each agent a tool, its skills prompts.
+
+    For an MCP client's config (Claude Desktop, Cursor, VS Code): command `ca`, args
+    `["mcp", "serve", "/path/to/project"]`. Protocol on stdout only; logs go to stderr.
+    """
+    import asyncio
+
+    asyncio.run(_serve(project))
+
+
+async def _serve(project_dir: Path) -> None:
+    from contextlib import AsyncExitStack
+
+    from framework.protocols.a2a import open_remote
+    from framework.protocols.mcp import open_mcp
+    from framework.protocols.mcp.server import serve_stdio
+    from framework.runtime.runtime import Runtime
+    from framework.spec import load_project
+
+    project = load_project(project_dir)
+    async with AsyncExitStack() as stack:
+        runtime = await Runtime.open(project, source="mcp", stack=stack, remote=open_remote, mcp=open_mcp)
+        await serve_stdio(runtime)
+
+
 async def _open(project_dir: Path) -> tuple[Any, Any]:
     import os
 

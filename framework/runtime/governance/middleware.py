@@ -147,7 +147,9 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             return
         log.append(
             kind,
-            source=context.source if context.source in ("cli", "a2a-http", "a2a-stdio", "acp", "agent-call") else "cli",
+            source=context.source
+            if context.source in ("cli", "a2a-http", "a2a-stdio", "acp", "agent-call", "mcp")
+            else "cli",
             task_id=context.task_id,
             conversation_id=context.conversation_id,
             agent=self.policy.agent.name,
