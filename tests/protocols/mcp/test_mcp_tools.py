@@ -23,7 +23,9 @@ from typing import Any
 import pytest
 
 from framework.runtime.audit import AuditLog
+from tests.a2a_peers import result_of, user_message
 from tests.conftest import CA, REPO, ProjectFactory, events, free_port, run_ca
+from tests.serving import start_serve
 
 SERVER = REPO / "tests" / "fixtures" / "mcp" / "server.py"
 
@@ -373,3 +375,20 @@ def test_a_streamable_http_server_gets_its_headers_and_they_stay_secret(
     unset = run_ca("run", "notebook", "go", cwd=root)
     assert unset.returncode == 1
     assert "header 'Authorization' needs variable NOTES_AUTH, which is not set" in unset.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_ca_serve_shares_one_server_and_leaves_none_when_stopped(
+    make_project: ProjectFactory, env: dict[str, str], tmp_path: Path, sig: signal.Signals
+) -> None:
+    root = project(make_project, agent([call("echo", text="served")]))
+    server = start_serve(root, logs=tmp_path, env=env)
+    try:
+        for _ in range(2):  # two tasks, each its own conversation: one MCP server for both
+            answer = server.rpc("SendMessage", {"message": user_message("go")}, agent="notebook")
+            task = result_of(answer)["task"]
+            assert task["status"]["state"] == "TASK_STATE_COMPLETED", answer
+        assert len(started(env)) == 1
+    finally:
+        server.stop(sig)
+    assert_no_servers_left(Path(env["MCP_PID_DIR"]))
