@@ -242,6 +242,9 @@ def build_server(runtime: Runtime) -> Server:
     _quiet_client_errors()
     store = task_store(runtime)
     agents = Agents(runtime, store)
+    from framework.protocols.mcp.http import MCP_PATH, McpEndpoint  # the mcp SDK loads on the first /mcp request
+
+    mcp = McpEndpoint(runtime)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -250,6 +253,7 @@ def build_server(runtime: Runtime) -> Server:
         try:
             yield
         finally:
+            await mcp.close()
             await store.close()
 
     async def decide(agent: str, task_id: str, decision: dict[str, Any]) -> dict[str, Any]:
@@ -277,7 +281,11 @@ def build_server(runtime: Runtime) -> Server:
         credentials = Credentials(config.server.auth, runtime.bundle.environ)
         layers.insert(0, Middleware(AuthMiddleware, credentials=credentials, public=lambda p: public_path(runtime, p)))
     app = Starlette(
-        routes=[Route("/healthz", _health(runtime), methods=["GET"]), Mount("", app=agents)],
+        routes=[
+            Route("/healthz", _health(runtime), methods=["GET"]),
+            Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]),
+            Mount("", app=agents),
+        ],
         middleware=layers,
         lifespan=lifespan,
     )

@@ -11,9 +11,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 from mcp import Client, StdioServerParameters
 
 from tests.conftest import NAP, NAPPER, REPO, SIDE_EFFECT, ProjectFactory, run_ca, writer_agent
+from tests.serving import start_serve
 
 CHATTY = """
 name: chatty
@@ -136,3 +138,34 @@ def test_an_unknown_agent_is_an_error_result(make_project: ProjectFactory) -> No
         assert result.is_error and "no agent 'nobody'; agents: chatty, napper, writer" in text(result)
 
     with_client(root, body)
+
+
+def test_ca_serve_answers_mcp_over_streamable_http_behind_its_auth(
+    make_project: ProjectFactory, tmp_path: Path
+) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    root = project(make_project)
+    (root / "ca.yaml").write_text("server: {auth: {bearer_tokens_env: CA_TOKENS}}\n")
+    server = start_serve(root, logs=tmp_path, env={"CA_TOKENS": "mcp-token-5150"})
+    url = f"{server.url}/mcp"
+
+    async def main() -> None:
+        headers = {"Authorization": "Bearer mcp-token-5150"}
+        async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers))) as client:
+            assert sorted(t.name for t in (await client.list_tools()).tools) == ["chatty", "napper", "writer"]
+            first = await client.call_tool("chatty", {"message": "hi"})
+            assert text(first) == "first answer"
+            context = first.structured_content["context_id"]
+            second = await client.call_tool("chatty", {"message": "again", "context_id": context})
+            assert text(second) == "second answer"
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 120))
+        refused = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=10)
+        assert refused.status_code == 401
+        server.assert_alive()
+    finally:
+        server.stop()
+    server.assert_clean_exit()
