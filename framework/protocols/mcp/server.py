@@ -3,11 +3,13 @@
 A tool call is a task like any other (``Runtime.send``; the same task record, audit and
 governance every entry point uses). Its arguments: ``message``, and optionally ``context_id``
 to continue a conversation, ``skill``, and ``decision`` (``approve`` / ``reject``) to answer the
-task a conversation waits on. A run that pauses for a person ends the call with a result that
-says what it waits for and how to decide it (this call with ``decision``, ``ca approve TASK``,
-or A2A); the task stays ``input-required`` for whichever comes first. Each tool call and each
-tool result of the run is a progress notification when the client sent a progress token, and a
-cancelled request cancels its task. Approvals through MCP elicitation are not built.
+task a conversation waits on. A run that pauses for a person asks through elicitation when the
+client declared it can answer (inline on a 2025 session; an input-required result with the task
+id as request state on the 2026 protocol, answered by the client's retry). Otherwise the call
+ends with a result that says what it waits for and how to decide it (this tool with
+``decision``, ``ca approve TASK``, or A2A); the task stays ``input-required`` for whichever comes
+first. Each tool call and result of the run is a progress notification when the client sent a
+progress token, and a cancelled request cancels its task.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ from mcp.server import Server, ServerRequestContext
 from mcp.types import (
     CallToolRequestParams,
     CallToolResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
     GetPromptRequestParams,
     GetPromptResult,
+    InputRequiredResult,
     ListPromptsResult,
     ListToolsResult,
     PaginatedRequestParams,
@@ -77,7 +83,9 @@ class AgentTools:
             )
         return ListToolsResult(tools=tools)
 
-    async def call_tool(self, ctx: ServerRequestContext[Any], params: CallToolRequestParams) -> CallToolResult:
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: CallToolRequestParams
+    ) -> CallToolResult | InputRequiredResult:
         agent = self.names().get(params.name)
         if agent is None:
             return _error(f"no agent {params.name!r}; agents: {', '.join(self.names()) or 'none'}")
@@ -89,7 +97,12 @@ class AgentTools:
         meta: Any = params.meta or {}
         token = meta.get("progress_token", meta.get("progressToken")) if isinstance(meta, dict) else None
         progress = _Progress(ctx, token)
+        asked = (params.input_responses or {}).get(APPROVAL)
         try:
+            if isinstance(asked, ElicitResult) and params.request_state:  # the answer to our elicitation
+                task = self.runtime.tasks.get(params.request_state)
+                events = self.runtime.decide(task.id, _answer(asked), by="mcp")
+                return await self._drive(ctx, events, task.conversation, progress, task.id)
             if decision is not None:
                 if not isinstance(context_id, str) or decision not in ("approve", "reject"):
                     return _error("`decision` is approve or reject, with the `context_id` of the waiting conversation")
@@ -112,13 +125,37 @@ class AgentTools:
                     skill=skill if isinstance(skill, str) else None,
                     task_id=task_id,
                 )
-            return await self._drive(events, conversation, progress, task_id)
+            return await self._drive(ctx, events, conversation, progress, task_id)
         except CAError as exc:
             return _error(str(exc), code=exc.code)
 
-    async def _drive(self, events: Any, conversation: str, progress: _Progress, task_id: str) -> CallToolResult:
-        text: list[str] = []
-        pauses: list[Paused] = []
+    async def _drive(
+        self, ctx: ServerRequestContext[Any], events: Any, conversation: str, progress: _Progress, task_id: str
+    ) -> CallToolResult | InputRequiredResult:
+        """Run ``events`` to their end. A pause is asked through elicitation when the client can answer
+        one: inline on a legacy session, as an input-required result (the client calls again with the
+        answer) on the 2026 protocol; otherwise the result says how to decide it."""
+        while True:
+            text: list[str] = []
+            pauses: list[Paused] = []
+            finished = await self._events(events, text, pauses, progress, task_id)
+            if finished is None:
+                return _error("the run ended without a result")
+            if finished.state != "input-required" or not _elicits(ctx):
+                return _finished(finished, "".join(text), pauses, conversation)
+            message = "; ".join(p.pause.message for p in pauses) or "approve this task?"
+            if not str(ctx.protocol_version or "").startswith("2025"):
+                form = ElicitRequestFormParams(message=message, requested_schema=DECISION_SCHEMA)
+                return InputRequiredResult(
+                    input_requests={APPROVAL: ElicitRequest(params=form)}, request_state=finished.task_id
+                )
+            answer = await ctx.session.elicit_form(message, DECISION_SCHEMA, related_request_id=ctx.request_id)
+            events = self.runtime.decide(finished.task_id, _answer(answer), by="mcp")
+
+    async def _events(
+        self, events: Any, text: list[str], pauses: list[Paused], progress: _Progress, task_id: str
+    ) -> RunFinished | None:
+        finished: RunFinished | None = None
         try:
             async for event in events:
                 if isinstance(event, TextChunk) and not event.source:
@@ -130,11 +167,11 @@ class AgentTools:
                 elif isinstance(event, Paused):
                     pauses.append(event)
                 elif isinstance(event, RunFinished):
-                    return _finished(event, "".join(text), pauses, conversation)
+                    finished = event  # the last event; the stream ends after it, giving back the turn
         except asyncio.CancelledError:  # the client cancelled the request: the task is canceled too
             self.runtime.mark_canceled(task_id, "cancelled by the MCP client")
             raise
-        return _error("the run ended without a result")
+        return finished
 
     async def list_prompts(
         self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
@@ -163,6 +200,32 @@ class AgentTools:
                     messages=[PromptMessage(role="user", content=TextContent(type="text", text=text))],
                 )
         raise ValueError(f"no prompt {params.name!r}")
+
+
+APPROVAL = "approval"
+DECISION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {"type": "string", "enum": ["approve", "reject"], "description": "Run it, or refuse it."},
+        "reason": {"type": "string", "description": "Why (the agent reads it when you reject)."},
+    },
+    "required": ["decision"],
+}
+
+
+def _elicits(ctx: ServerRequestContext[Any]) -> bool:
+    """Whether the client said it answers elicitation requests."""
+    caps = getattr(ctx.session, "client_capabilities", None)
+    return caps is not None and caps.elicitation is not None
+
+
+def _answer(result: ElicitResult) -> dict[str, Any]:
+    """A decision from an elicitation's answer: only an accepted ``approve`` approves."""
+    content = result.content or {}
+    if result.action == "accept" and content.get("decision") == "approve":
+        return {"decision": "approve"}
+    reason = content.get("reason") if result.action == "accept" else f"the MCP client answered {result.action}"
+    return {"decision": "reject", **({"reason": str(reason)} if reason else {})}
 
 
 class _Progress:

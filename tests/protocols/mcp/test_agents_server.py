@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from mcp import Client, StdioServerParameters
+from mcp.types import ElicitResult
 
 from tests.conftest import NAP, NAPPER, REPO, SIDE_EFFECT, ProjectFactory, run_ca, writer_agent
 from tests.serving import start_serve
@@ -169,3 +171,59 @@ def test_ca_serve_answers_mcp_over_streamable_http_behind_its_auth(
     finally:
         server.stop()
     server.assert_clean_exit()
+
+
+def elicit_with(answer: ElicitResult, seen: list[str]) -> Any:
+    async def callback(ctx: Any, params: Any) -> ElicitResult:
+        seen.append(params.message)
+        return answer
+
+    return callback
+
+
+def with_eliciting_client(
+    root: Path, callback: Any, body: Callable[[Client], Awaitable[None]], mode: str = "auto"
+) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "framework", "mcp", "serve", str(root)],
+        env={"PYTHONPATH": str(REPO)},
+        cwd=root,
+    )
+
+    async def main() -> None:
+        async with Client(params, read_timeout_seconds=60, elicitation_callback=callback, mode=mode) as client:  # type: ignore[arg-type]
+            await body(client)
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])  # the 2026 input-required round, and a 2025 session
+def test_an_approval_is_asked_through_elicitation_when_the_client_answers_them(
+    make_project: ProjectFactory, mode: str
+) -> None:
+    root = project(make_project)
+    seen: list[str] = []
+
+    async def body(client: Client) -> None:
+        result = await client.call_tool("writer", {"message": "write"})
+        assert text(result) == "done" and result.structured_content["state"] == "completed"
+
+    approve = ElicitResult(action="accept", content={"decision": "approve"})
+    with_eliciting_client(root, elicit_with(approve, seen), body, mode)
+    assert seen == ['writer wants to run append {"file": "effects.log", "text": "hello"}']
+    assert (root / "effects.log").read_text() == "hello\n"
+
+
+def test_a_declined_elicitation_rejects_the_call(make_project: ProjectFactory) -> None:
+    root = project(make_project)
+    seen: list[str] = []
+
+    async def body(client: Client) -> None:
+        result = await client.call_tool("writer", {"message": "write"})
+        assert result.structured_content["state"] == "completed"  # the model got the refusal and answered
+
+    with_eliciting_client(root, elicit_with(ElicitResult(action="decline"), seen), body)
+    assert len(seen) == 1 and not (root / "effects.log").exists()
+    audit = run_ca("audit", cwd=root).stdout
+    assert "decision=reject" in audit and "the MCP client answered decline" in audit
