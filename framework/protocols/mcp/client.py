@@ -43,11 +43,16 @@ class _Session:
     """One server's connection, entered and left by its own owner task (on the hub's loop)."""
 
     def __init__(
-        self, name: str, spec: McpServer, root: Path, environ: Mapping[str, str], headers: Mapping[str, str] = {}
+        self,
+        name: str,
+        spec: McpServer,
+        root: Path,
+        environ: Mapping[str, str],
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.spec = spec
-        self.headers = dict(headers)
+        self.headers = dict(headers or {})
         self.root = root
         self.environ = environ
         self.client: Any = None
