@@ -392,3 +392,39 @@ def test_ca_serve_shares_one_server_and_leaves_none_when_stopped(
     finally:
         server.stop(sig)
     assert_no_servers_left(Path(env["MCP_PID_DIR"]))
+
+
+SERVE_START = """
+import asyncio, sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+from framework.protocols.a2a import open_remote
+from framework.protocols.a2a.http import build_app
+from framework.protocols.mcp import open_mcp
+from framework.runtime.runtime import Runtime
+from framework.spec import load_project
+
+async def main():
+    async with AsyncExitStack() as stack:
+        runtime = await Runtime.open(
+            load_project(Path(sys.argv[1])), source="a2a-http", stack=stack, remote=open_remote, mcp=open_mcp
+        )
+        build_app(runtime)
+        print(sorted(m for m in sys.modules if m == "mcp" or m.startswith(("mcp.", "mcp_types"))))
+
+asyncio.run(main())
+"""
+
+
+def test_starting_ca_serve_imports_nothing_of_the_mcp_sdk(make_project: ProjectFactory, env: dict[str, str]) -> None:
+    root = project(make_project, agent([]))
+    done = subprocess.run(
+        [sys.executable, "-c", SERVE_START, str(root)],
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert started(env) == []
