@@ -72,6 +72,8 @@ class ClientServer:
     env: tuple[tuple[str, str], ...] = ()
     url: str | None = None
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    sse: bool = False
+    """An HTTP server spoken to over the older HTTP+SSE transport (ACP ``type: "sse"``)."""
 
 
 CLIENT_MCP: ContextVar[tuple[ClientServer, ...]] = ContextVar("ca_client_mcp", default=())

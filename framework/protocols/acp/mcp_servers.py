@@ -1,9 +1,9 @@
 """The MCP servers an editor passes in ACP ``session/new`` and ``session/load`` (``mcpServers``).
 
 Each becomes a :class:`~framework.compiler.mcp_tools.ClientServer` named ``client.NAME``: stdio
-(``{name, command, args, env: [{name, value}]}``) and streamable HTTP (``{type: "http", name, url,
-headers: [{name, value}]}``). SSE is not supported (``initialize`` says so): such an entry is
-skipped with a line on stderr, and so is one that is not well formed. Header values, and env
+(``{name, command, args, env: [{name, value}]}``), streamable HTTP (``{type: "http", name, url,
+headers: [{name, value}]}``) and the older HTTP+SSE transport (``type: "sse"``, the same keys).
+An entry of another type, or one not well formed, is skipped with a line on stderr. Header values, and env
 values whose names look secret, are masked from then on like every other secret.
 """
 
@@ -59,13 +59,13 @@ def _one(entry: Any) -> ClientServer | None:
             return None
         KNOWN.add(value for key, value in env if SECRET_NAME.search(key))
         return ClientServer(name, command=entry["command"], args=tuple(map(str, args)), env=env)
-    if kind == "http":
+    if kind in ("http", "sse"):
         headers = _pairs(entry.get("headers", []))
         url = entry.get("url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")) or headers is None:
-            _skip(entry, "an http server needs an http(s) `url` and `headers` ([{name, value}])")
+            _skip(entry, f"an {kind} server needs an http(s) `url` and `headers` ([{{name, value}}])")
             return None
         KNOWN.add(value for _, value in headers)
-        return ClientServer(name, url=url, headers=headers)
-    _skip(entry, f"transport {kind!r} is not supported (stdio and http are)")
+        return ClientServer(name, url=url, headers=headers, sse=kind == "sse")
+    _skip(entry, f"transport {kind!r} is not supported (stdio, http and sse are)")
     return None

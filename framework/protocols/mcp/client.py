@@ -49,8 +49,11 @@ class _Session:
         root: Path,
         environ: Mapping[str, str],
         headers: Mapping[str, str] | None = None,
+        *,
+        sse: bool = False,
     ) -> None:
         self.name = name
+        self.sse = sse
         self.spec = spec
         self.headers = dict(headers or {})
         self.root = root
@@ -81,8 +84,12 @@ class _Session:
                     f"MCP server {self.name!r}: header {header!r} needs variable {var}, which is not set"
                 )
             headers[header] = self.environ[var]
-        client = httpx2.AsyncClient(headers=headers, timeout=spec.timeout)
         assert spec.url is not None
+        if self.sse:
+            from mcp.client.sse import sse_client
+
+            return sse_client(spec.url, headers=headers, timeout=spec.timeout)
+        client = httpx2.AsyncClient(headers=headers, timeout=spec.timeout)
         return streamable_http_client(spec.url, http_client=client)
 
     async def start(self) -> None:
@@ -235,12 +242,12 @@ class McpHub:
                 self._restarts[server] = self._restarts.get(server, 0) + 1
             client = self._clients.get(server)
             if client is not None:
-                spec, headers = _client_spec(client), dict(client.headers)
+                spec, headers, sse = _client_spec(client), dict(client.headers), client.sse
             elif (declared := self.project.config.mcp_servers.get(server)) is not None:
-                spec, headers = declared, {}
+                spec, headers, sse = declared, {}, False
             else:
                 raise McpServerFailed(f"MCP server {server!r} is not declared in ca.yaml `mcp_servers:`")
-            session = _Session(server, spec, self.project.root, self.environ, headers)
+            session = _Session(server, spec, self.project.root, self.environ, headers, sse=sse)
             self._sessions[server] = session
             await session.start()
             return session

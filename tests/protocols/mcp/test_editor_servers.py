@@ -4,13 +4,16 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
-from acp.schema import EnvVariable, McpServerStdio
+from acp.schema import EnvVariable, McpServerStdio, SseMcpServer
 
 from tests.acp_client import Client, agent, run, tool_line
-from tests.conftest import REPO, ProjectFactory
+from tests.conftest import REPO, ProjectFactory, free_port
 
 SERVER = REPO / "tests" / "fixtures" / "mcp" / "server.py"
 
@@ -77,3 +80,36 @@ def test_an_editor_server_is_not_used_without_from_client(make_project: ProjectF
 
     run(main())
     assert list(pids.iterdir()) == []  # never started
+
+
+def test_an_editor_sse_server_is_used(make_project: ProjectFactory, tmp_path: Path) -> None:
+    root = project(make_project, True)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER), "--sse", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "the SSE MCP server did not start"
+                time.sleep(0.1)
+
+        async def main() -> None:
+            async with agent(root, "helper") as a:
+                await a.initialize()
+                sse = SseMcpServer(name="notes", url=f"http://127.0.0.1:{port}/sse", headers=[], type="sse")
+                response = await a.conn.new_session(cwd=str(root), mcp_servers=[sse])
+                session = str(response.session_id)
+                assert await a.prompt(session, tool_line("client.notes.echo", text="over sse")) == "end_turn"
+                updates = a.wire.updates(session, "tool_call_update")
+                results = [u["content"][0]["content"]["text"] for u in updates if u.get("content")]
+                assert results == ["echo: over sse"], a.text(session)
+
+        run(main())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
