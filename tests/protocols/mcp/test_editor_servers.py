@@ -113,3 +113,33 @@ def test_an_editor_sse_server_is_used(make_project: ProjectFactory, tmp_path: Pa
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_session_load_in_a_new_process_takes_the_editor_servers_it_passes(
+    make_project: ProjectFactory, tmp_path: Path
+) -> None:
+    root = project(make_project, True)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+
+    async def first() -> str:
+        async with agent(root, "helper") as a:
+            await a.initialize()
+            response = await a.conn.new_session(cwd=str(root), mcp_servers=[])
+            session = str(response.session_id)
+            assert await a.prompt(session, "hello") == "end_turn"
+            return session
+
+    session = run(first())
+
+    async def second() -> None:
+        async with agent(root, "helper") as a:
+            await a.initialize()
+            await a.conn.load_session(cwd=str(root), session_id=session, mcp_servers=[notes(pids)])
+            since = len(a.wire.updates(session))
+            assert await a.prompt(session, tool_line("client.notes.echo", text="loaded")) == "end_turn"
+            updates = [u for u in a.wire.updates(session)[since:] if u["sessionUpdate"] == "tool_call_update"]
+            assert [u["content"][0]["content"]["text"] for u in updates] == ["echo: loaded"]
+
+    run(second())
+    assert len(list(pids.iterdir())) == 1
