@@ -176,6 +176,10 @@ class McpHub:
         self._restarts: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._clients: dict[str, ClientServer] = {}
+        self._relist: set[str] = set()
+        """Servers started again since their tools were listed: listed again before the next call."""
+        self._changed: dict[str, set[str]] = {}
+        """Tools whose definition differs from the one the agents were compiled with: refused."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._guard = threading.Lock()
@@ -240,6 +244,7 @@ class McpHub:
                         "until `ca` restarts (see its error output)"
                     )
                 self._restarts[server] = self._restarts.get(server, 0) + 1
+                self._relist.add(server)
             client = self._clients.get(server)
             if client is not None:
                 spec, headers, sse = _client_spec(client), dict(client.headers), client.sse
@@ -272,7 +277,19 @@ class McpHub:
 
     async def _call(self, server: str, tool: str, args: Mapping[str, Any]) -> McpResult:
         try:
-            return await (await self._session(server)).call(tool, args)
+            session = await self._session(server)
+            if server in self._relist:  # a restarted server may list other tools than the agents were given
+                self._relist.discard(server)
+                listed = {t.name: t.digest for t in self._lists.get(server, ())}
+                now = {t.name: t.digest for t in await session.list_tools()}
+                self._changed[server] = {name for name, digest in listed.items() if now.get(name) != digest}
+            if tool in self._changed.get(server, ()):
+                return McpResult(
+                    f"MCP tool {server}.{tool} changed when its server restarted; it is refused until ca "
+                    "restarts (review the change, then run `ca mcp lock`)",
+                    is_error=True,
+                )
+            return await session.call(tool, args)
         except ServerDown as exc:
             return McpResult(f"{exc}; it will be started again for the next call", is_error=True)
         except TimeoutError:

@@ -428,3 +428,28 @@ def test_starting_ca_serve_imports_nothing_of_the_mcp_sdk(make_project: ProjectF
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
     assert started(env) == []
+
+
+def test_a_tool_that_changes_when_its_server_restarts_is_refused(
+    make_project: ProjectFactory, env: dict[str, str], tmp_path: Path
+) -> None:
+    extra = '\n            env: {MCP_PID_DIR: "${MCP_PID_DIR:-}", MCP_VARIANT_FILE: "${MCP_VARIANT_FILE}"}'
+    calls = [call("echo", text="before"), call("crash"), call("add_note", text="same"), call("echo", text="after")]
+    root = make_project(
+        {
+            "ca.yaml": ca_yaml().replace(
+                '            env: {MCP_PID_DIR: "${MCP_PID_DIR:-}", MCP_NOTES_FILE: "${MCP_NOTES_FILE:-}", '
+                'ECHO_VARIANT: "${ECHO_VARIANT:-}"}',
+                extra.strip("\n"),
+            ),
+            "agents/notebook.yaml": agent(calls),
+        }
+    )
+    done = run_ca(
+        "run", "notebook", "go", "--json", cwd=root, env={**env, "MCP_VARIANT_FILE": str(tmp_path / "crashed")}
+    )
+    assert done.returncode == 0, done.stderr
+    [before, crashed, same, after] = results(done.stdout)
+    assert before == ("notes_echo", "echo: before", False) and crashed[2]
+    assert same == ("notes_add_note", "noted (1 notes)", False)  # unchanged tools still run
+    assert after[2] and "changed when its server restarted; it is refused" in after[1]
