@@ -9,6 +9,7 @@
     │                                                 or cannot be reached)
     ├── ToolError                tool_failed          a tool cannot be loaded, or a workflow's tool step failed
     │                                                 (a model's tool calls get their failures back as results)
+    │   └── McpServerFailed      tool_failed          an MCP server could not start or list its tools
     ├── StoreError               store_damaged        a state database under .ca/ is damaged
     └── RunError                 run_failed           a run cannot start or failed; its subclasses say why
         ├── AgentNotFound        agent_not_found      no agent of that name
@@ -149,6 +150,10 @@ class ToolError(CAError):
     tool step failed."""
 
     code = "tool_failed"
+
+
+class McpServerFailed(ToolError):
+    """An MCP server declared in ``ca.yaml`` could not be started or would not list its tools."""
 
 
 class StoreError(CAError):

@@ -300,6 +300,10 @@ def agents_list(
         typer.echo(f"{'':<18} {agent['url']}")
 
 
+from framework.cli.mcp import mcp_app  # noqa: E402 - beside the other sub-commands; it imports only typer
+
+app.add_typer(mcp_app, name="mcp")
+
 tasks_app = typer.Typer(help="Tasks of a project: what ran, what waits for a decision.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 

@@ -316,6 +316,7 @@ async def run_command(options: RunOptions) -> int:
     from contextlib import AsyncExitStack
 
     from framework.protocols.a2a import open_remote
+    from framework.protocols.mcp import open_mcp
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
@@ -323,7 +324,7 @@ async def run_command(options: RunOptions) -> int:
     text = read_prompt(options.prompt)
     session = options.session or uuid.uuid4().hex[:12]
     async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(project, stack=stack, remote=open_remote)
+        runtime = await Runtime.open(project, stack=stack, remote=open_remote, mcp=open_mcp)
         runtime.bundle.agent(options.agent)  # unknown agent: a clear error before anything runs
         task_id = uuid.uuid4().hex
         events = runtime.send(options.agent, text, conversation=session, skill=options.skill, task_id=task_id)
@@ -335,12 +336,13 @@ async def approve_command(project_dir: Path, task_id: str, decision: dict[str, A
     from contextlib import AsyncExitStack
 
     from framework.protocols.a2a import open_remote
+    from framework.protocols.mcp import open_mcp
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
     project = load_project(project_dir)
     async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(project, stack=stack, remote=open_remote)
+        runtime = await Runtime.open(project, stack=stack, remote=open_remote, mcp=open_mcp)
         task = runtime.tasks.get(task_id)
         events = runtime.decide(task.id, decision)
         return await drive(runtime, events, as_json=as_json, session=task.conversation, task_id=task.id)

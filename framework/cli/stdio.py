@@ -151,6 +151,7 @@ async def _a2a(options: StdioOptions, first: bytes, out: TextIO) -> int:
     from framework.errors import UsageError
     from framework.protocols.a2a import open_remote
     from framework.protocols.a2a.stdio import serve_stdio
+    from framework.protocols.mcp import open_mcp
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
@@ -159,7 +160,7 @@ async def _a2a(options: StdioOptions, first: bytes, out: TextIO) -> int:
     if name is None:
         raise UsageError("the project has no agents to serve")
     async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(project, source="a2a-stdio", stack=stack, remote=open_remote)
+        runtime = await Runtime.open(project, source="a2a-stdio", stack=stack, remote=open_remote, mcp=open_mcp)
         watcher = None
         if options.reload:
             from framework.runtime.reload import watch

@@ -25,7 +25,7 @@ from framework import __version__
 from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.project import Project
 from framework.spec.skill import Skill
-from framework.spec.tools import AgentSelector, AgentTool, BuiltinTool, PythonTool
+from framework.spec.tools import AgentSelector, AgentTool, BuiltinTool, McpTool, PythonTool
 
 EXTENSION_URI = "urn:cleveragents:extensions:v1"
 """Declares the `_cleveragents/*` platform methods and the approval payload of input-required tasks."""
@@ -159,13 +159,15 @@ def _extension_params(agent: AgentSpec, project: Project) -> dict[str, Any]:
     return params
 
 
-def _tool_label(tool: BuiltinTool | PythonTool | AgentTool | AgentSelector) -> str:
+def _tool_label(tool: BuiltinTool | PythonTool | AgentTool | AgentSelector | McpTool) -> str:
     if isinstance(tool, BuiltinTool):
         return tool.builtin
     if isinstance(tool, PythonTool):
         return tool.name or tool.function
     if isinstance(tool, AgentTool):
         return f"agent:{tool.agent}"
+    if isinstance(tool, McpTool):
+        return f"mcp:{tool.mcp}"
     return "agents:" + ",".join(tool.agents.tags)
 
 

@@ -1,6 +1,6 @@
 """The audit log: append-only, hash-chained records of everything governance decided.
 
-Each record names its source (cli, a2a-http, a2a-stdio, acp, agent-call), the task and
+Each record names its source (cli, a2a-http, a2a-stdio, acp, agent-call, mcp), the task and
 conversation it belongs to, and carries ``prev_hash`` (the previous record's hash; 64 zeros
 for the first) and ``hash``, computed over every other field as :mod:`framework.runtime.audit_chain`
 says for the record's ``chain``: ``sha256`` (unkeyed) or ``hmac-sha256`` (keyed, with the key
@@ -46,7 +46,7 @@ from framework.runtime.audit_store import AuditStore, Row
 from framework.runtime.governance.secrets import SecretValues
 from framework.runtime.stores import state_dir
 
-Source = Literal["cli", "a2a-http", "a2a-stdio", "acp", "agent-call"]
+Source = Literal["cli", "a2a-http", "a2a-stdio", "acp", "agent-call", "mcp"]
 """Where the request that caused a record came in."""
 
 SOURCES: frozenset[str] = frozenset(get_args(Source))

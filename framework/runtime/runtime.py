@@ -26,6 +26,7 @@ from typing import Any, cast
 
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
+from framework.compiler.mcp_tools import McpServers
 from framework.compiler.precompile import compile_graphs
 from framework.errors import (
     ApprovalTimedOut,
@@ -53,6 +54,9 @@ from framework.runtime.tasks import AlreadyDecided, Pending, Task, TaskState, Ta
 from framework.runtime.turns import Turns
 from framework.spec.interpolate import load_dotenv
 from framework.spec.project import Project
+
+McpFactory = Callable[[Project, Mapping[str, str]], Any]
+"""(project, environment) -> the MCP client side (``framework.protocols.mcp.open_mcp``), with ``close()``."""
 
 
 class Runtime:
@@ -89,11 +93,14 @@ class Runtime:
         governed: bool = True,
         base_url: str | None = None,
         remote: RemoteFactory | None = None,
+        mcp: McpFactory | None = None,
     ) -> Runtime:
         """Open the project's stores (closed by ``stack``) and build its bundle.
 
         ``remote`` builds the client side for remote agents and registries (the protocol layer's
-        A2A client); without it remote calls are refused and registries are not read.
+        A2A client); without it remote calls are refused and registries are not read. ``mcp``
+        builds the MCP client side (one per runtime, its servers started on first use and
+        stopped by ``stack``); without it an agent that uses an MCP server cannot run.
         """
         mask_logs()
         key = chain_key(project.config.audit, project.root)  # a missing key stops us before anything opens
@@ -132,6 +139,16 @@ class Runtime:
             return result
 
         hooks = ChildTasks(tasks, audit)
+        servers: list[Any] = []  # the MCP client side, one for the runtime's whole life
+
+        def mcp_servers(project: Project, environ: Mapping[str, str]) -> McpServers | None:
+            if mcp is None:  # the client side costs nothing until a server starts (an editor may pass one)
+                return None
+            if not servers:
+                servers.append(mcp(project, environ))
+                stack.push_async_callback(servers[0].close)
+            servers[0].project, servers[0].environ = project, environ
+            return cast(McpServers, servers[0])
 
         async def compile_project(project: Project) -> Bundle:
             dotenv = load_dotenv(project.root)
@@ -153,6 +170,7 @@ class Runtime:
                 remote=call_remote,
                 call_hooks=hooks,
                 directory=found.agents,
+                mcp=mcp_servers(project, environ),
                 base_url=base_url,
                 environ=environ,
             )

@@ -127,8 +127,37 @@ class NetworkCapabilities(Spec):
     allow: list[HostPattern] = Field(default_factory=list, description="Hosts for http.get and remote agents.")
 
 
+MCP_TOOL_GLOB = re.compile(r"^[A-Za-z0-9_*?.-]+$")
+
+
+def _check_server_glob(value: str) -> str:
+    server, dot, tool = value.partition(".")
+    if not dot or not server or not tool or not MCP_TOOL_GLOB.fullmatch(value):
+        raise fail(
+            "mcp_glob",
+            "capabilities.mcp.allow takes 'SERVER.TOOL' patterns like 'github.*' or 'notes.list_*', got {value!r}",
+            value=value,
+        )
+    return value
+
+
+ServerToolGlob = Annotated[str, AfterValidator(_check_server_glob), WithJsonSchema({"type": "string"})]
+
+
+class McpCapabilities(Spec):
+    allow: list[ServerToolGlob] = Field(
+        default_factory=list,
+        description="'SERVER.TOOL' patterns of MCP tools the agent may call, e.g. 'github.*' or 'notes.list_*'.",
+    )
+    from_client: bool = Field(
+        default=False,
+        description="Use the MCP servers an editor passes in ACP session/new (tools named client.SERVER.TOOL).",
+    )
+
+
 class Capabilities(Spec):
     fs: FsCapabilities = Field(default_factory=FsCapabilities)
     shell: ShellCapabilities = Field(default_factory=ShellCapabilities)
     network: NetworkCapabilities = Field(default_factory=NetworkCapabilities)
     agents: list[Name] = Field(default_factory=list, description="Agents of the project this agent may call.")
+    mcp: McpCapabilities = Field(default_factory=McpCapabilities)

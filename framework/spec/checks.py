@@ -13,11 +13,12 @@ from framework.spec import agent_checks
 from framework.spec.agent import AgentSpec, LlmAgent, WorkflowAgent
 from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
+from framework.spec.mcp_lock import LOCK_FILE, read_lock
 from framework.spec.project import Project
 from framework.spec.salvage import Salvaged, original_path
 from framework.spec.shell_risks import shell_risk
 from framework.spec.source import LMap, format_path, locate
-from framework.spec.tools import BUILTIN_TOOLS, AgentTool, PythonTool
+from framework.spec.tools import BUILTIN_TOOLS, AgentTool, McpTool, PythonTool
 from framework.spec.validation import shift
 from framework.spec.workflow import (
     REQUEST_FIELD,
@@ -117,6 +118,33 @@ class _Checker:
         agent_checks.check_auth(self, self.project, self.environ)
         for name, agent in self.project.agents.items():
             self.check_agent(f"agent:{name}", agent)
+        self.check_mcp_lock()
+
+    def check_mcp_lock(self) -> None:
+        """Warn when the MCP servers agents use are not pinned by ``ca.mcp.lock``."""
+        used = sorted(
+            {
+                t.mcp
+                for a in self.project.agents.values()
+                if isinstance(a, LlmAgent)
+                for t in a.tools
+                if isinstance(t, McpTool) and t.mcp in self.project.config.mcp_servers
+            }
+        )
+        if not used:
+            return
+        lock = read_lock(self.project.root)
+        missing = [name for name in used if name not in lock.servers]
+        if not missing:
+            return
+        if not lock.present:
+            message = f"no {LOCK_FILE}: the tools of MCP servers {', '.join(map(repr, missing))} are not pinned"
+            hint = f"run `ca mcp lock` and commit {LOCK_FILE}, so a tool that changes later is refused"
+        else:
+            message = f"{LOCK_FILE} does not list MCP servers {', '.join(map(repr, missing))}: their tools are refused"
+            hint = "run `ca mcp lock` to review and pin them"
+        for name in missing:
+            self.report("project", ("mcp_servers", name), message, hint=hint, key=True, severity="warning")
 
     def check_shell_patterns(self, owner: str, base: Path_, caps: Capabilities | None) -> None:
         """Warn about each allow pattern that lets a program run others or leave the project."""
@@ -179,6 +207,14 @@ class _Checker:
                 names.add(tool.name or tool.agent)
                 if not tool.is_remote and tool.agent not in self.project.agents:
                     self.unknown(owner, ("tools", i, "agent"), "agent", tool.agent, self.project.agents)
+            elif isinstance(tool, McpTool):
+                servers = self.project.config.mcp_servers
+                if tool.mcp not in servers and not self.invalid.get("project"):
+                    hint = (
+                        did_you_mean(tool.mcp, servers)
+                        or f"declare it in ca.yaml under `mcp_servers: {{{tool.mcp}: ...}}`"
+                    )
+                    self.report(owner, ("tools", i, "mcp"), f"unknown MCP server {tool.mcp!r}", hint=hint)
             elif hasattr(tool, "builtin"):
                 names.add(tool.builtin)
         for i, skill in enumerate(agent.skills):

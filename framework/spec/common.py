@@ -255,4 +255,4 @@ Regex = Annotated[
 PositiveInt = Annotated[int, Field(ge=1, le=1_000_000_000_000)]
 
 Action = Literal["allow", "ask", "deny"]
-CapabilityClass = Literal["fs.read", "fs.write", "shell", "network", "agent"]
+CapabilityClass = Literal["fs.read", "fs.write", "shell", "network", "agent", "mcp"]

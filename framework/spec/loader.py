@@ -95,6 +95,8 @@ class _Loader:
             dotenv = {}
         self.interpolate = Interpolator(dotenv, self.environ)
         config = self.load_config()
+        if config is None and any((self.root / name).is_file() for name in PROJECT_FILES):
+            self.invalid["project"] = {"ca.yaml"}  # its errors are reported; its names are not "unknown"
         profiles, profile_sources = self.load_named(self.profile_files(), Profile, "profile")
         skills, skill_sources = self.load_named(self.files("skills"), SkillFile, "skill", key="id")
         agents, agent_sources = self.load_agents()

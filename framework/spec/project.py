@@ -15,6 +15,7 @@ from framework.spec.agent import AgentSpec
 from framework.spec.budget import Budget
 from framework.spec.capabilities import Capabilities, EnvName
 from framework.spec.common import Duration, Money, Name, Spec, Version, fail
+from framework.spec.mcp import McpServer
 from framework.spec.model import ModelConfig
 from framework.spec.profile import Profile
 from framework.spec.skill import SkillFile
@@ -251,6 +252,20 @@ class ProjectConfig(Spec):
     registries: list[Registry] = Field(default_factory=list)
     remote: RemoteCalls = Field(default_factory=RemoteCalls)
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    mcp_servers: dict[Name, McpServer] = Field(
+        default_factory=dict, description="MCP servers by name; agents use them with `tools: [{mcp: NAME}]`."
+    )
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _not_client(cls, value: dict[str, McpServer]) -> dict[str, McpServer]:
+        if "client" in value:
+            raise fail(
+                "mcp_server",
+                "the MCP server name 'client' is reserved for the servers an editor passes (client.NAME.TOOL); "
+                "choose another name",
+            )
+        return value
 
 
 @dataclass(frozen=True)

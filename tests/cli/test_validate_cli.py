@@ -24,7 +24,7 @@ BROKEN = {
 def test_valid_project_prints_one_line_summary_and_exits_0() -> None:
     result = run_ca("validate", str(REPO))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok: 4 agents (3 llm, 1 workflow), 3 profiles, 0 skills in ."
+    assert result.stdout.strip() == "ok: 5 agents (4 llm, 1 workflow), 3 profiles, 0 skills in ."
 
 
 def test_invalid_project_prints_every_error_with_source_and_caret(make_project: ProjectFactory) -> None:

@@ -15,7 +15,7 @@ from tests.conftest import REPO, ProjectFactory
 
 def test_repository_root_is_a_valid_project() -> None:
     project = load_project(REPO, environ={})
-    assert sorted(project.agents) == ["assistant", "release", "reviewer", "summarizer"]
+    assert sorted(project.agents) == ["assistant", "notetaker", "release", "reviewer", "summarizer"]
     assert sorted(project.profiles) == ["autonomous", "manual", "supervised"]
     assert isinstance(project.agents["release"], WorkflowAgent)
     assert project.default_agent == "assistant"

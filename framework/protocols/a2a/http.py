@@ -257,6 +257,9 @@ def build_server(runtime: Runtime) -> Server:
     agents = Agents(runtime, store)
     config = runtime.bundle.project.config  # its server settings stay as they are now (reload pins them)
     credentials = Credentials(config.server.auth, runtime.bundle.environ) if config.server.auth else None
+    from framework.protocols.mcp.http import MCP_PATH, McpEndpoint  # the mcp SDK loads on the first /mcp request
+
+    mcp = McpEndpoint(runtime)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -267,6 +270,7 @@ def build_server(runtime: Runtime) -> Server:
         try:
             yield
         finally:
+            await mcp.close()
             await store.close()
 
     async def decide(task: Record, decision: dict[str, Any], by: Caller) -> dict[str, Any]:
@@ -308,6 +312,7 @@ def build_server(runtime: Runtime) -> Server:
         routes=[
             Route("/healthz", _health(runtime), methods=["GET"]),
             Route("/metrics", _metrics(metrics), methods=["GET"]),
+            Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]),
             Mount("", app=agents),
         ],
         middleware=layers,

@@ -86,7 +86,7 @@ def initialize_result(params: Any, root: Path, agent: str | None) -> dict[str, A
         "agentCapabilities": {
             "loadSession": True,
             "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
-            "mcpCapabilities": {"http": False, "sse": False},
+            "mcpCapabilities": {"http": True, "sse": True},  # stdio needs no flag
         },
         "authMethods": auth,
         "agentInfo": {"name": "cleveragents", "title": "CleverAgents", "version": __version__},

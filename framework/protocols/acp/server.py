@@ -170,6 +170,7 @@ class AcpServer:
     async def _load(self) -> None:
         from framework.protocols.a2a import open_remote
         from framework.protocols.acp.sessions import SessionStore
+        from framework.protocols.mcp import open_mcp
         from framework.runtime.runtime import Runtime
         from framework.spec import load_project
 
@@ -178,7 +179,7 @@ class AcpServer:
         except SpecError as exc:
             self.load_error = exc
             return
-        self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote)
+        self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote, mcp=open_mcp)
         self.rows = SessionStore.open(project.root)
         self.stack.callback(self.rows.close)
         self.agent_name = self.agent_name or project.default_agent
@@ -262,7 +263,7 @@ class AcpServer:
         _require(params, "mcpServers", list)
         await self.loaded()
         self._check_model()
-        session = Session(uuid.uuid4().hex, params["cwd"], self._default_mode())
+        session = Session(uuid.uuid4().hex, params["cwd"], self._default_mode(), mcp=_editor_mcp(params))
         self.sessions[session.id] = session
         self.runtime.profiles[session.id] = session.mode
         self.rows.save(session.id, self.agent_name, session.mode or "", session.cwd)
@@ -280,7 +281,7 @@ class AcpServer:
             raise JsonRpcError(-32002, f"session {session_id!r} not found")
         if saved["agent"] != self.agent_name:
             raise JsonRpcError(Code.INVALID_PARAMS, f"session {session_id!r} belongs to agent {saved['agent']!r}")
-        session = Session(session_id, params["cwd"], saved["mode"] or self._default_mode())
+        session = Session(session_id, params["cwd"], saved["mode"] or self._default_mode(), mcp=_editor_mcp(params))
         self.sessions[session_id] = session
         self.runtime.profiles[session_id] = session.mode
         from framework.protocols.acp.replay import replay
@@ -318,13 +319,16 @@ class AcpServer:
         turn = PromptTurn(self, session, blocks)
         session.cancelled = False
         from framework.compiler.builtin_tools import CLIENT_FS
+        from framework.compiler.mcp_tools import CLIENT_MCP
 
-        # fs tools use the editor's files (unsaved buffers included) when it offers them; the
-        # prompt's task inherits this context.
+        # fs tools use the editor's files (unsaved buffers included) when it offers them, and its
+        # MCP servers are tools of agents that take them; the prompt's task inherits this context.
         token = CLIENT_FS.set(self._client_files(session))
+        servers = CLIENT_MCP.set(session.mcp)
         try:
             session.prompt = asyncio.create_task(turn.run())
         finally:
+            CLIENT_MCP.reset(servers)
             CLIENT_FS.reset(token)
         try:
             return await asyncio.shield(session.prompt)
@@ -380,6 +384,12 @@ def _result_of(answer: dict[str, Any]) -> Any:
     if "result" not in answer:
         raise JsonRpcError(Code.INVALID_REQUEST, "an answer with neither 'result' nor 'error'")
     return answer["result"]
+
+
+def _editor_mcp(params: dict[str, Any]) -> tuple[Any, ...]:
+    from framework.protocols.acp.mcp_servers import client_servers
+
+    return client_servers(params.get("mcpServers") or [])
 
 
 def _require(params: dict[str, Any], name: str, kind: type) -> Any:
