@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from framework import __version__
 from framework.compiler.agent import CALL_CONTEXT, RunContext, compile_llm_agent
 from framework.compiler.confine import Access
-from framework.compiler.models import build_model
+from framework.compiler.models import ModelHook, build_model
 from framework.compiler.tool_context import ToolContext
 from framework.compiler.tool_names import model_facing_name
 from framework.compiler.tools import build_tools
@@ -126,6 +126,8 @@ class Bundle:
     """Policies for each llm agent (the runtime plugs governance in here)."""
     checkpointer: Any = field(default=None, repr=False)
     environ: Mapping[str, str] | None = field(default=None, repr=False)
+    model_hook: ModelHook | None = field(default=None, repr=False)
+    """Wraps how each agent's model is built (``ca test``'s cassettes)."""
     _graphs: dict[tuple[str, bool], Graph] = field(default_factory=dict, repr=False)
     _cards: dict[str, AgentCard] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -181,7 +183,13 @@ class Bundle:
             skills = {s.id: s for s in (self.project.skills[s] if isinstance(s, str) else s for s in spec.skills)}
             return compile_llm_agent(
                 spec,
-                model=build_model(config, agent=spec.name, environ=self.environ, tools=[t.name for t in tools]),
+                model=build_model(
+                    config,
+                    agent=spec.name,
+                    environ=self.environ,
+                    tools=[t.name for t in tools],
+                    hook=self.model_hook,
+                ),
                 tools=tools,
                 skills=skills,
                 middleware=middleware,
@@ -312,6 +320,7 @@ def build_bundle(
     checkpointer: Any = None,
     environ: Mapping[str, str] | None = None,
     base_url: str | None = None,
+    model_hook: ModelHook | None = None,
 ) -> Bundle:
     """Compile a loaded project. Graphs and cards are built on first use.
 
@@ -331,4 +340,5 @@ def build_bundle(
         directory=tuple(directory),
         checkpointer=checkpointer,
         environ=environ,
+        model_hook=model_hook,
     )

@@ -26,6 +26,7 @@ from typing import Any, cast
 
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
+from framework.compiler.models import ModelHook
 from framework.compiler.precompile import compile_graphs
 from framework.errors import ApprovalTimedOut, CAError, ConversationBusy, Diagnostic, Failure, RunError
 from framework.runtime.audit import AuditLog
@@ -77,11 +78,13 @@ class Runtime:
         governed: bool = True,
         base_url: str | None = None,
         remote: RemoteFactory | None = None,
+        model_hook: ModelHook | None = None,
     ) -> Runtime:
         """Open the project's stores (closed by ``stack``) and build its bundle.
 
         ``remote`` builds the client side for remote agents and registries (the protocol layer's
         A2A client); without it remote calls are refused and registries are not read.
+        ``model_hook`` wraps how each agent's model is built (``ca test`` records or replays through it).
         """
         mask_logs()
         key = chain_key(project.config.audit, project.root)  # a missing key stops us before anything opens
@@ -139,6 +142,7 @@ class Runtime:
                 directory=found.agents,
                 base_url=base_url,
                 environ=environ,
+                model_hook=model_hook,
             )
 
         runtime = cls(await compile_project(project), tasks, audit, turns, source=source)

@@ -56,4 +56,4 @@ def test_schema_command_writes_files(tmp_path: Path) -> None:
 
 def test_schema_command_prints_all_kinds() -> None:
     result = run_ca("schema")
-    assert sorted(json.loads(result.stdout)) == ["agent", "profile", "project", "skill"]
+    assert sorted(json.loads(result.stdout)) == ["agent", "eval", "profile", "project", "skill"]

@@ -1,0 +1,240 @@
+"""Run one eval case: a scratch copy of the project, its conversation, its pauses answered.
+
+Everything a case is judged on comes from the two ways a run is observed anyway: the run
+events of every turn (:mod:`framework.runtime.events`, through :func:`drive_turn`) and the
+audit of the scratch project (:class:`framework.runtime.audit.AuditLog`). Each case has its own
+copy of the project and so its own ``.ca/`` state: no case sees another's files, tasks or
+conversations. The scratch copy is removed afterwards unless asked to keep it.
+
+A case runs with the scratch copy as the working directory (python tools open relative paths
+there), so a process runs one case at a time: ``ca test`` runs cases in parallel in worker
+processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import fnmatch
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+from framework.compiler.cassette import Cassette, Mode
+from framework.errors import CAError
+from framework.runtime.audit import AuditRecord
+from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
+from framework.runtime.governance.secrets import KNOWN
+from framework.runtime.pauses import BudgetExtension, Gate, Question, ToolApproval
+from framework.runtime.remote import RemoteFactory
+from framework.spec.agent import LlmAgent
+from framework.spec.eval_loader import EvalSuite
+from framework.spec.evals import Answer, EvalCase
+from framework.spec.project import Project
+
+NOT_COPIED = (".ca", ".git", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache")
+"""Folders never copied into a case's scratch project (state, VCS, environments, caches)."""
+CASSETTES_DIR = "cassettes"
+
+RunMode = Literal["replay", "record"]
+
+
+@dataclass
+class CaseRun:
+    """What happened in one case: every event of every turn, the audit, what it cost."""
+
+    suite: EvalSuite
+    case: EvalCase
+    events: list[RunEvent] = field(default_factory=list)
+    finished: list[RunFinished] = field(default_factory=list)
+    """The end of each run (a resumed task ends again), in order."""
+    audit: list[AuditRecord] = field(default_factory=list)
+    answered: list[dict[str, Any]] = field(default_factory=list)
+    """The decisions taken from the eval file, in order."""
+    cost_usd: Decimal = Decimal(0)
+    seconds: float = 0.0
+    error: str = ""
+    """Why the case could not run to its end (a timeout, a project error), or ''."""
+    mismatch: str | None = None
+    """The cassette's first difference, when a replayed request missed it."""
+    recorded: bool = False
+    scratch: Path | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.suite.name}::{self.case.name}"
+
+    @property
+    def last(self) -> RunFinished | None:
+        return self.finished[-1] if self.finished else None
+
+    @property
+    def usage(self) -> Usage:
+        """Usage summed over the case's tasks (a resumed task's last end holds its whole usage)."""
+        by_task: dict[str, Usage] = {}
+        for end in self.finished:
+            by_task[end.task_id] = end.usage
+        total = Usage()
+        for usage in by_task.values():
+            total = total + usage
+        return total
+
+
+def cassette_path(suite: EvalSuite, case: EvalCase) -> Path:
+    """``evals/cassettes/<file>/<case>.yaml``, beside the eval file."""
+    return suite.path.parent / CASSETTES_DIR / suite.name / f"{case.name}.yaml"
+
+
+class _Answers:
+    """The eval file's answers to pauses: in order (a list), or by tool / step / 'budget' / '*'."""
+
+    def __init__(self, approvals: Sequence[Answer] | Mapping[str, Answer]) -> None:
+        self.queue = list(approvals) if isinstance(approvals, Sequence) else None
+        self.by_key = dict(approvals) if isinstance(approvals, Mapping) else {}
+
+    def pick(self, pause: Any) -> Answer | None:
+        if self.queue is not None:
+            return self.queue.pop(0) if self.queue else None
+        if isinstance(pause, ToolApproval):
+            key = pause.tool
+        elif isinstance(pause, Gate | Question):
+            key = pause.step
+        elif isinstance(pause, BudgetExtension):
+            key = "budget"
+        else:
+            key = ""
+        for pattern, answer in self.by_key.items():
+            if pattern != "*" and fnmatch.fnmatchcase(key, pattern):
+                return answer
+        return self.by_key.get("*")
+
+
+class _CaseView:
+    """The turn view of a case (:class:`framework.runtime.turn.TurnView`): keeps every event and
+    answers pauses from the eval file; no answer leaves the task waiting."""
+
+    def __init__(self, run: CaseRun, answers: _Answers) -> None:
+        self.run = run
+        self.answers = answers
+
+    async def show(self, event: RunEvent) -> None:
+        self.run.events.append(event)
+        if isinstance(event, RunFinished):
+            self.run.finished.append(event)
+
+    async def decide(self, finished: RunFinished, pauses: list[Paused]) -> Mapping[str, Any] | None:
+        answer = self.answers.pick(pauses[0].pause)
+        if answer is None:
+            return None
+        decision = answer.to_decision()
+        self.run.answered.append(decision)
+        return decision
+
+
+def scratch_copy(root: Path, exclude: Sequence[str], into: Path) -> Path:
+    """A copy of the project at ``root`` under ``into`` (without state, VCS, caches, evals or ``exclude``)."""
+    target = into / "project"
+
+    def ignored(folder: str, names: list[str]) -> set[str]:
+        here = Path(folder).relative_to(root)
+        out = {n for n in names if n in NOT_COPIED}
+        if here == Path():
+            out.add("evals")
+        for name in names:
+            rel = (here / name).as_posix()
+            if any(fnmatch.fnmatchcase(rel, pattern) or fnmatch.fnmatchcase(rel + "/", pattern) for pattern in exclude):
+                out.add(name)
+        return out
+
+    shutil.copytree(root, target, ignore=ignored, symlinks=True)
+    return target
+
+
+def _case_project(project: Project, case: EvalCase, root: Path) -> Project:
+    """The project as the case runs it: rooted in its scratch copy, the case's model put in."""
+    agents = dict(project.agents)
+    name = case.agent or project.default_agent or ""
+    spec = agents.get(name)
+    if case.model is not None and isinstance(spec, LlmAgent):
+        agents[name] = spec.model_copy(update={"model": case.model})
+    return dataclasses.replace(project, root=root, agents=agents)
+
+
+async def run_case(
+    project: Project,
+    suite: EvalSuite,
+    case: EvalCase,
+    *,
+    mode: RunMode = "replay",
+    remote: RemoteFactory | None = None,
+    keep: bool = False,
+) -> CaseRun:
+    """Run ``case`` in a fresh scratch copy of ``project``; what happened (never raises for the case's own failures).
+
+    The working directory is the scratch copy while the case runs: one case at a time per process.
+    """
+    from framework.runtime.runtime import Runtime
+    from framework.runtime.turn import drive_turn
+
+    run = CaseRun(suite, case)
+    started = time.monotonic()
+    scratch = Path(tempfile.mkdtemp(prefix=f"ca-test-{case.name}-"))
+    cassette_mode: Mode = mode
+    cassette = Cassette(cassette_path(suite, case), cassette_mode, mask=KNOWN.value)
+    home = Path.cwd()
+    try:
+        root = await asyncio.to_thread(scratch_copy, project.root, suite.spec.exclude, scratch)
+        for rel, content in case.files.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content, encoding="utf-8")
+        os.chdir(root)
+        scoped = _case_project(project, case, root)
+        agent = case.agent or scoped.default_agent or ""
+        conversation = f"eval-{case.name}-{uuid.uuid4().hex[:8]}"
+        view = _CaseView(run, _Answers(case.approvals))
+        async with AsyncExitStack() as stack:
+            runtime = await Runtime.open(scoped, stack=stack, remote=remote, model_hook=cassette.hook)
+            try:
+                async with asyncio.timeout(case.timeout):
+                    for text in case.messages:
+                        events = runtime.send(agent, text, conversation=conversation, task_id=uuid.uuid4().hex)
+                        finished, _ = await drive_turn(runtime, events, view)
+                        if finished.state == "input-required":
+                            break
+            except TimeoutError:
+                run.error = f"the case ran longer than its timeout ({case.timeout:g}s)"
+            run.audit = await runtime.audit.aquery(conversation_id=conversation, limit=100_000)
+            run.cost_usd = await _cost(runtime, agent, conversation)
+    except CAError as exc:
+        run.error = KNOWN.text(str(exc))
+    finally:
+        os.chdir(home)
+        run.seconds = time.monotonic() - started
+        run.mismatch = cassette.mismatch
+        if mode == "record" and not run.error:
+            run.recorded = cassette.save()
+        if keep:
+            run.scratch = scratch / "project"
+        else:
+            await asyncio.to_thread(shutil.rmtree, scratch, True)
+    return run
+
+
+async def _cost(runtime: Any, agent: str, conversation: str) -> Decimal:
+    """The conversation's cost in US dollars, as governance accounted it in the graph's state."""
+    try:
+        graph = runtime.bundle.graph(agent)
+        state = await graph.aget_state({"configurable": {"thread_id": conversation}})
+    except CAError:
+        return Decimal(0)
+    usage = (state.values or {}).get("ca_usage") or {}
+    return Decimal(str(usage.get("cost_usd", 0) or 0))
