@@ -135,8 +135,16 @@ def test_command(options: TestOptions) -> int:
 
 
 def _work(index: int) -> Outcome:
-    """In a worker process: run case ``index`` (and re-record it when it fails under --update)."""
-    return asyncio.run(_run_one(index))
+    """In a worker process: run case ``index`` (and re-record it when it fails under --update).
+
+    A bug of ``ca`` met by one case fails that case, saying so, instead of the whole run.
+    """
+    try:
+        return asyncio.run(_run_one(index))
+    except Exception as exc:
+        suite, case = _JOB["chosen"][index]
+        run = CaseRun(suite, case, error=f"internal error (a bug in ca, please report it): {type(exc).__name__}: {exc}")
+        return Outcome(run, judge(run))
 
 
 async def _run_one(index: int) -> Outcome:

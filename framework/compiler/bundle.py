@@ -30,7 +30,7 @@ from framework.compiler.confine import Access
 from framework.compiler.models import ModelHook, build_model
 from framework.compiler.tool_context import ToolContext
 from framework.compiler.tool_names import model_facing_name
-from framework.compiler.tools import build_tools
+from framework.compiler.tools import ToolHook, build_tools
 from framework.compiler.workflow import compile_workflow
 from framework.errors import AgentNotFound, Failure
 from framework.spec.agent import AgentSpec, LlmAgent
@@ -128,6 +128,8 @@ class Bundle:
     environ: Mapping[str, str] | None = field(default=None, repr=False)
     model_hook: ModelHook | None = field(default=None, repr=False)
     """Wraps how each agent's model is built (``ca test``'s cassettes)."""
+    tool_hook: ToolHook | None = field(default=None, repr=False)
+    """Wraps each tool of an agent (``ca test``'s cassettes keep the results of those leaving the process)."""
     _graphs: dict[tuple[str, bool], Graph] = field(default_factory=dict, repr=False)
     _cards: dict[str, AgentCard] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -180,6 +182,8 @@ class Bundle:
         if isinstance(spec, LlmAgent):
             config = spec.model or self.project.config.defaults.model
             tools: list[BaseTool] = [*build_tools(spec, context), *self._agent_tools(spec)]
+            if self.tool_hook is not None:
+                tools = [self.tool_hook(tool, spec.name) for tool in tools]
             skills = {s.id: s for s in (self.project.skills[s] if isinstance(s, str) else s for s in spec.skills)}
             return compile_llm_agent(
                 spec,
@@ -198,10 +202,13 @@ class Bundle:
         from framework.compiler.builtin_tools import builtin_tools
 
         # Tool steps get the same tools, capabilities and policies as a model's tool calls.
+        steps_tools = builtin_tools(context)
+        if self.tool_hook is not None:
+            steps_tools = {name: self.tool_hook(tool, spec.name) for name, tool in steps_tools.items()}
         return compile_workflow(
             spec,
             call_agent=self.call_agent,
-            tools=builtin_tools(context),
+            tools=steps_tools,
             checkpointer=checkpointer,
             middleware=middleware,
         )
@@ -321,6 +328,7 @@ def build_bundle(
     environ: Mapping[str, str] | None = None,
     base_url: str | None = None,
     model_hook: ModelHook | None = None,
+    tool_hook: ToolHook | None = None,
 ) -> Bundle:
     """Compile a loaded project. Graphs and cards are built on first use.
 
@@ -341,4 +349,5 @@ def build_bundle(
         checkpointer=checkpointer,
         environ=environ,
         model_hook=model_hook,
+        tool_hook=tool_hook,
     )

@@ -4,7 +4,9 @@
 and deterministic already) in :class:`_Recording`: the request is sent on, the response streamed
 back as it comes and both are kept. ``ca test`` wraps them in :class:`_Replaying` instead: the
 provider model is never even built (no key, no connection); each request is compared with the
-next one recorded for that agent and answered with its recorded response, streamed word by word.
+next one recorded for that agent and answered with its recorded response, streamed word by word. The results of tools that
+leave the process (``http.get``, remote agents) are kept and replayed the same way
+(:meth:`Cassette.tool_hook`).
 A request that differs fails the model call with the first difference (:class:`CassetteMismatch`,
 also kept on :attr:`Cassette.mismatch`, so a caller reads it typed).
 
@@ -28,7 +30,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Tool
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableBinding
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import ConfigDict, Field
 
 from framework.compiler.offline import LocalChatModel, PlannedCall, Reply
@@ -71,13 +73,64 @@ class Cassette:
             return _Recording(inner=build(), agent=agent, cassette=self)
         return _Replaying(agent=agent, cassette=self, label=config.label())
 
+    def tool_hook(self, tool: BaseTool, agent: str) -> BaseTool:
+        """``tool`` as this cassette serves it (a :data:`framework.compiler.tools.ToolHook`): the tools
+        whose results come from outside the process (``http.get``, remote agents) are recorded or
+        replayed; every other tool runs as it is (its effects are the case's own)."""
+        if not _leaves_process(tool) or not isinstance(tool, StructuredTool):
+            return tool
+        name = str((tool.metadata or {}).get("ca_name") or tool.name)
+        pair = tool.response_format == "content_and_artifact"
+        inner_async, inner_sync = tool.coroutine, tool.func
+
+        async def taped_async(*args: Any, **kwargs: Any) -> Any:
+            if self.mode == "replay":
+                return self._tool_result(agent, name, kwargs, pair)
+            assert inner_async is not None
+            result = await inner_async(*args, **kwargs)
+            self.record_tool(agent, name, kwargs, result)
+            return result
+
+        def taped_sync(*args: Any, **kwargs: Any) -> Any:
+            if self.mode == "replay":
+                return self._tool_result(agent, name, kwargs, pair)
+            assert inner_sync is not None
+            result = inner_sync(*args, **kwargs)
+            self.record_tool(agent, name, kwargs, result)
+            return result
+
+        return tool.model_copy(
+            update={
+                "coroutine": taped_async if inner_async is not None else None,
+                "func": taped_sync if inner_sync is not None else None,
+            }
+        )
+
+    def _tool_result(self, agent: str, tool: str, args: dict[str, Any], pair: bool) -> Any:
+        key = f"{agent}/{tool}"
+        sent = self.mask(json.loads(json.dumps(args, default=str)))
+        with self._lock:
+            mine = [e for e in self.exchanges if e.get("agent") == agent and e.get("tool") == tool]
+            n = self.used.get(key, 0)
+            self.used[key] = n + 1
+        if n >= len(mine):
+            held = f"holds {len(mine)}" if mine else "holds none"
+            self._fail(f"{tool} call {n + 1} of agent {agent!r} is not in the cassette {self.path.name} ({held})")
+        difference = first_difference(mine[n]["args"], sent, "args")
+        if difference is not None:
+            self._fail(
+                f"{tool} call {n + 1} of agent {agent!r} differs from the cassette {self.path.name}: {difference}"
+            )
+        result = mine[n]["result"]
+        return tuple(result) if pair and isinstance(result, list) else result
+
     # -- replay ------------------------------------------------------------------
 
     def answer(self, agent: str, request: dict[str, Any]) -> dict[str, Any]:
         """The recorded response to ``request``, the next one of ``agent``; CassetteMismatch if it differs."""
-        request = self.mask(request)
+        request = self.mask(json.loads(json.dumps(request, default=str)))
         with self._lock:
-            mine = [e for e in self.exchanges if e.get("agent") == agent]
+            mine = [e for e in self.exchanges if e.get("agent") == agent and "request" in e]
             n = self.used.get(agent, 0)
             self.used[agent] = n + 1
         if n >= len(mine):
@@ -101,18 +154,18 @@ class Cassette:
                 self.mismatch = problem
         raise CassetteMismatch(problem + " (re-record with `ca test --record`)")
 
-    def unused(self) -> list[str]:
-        """Agents whose recorded exchanges were not all replayed, with how many were left."""
-        counts: dict[str, int] = {}
-        for e in self.exchanges:
-            counts[e.get("agent", "")] = counts.get(e.get("agent", ""), 0) + 1
-        return [f"{a}: {n - self.used.get(a, 0)} left" for a, n in counts.items() if n > self.used.get(a, 0)]
-
     # -- record ------------------------------------------------------------------
 
     def record(self, agent: str, request: dict[str, Any], response: dict[str, Any]) -> None:
         with self._lock:
-            self.exchanges.append(self.mask({"agent": agent, "request": request, "response": response}))
+            exchange = {"agent": agent, "request": request, "response": response}
+            # Plain JSON types only (message text is a str subclass, args may hold tuples).
+            self.exchanges.append(self.mask(json.loads(json.dumps(exchange, default=str))))
+
+    def record_tool(self, agent: str, tool: str, args: dict[str, Any], result: Any) -> None:
+        with self._lock:
+            exchange = {"agent": agent, "tool": tool, "args": args, "result": result}
+            self.exchanges.append(self.mask(json.loads(json.dumps(exchange, default=str))))
 
     def save(self) -> bool:
         """Write the recorded exchanges (masked); False (and no file) when there were none."""
@@ -145,7 +198,7 @@ def request_of(messages: Sequence[BaseMessage], tools: Sequence[str]) -> dict[st
     """What a cassette keeps of a model request: the tools offered and the messages, plainly."""
     out: list[dict[str, Any]] = []
     for message in messages:
-        item: dict[str, Any] = {"role": message.type, "content": message.text}
+        item: dict[str, Any] = {"role": message.type, "content": str(message.text)}
         if isinstance(message, AIMessage) and message.tool_calls:
             item["tool_calls"] = [{"name": c["name"], "args": c["args"]} for c in message.tool_calls]
         if isinstance(message, ToolMessage):
@@ -158,7 +211,7 @@ def response_of(message: AIMessage) -> dict[str, Any]:
     """What a cassette keeps of a model response: text, tool calls, usage and the model's name."""
     usage: Any = message.usage_metadata or {}
     return {
-        "text": message.text,
+        "text": str(message.text),
         "tool_calls": [{"id": c["id"] or "", "name": c["name"], "args": c["args"]} for c in message.tool_calls],
         "usage": {
             "input_tokens": int(usage.get("input_tokens", 0)),
@@ -196,6 +249,14 @@ def first_difference(recorded: Any, sent: Any, path: str = "request") -> str | N
 def _short(value: Any, limit: int = 160) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _leaves_process(tool: BaseTool) -> bool:
+    """``http.get``, and calls of remote agents (their name is a URL)."""
+    meta = tool.metadata or {}
+    if meta.get("capability") == "network":
+        return True
+    return meta.get("capability") == "agent" and "://" in str(meta.get("ca_name", ""))
 
 
 def _names(tools: Sequence[Any]) -> tuple[str, ...]:

@@ -202,7 +202,9 @@ async def run_case(
         conversation = f"eval-{case.name}-{uuid.uuid4().hex[:8]}"
         view = _CaseView(run, _Answers(case.approvals))
         async with AsyncExitStack() as stack:
-            runtime = await Runtime.open(scoped, stack=stack, remote=remote, model_hook=cassette.hook)
+            runtime = await Runtime.open(
+                scoped, stack=stack, remote=remote, model_hook=cassette.hook, tool_hook=cassette.tool_hook
+            )
             try:
                 async with asyncio.timeout(case.timeout):
                     for text in case.messages:

@@ -28,6 +28,7 @@ from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
 from framework.compiler.models import ModelHook
 from framework.compiler.precompile import compile_graphs
+from framework.compiler.tools import ToolHook
 from framework.errors import ApprovalTimedOut, CAError, ConversationBusy, Diagnostic, Failure, RunError
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
@@ -79,12 +80,14 @@ class Runtime:
         base_url: str | None = None,
         remote: RemoteFactory | None = None,
         model_hook: ModelHook | None = None,
+        tool_hook: ToolHook | None = None,
     ) -> Runtime:
         """Open the project's stores (closed by ``stack``) and build its bundle.
 
         ``remote`` builds the client side for remote agents and registries (the protocol layer's
         A2A client); without it remote calls are refused and registries are not read.
-        ``model_hook`` wraps how each agent's model is built (``ca test`` records or replays through it).
+        ``model_hook`` wraps how each agent's model is built and ``tool_hook`` each tool (``ca test``
+        records or replays through them).
         """
         mask_logs()
         key = chain_key(project.config.audit, project.root)  # a missing key stops us before anything opens
@@ -143,6 +146,7 @@ class Runtime:
                 base_url=base_url,
                 environ=environ,
                 model_hook=model_hook,
+                tool_hook=tool_hook,
             )
 
         runtime = cls(await compile_project(project), tasks, audit, turns, source=source)
