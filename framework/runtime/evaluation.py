@@ -40,7 +40,18 @@ from framework.spec.eval_loader import EvalSuite
 from framework.spec.evals import Answer, EvalCase
 from framework.spec.project import Project
 
-NOT_COPIED = (".ca", ".git", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache")
+NOT_COPIED = (
+    ".ca",
+    ".git",
+    ".venv",
+    "venv",
+    "node_modules",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    ".tox",
+)
 """Folders never copied into a case's scratch project (state, VCS, environments, caches)."""
 CASSETTES_DIR = "cassettes"
 

@@ -10,9 +10,9 @@ the budget used under limits, and workflow steps reached.
 from __future__ import annotations
 
 from pathlib import PurePosixPath
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from framework.spec.common import Duration, Money, Name, PositiveInt, Regex, Spec, Version, fail, string_form
 from framework.spec.contract import check_json_schema
@@ -102,7 +102,10 @@ class Expectations(Spec):
     tools_called: list[ToolCallExpectation] = Field(default_factory=list)
     in_order: bool = Field(default=False, description="tools_called happen in this order (others may come between).")
     tools_not_called: list[ToolCallExpectation] = Field(default_factory=list)
-    output_contains: list[str] = Field(default_factory=list)
+    output_contains: Annotated[
+        list[str],
+        WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
+    ] = Field(default_factory=list, description="Text the output holds (one, or a list of them).")
     output_matches: Regex | None = None
     output_equals: str | None = None
     output_schema: dict[str, Any] | None = Field(default=None, description="The output is JSON valid under it.")
