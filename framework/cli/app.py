@@ -206,7 +206,9 @@ def test_command(
         bool, typer.Option("--record", help="Run on the real models and (re)write each case's cassette.")
     ] = False,
     update: Annotated[bool, typer.Option("--update", help="Replay; re-record the cases that fail.")] = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Cases run at once.")] = 4,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="Cases run at once (default: the number of CPUs).")
+    ] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep each case's scratch copy of the project.")] = False,
 ) -> None:
     """Run the eval cases of evals/*.yaml, each in a scratch copy of the project.
@@ -218,7 +220,7 @@ def test_command(
     from framework.cli.evals import TestOptions
     from framework.cli.evals import test_command as run_tests
 
-    options = TestOptions(project, pattern, as_json, junit_xml, record, update, jobs, keep)
+    options = TestOptions(project, pattern, as_json, junit_xml, record, update, jobs or os.cpu_count() or 2, keep)
     try:
         code = run_tests(options)
     except KeyboardInterrupt:

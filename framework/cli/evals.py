@@ -12,6 +12,7 @@ import asyncio
 import fnmatch
 import json
 import multiprocessing
+import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -108,6 +109,10 @@ def test_command(options: TestOptions) -> int:
     if not chosen:
         raise UsageError(f"no case matches -k {options.pattern!r}")
     _JOB.update(project=project, chosen=chosen, options=options)
+    # Imported once here, before the workers are forked, rather than once in each of them.
+    import framework.protocols.a2a
+    import framework.runtime.runtime  # noqa: F401
+
     progress = _Progress(len(chosen))
     started = time.monotonic()
     # Forked workers start with everything already imported; each runs one case at a time
@@ -140,11 +145,21 @@ def _work(index: int) -> Outcome:
     A bug of ``ca`` met by one case fails that case, saying so, instead of the whole run.
     """
     try:
-        return asyncio.run(_run_one(index))
+        return _worker_loop().run_until_complete(_run_one(index))
     except Exception as exc:
         suite, case = _JOB["chosen"][index]
         run = CaseRun(suite, case, error=f"internal error (a bug in ca, please report it): {type(exc).__name__}: {exc}")
         return Outcome(run, judge(run))
+
+
+def _worker_loop() -> asyncio.AbstractEventLoop:
+    """The event loop of this worker process, one for all its cases: provider clients (httpx)
+    cached by their packages stay bound to the loop they were made in."""
+    loop = _JOB.get("loop")
+    if loop is None or loop.is_closed() or _JOB.get("pid") != os.getpid():
+        loop = asyncio.new_event_loop()
+        _JOB.update(loop=loop, pid=os.getpid())
+    return loop
 
 
 async def _run_one(index: int) -> Outcome:

@@ -60,10 +60,7 @@ class Cassette:
         """The first difference found in replay, or None."""
         self._lock = threading.Lock()
         if mode == "replay" and path.is_file():
-            from ruamel.yaml import YAML
-
-            data = YAML(typ="safe").load(path.read_text(encoding="utf-8")) or {}
-            self.exchanges = list(data.get("exchanges") or [])
+            self.exchanges = _read(path)
 
     def hook(self, build: Callable[[], BaseChatModel], config: ModelConfig | None, agent: str) -> BaseChatModel:
         """The model of ``agent`` as this cassette serves it (a :data:`framework.compiler.models.ModelHook`)."""
@@ -192,6 +189,25 @@ class Cassette:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text("# Recorded by `ca test --record`; replayed by `ca test`.\n" + out.getvalue(), "utf-8")
         return True
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    """The exchanges of a cassette file; ModelError when it is not one (edited by hand, cut short)."""
+    from ruamel.yaml.cyaml import CSafeLoader
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        loader = CSafeLoader(path.read_text(encoding="utf-8"))
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
+    except (YAMLError, OSError, UnicodeDecodeError) as exc:
+        raise ModelError(f"cassette {path} cannot be read ({exc}): re-record it with `ca test --record`") from exc
+    exchanges = data.get("exchanges") if isinstance(data, dict) else None
+    if not isinstance(exchanges, list) or not all(isinstance(e, dict) for e in exchanges):
+        raise ModelError(f"cassette {path} holds no list of exchanges: re-record it with `ca test --record`")
+    return exchanges
 
 
 def request_of(messages: Sequence[BaseMessage], tools: Sequence[str]) -> dict[str, Any]:

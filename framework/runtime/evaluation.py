@@ -99,6 +99,19 @@ class CaseRun:
         return total
 
 
+SCRATCH_ENV = "CA_TEST_TMPDIR"
+
+
+def scratch_base() -> str | None:
+    """Where scratch copies go: ``$CA_TEST_TMPDIR``, else ``/dev/shm`` (memory: a case's SQLite
+    state costs no disk syncs) when it is a writable folder, else the system's temporary folder."""
+    chosen = os.environ.get(SCRATCH_ENV)
+    if chosen:
+        return chosen
+    shm = Path("/dev/shm")  # noqa: S108 - mkdtemp makes a private (0700), unguessable folder there
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
 def cassette_path(suite: EvalSuite, case: EvalCase) -> Path:
     """``evals/cassettes/<file>/<case>.yaml``, beside the eval file."""
     return suite.path.parent / CASSETTES_DIR / suite.name / f"{case.name}.yaml"
@@ -197,11 +210,12 @@ async def run_case(
 
     run = CaseRun(suite, case)
     started = time.monotonic()
-    scratch = Path(tempfile.mkdtemp(prefix=f"ca-test-{case.name}-"))
+    scratch = Path(tempfile.mkdtemp(prefix=f"ca-test-{case.name}-", dir=scratch_base()))
     cassette_mode: Mode = mode
-    cassette = Cassette(cassette_path(suite, case), cassette_mode, mask=KNOWN.value)
+    cassette: Cassette | None = None
     home = Path.cwd()
     try:
+        cassette = Cassette(cassette_path(suite, case), cassette_mode, mask=KNOWN.value)
         root = await asyncio.to_thread(scratch_copy, project.root, suite.spec.exclude, scratch)
         for rel, content in case.files.items():
             path = root / rel
@@ -232,9 +246,10 @@ async def run_case(
     finally:
         os.chdir(home)
         run.seconds = time.monotonic() - started
-        run.mismatch = cassette.mismatch
-        if mode == "record" and not run.error:
-            run.recorded = cassette.save()
+        if cassette is not None:
+            run.mismatch = cassette.mismatch
+            if mode == "record" and not run.error:
+                run.recorded = cassette.save()
         if keep:
             run.scratch = scratch / "project"
         else:
