@@ -196,7 +196,7 @@ def report(outcomes: list[Outcome], seconds: float, out: Any) -> None:
         if outcome.passed:
             continue
         run = outcome.run
-        out.write(f"\nFAIL {run.id}  ({run.suite.path}: case {run.case.name!r})\n")
+        out.write(f"\nFAIL {run.id}  ({_shown(run.suite.path)}: case {run.case.name!r})\n")
         for miss in outcome.misses:
             out.write(f"  {miss.check}\n    expected: {miss.expected}\n    actual:   {miss.actual}\n")
             lines = around(run.events, miss.at)
@@ -225,6 +225,14 @@ def report(outcomes: list[Outcome], seconds: float, out: Any) -> None:
     failed = len(outcomes) - passed
     out.write(f"\n{passed} passed, {failed} failed in {seconds:.2f}s\n")
     out.flush()
+
+
+def _shown(path: Path) -> str:
+    """A path as the user can open it: relative to the current folder when inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def write_junit(path: Path, outcomes: list[Outcome], seconds: float) -> None:
