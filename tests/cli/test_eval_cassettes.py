@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tests.conftest import ProjectFactory, run_ca
+from tests.fake_agent import FakeAgent
 from tests.fake_openai import ConnectionTrap, FakeOpenAI
 
 TOKEN = "tok-abcdefgh12345678"
@@ -156,5 +158,44 @@ def test_http_get_results_are_recorded_and_replayed(make_project: ProjectFactory
     assert "tool: http.get" in cassette and "all systems go" in cassette
     with ConnectionTrap(port) as trap:
         replayed = run_ca("test", cwd=root)
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+        assert trap.connections == 0
+
+
+def test_remote_agent_answers_are_recorded_and_replayed(make_project: ProjectFactory) -> None:
+    remote = FakeAgent()
+    remote.card(remote.url + "/rpc")
+    remote.answers("/rpc")
+    port = remote.port
+    root = make_project(
+        {
+            "agents/caller.yaml": f"""
+                name: caller
+                profile: autonomous
+                tools:
+                  - {{agent: "{remote.url}/", name: remote}}
+                capabilities: {{network: {{allow: ["127.0.0.1:{port}"]}}}}
+            """,
+            "evals/remote.yaml": """
+                cases:
+                  - name: asks
+                    agent: caller
+                    input: '@tool remote {"input": "ping"}'
+                    expect:
+                      tools_called: [{tool: remote, args: {input: ping}}]
+                      output_contains: "remote: pong from"
+            """,
+        }
+    )
+    proxies = {name: "" for name in os.environ if name.lower().endswith("_proxy")}
+    try:
+        recorded = run_ca("test", "--record", cwd=root, env=proxies)
+        assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+        assert any(s.method == "POST" for s in remote.seen)
+    finally:
+        remote.close()
+    assert f"pong from {port}" in (root / "evals" / "cassettes" / "remote" / "asks.yaml").read_text()
+    with ConnectionTrap(port) as trap:
+        replayed = run_ca("test", cwd=root, env=proxies)
         assert replayed.returncode == 0, replayed.stdout + replayed.stderr
         assert trap.connections == 0
