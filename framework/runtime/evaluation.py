@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import fnmatch
+import json
 import os
 import shutil
 import tempfile
@@ -58,6 +59,15 @@ CASSETTES_DIR = "cassettes"
 RunMode = Literal["replay", "record"]
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What the judge model said of one criterion: ``passed`` None when its answer was no verdict."""
+
+    criterion: str
+    passed: bool | None
+    reason: str
+
+
 @dataclass
 class CaseRun:
     """What happened in one case: every event of every turn, the audit, what it cost."""
@@ -78,6 +88,8 @@ class CaseRun:
     """The cassette's first difference, when a replayed request missed it."""
     recorded: bool = False
     scratch: Path | None = None
+    verdicts: list[Verdict] = field(default_factory=list)
+    """The judge model's verdict on each ``expect.judged`` criterion, in order."""
 
     @property
     def id(self) -> str:
@@ -241,6 +253,8 @@ async def run_case(
                 run.error = f"the case ran longer than its timeout ({case.timeout:g}s)"
             run.audit = await runtime.audit.aquery(conversation_id=conversation, limit=100_000)
             run.cost_usd = await _cost(runtime, agent, conversation)
+        if case.expect.judged and run.last is not None and not run.error:
+            run.verdicts = await _judge(scoped, case, run.last.output, cassette)
     except CAError as exc:
         run.error = KNOWN.text(str(exc))
     finally:
@@ -255,6 +269,45 @@ async def run_case(
         else:
             await asyncio.to_thread(shutil.rmtree, scratch, True)
     return run
+
+
+JUDGE = "ca-test-judge"
+"""The judge model's name in cassettes."""
+JUDGE_PROMPT = (
+    "You judge the answer of an AI agent against one criterion. Reply with only a JSON object: "
+    '{"pass": true or false, "reason": "one sentence saying why"}.'
+)
+
+
+async def _judge(project: Project, case: EvalCase, output: str, cassette: Cassette) -> list[Verdict]:
+    """Ask the project's judge model about each criterion (through the cassette: recorded, replayed)."""
+    from langchain_core.messages import HumanMessage, SystemMessage
+
+    from framework.compiler.models import build_model
+    from framework.spec.interpolate import load_dotenv
+
+    config = project.config.evals.judge
+    environ = {**load_dotenv(project.root), **os.environ}
+    model = build_model(config, agent=JUDGE, environ=environ, hook=cassette.hook)
+    asked = "\n\n".join(case.messages)
+    verdicts = []
+    for criterion in case.expect.judged:
+        question = f"Criterion: {criterion}\n\nThe user said:\n{asked}\n\nThe agent answered:\n{output}"
+        reply = await model.ainvoke([SystemMessage(JUDGE_PROMPT), HumanMessage(question)])
+        verdicts.append(read_verdict(criterion, str(reply.text)))
+    return verdicts
+
+
+def read_verdict(criterion: str, text: str) -> Verdict:
+    """The verdict in a judge's reply: the JSON object it holds, ``{"pass": bool, "reason": str}``."""
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        data = json.loads(text[start : end + 1]) if 0 <= start < end else None
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("pass"), bool):
+        return Verdict(criterion, None, f"the judge gave no verdict: {' '.join(text.split())[:200]!r}")
+    return Verdict(criterion, data["pass"], str(data.get("reason", "")))
 
 
 async def _cost(runtime: Any, agent: str, conversation: str) -> Decimal:

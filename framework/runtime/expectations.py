@@ -47,7 +47,7 @@ def judge(run: CaseRun) -> list[Miss]:
         return [Miss("run", "the case to run to its end", run.error, _last(run))]
     expect = run.case.expect
     misses: list[Miss] = []
-    for check in (_state, _tools, _not_called, _output, _contract, _budget, _steps):
+    for check in (_state, _tools, _not_called, _output, _contract, _budget, _steps, _judged):
         misses.extend(check(run, expect))
     return misses
 
@@ -224,6 +224,17 @@ def _steps(run: CaseRun, expect: Expectations) -> list[Miss]:
         if step not in reached:
             seen = ", ".join(dict.fromkeys(reached)) or "none"
             out.append(Miss(f"expect.steps_reached[{n}]", f"step {step!r} started", f"steps started: {seen}", None))
+    return out
+
+
+def _judged(run: CaseRun, expect: Expectations) -> list[Miss]:
+    out = []
+    for n, criterion in enumerate(expect.judged):
+        verdict = run.verdicts[n] if n < len(run.verdicts) else None
+        if verdict is None:
+            out.append(Miss(f"expect.judged[{n}]", criterion, "not judged: the case ended without an answer", None))
+        elif not verdict.passed:
+            out.append(Miss(f"expect.judged[{n}]", criterion, f"the judge: {verdict.reason}", _last(run)))
     return out
 
 

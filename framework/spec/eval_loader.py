@@ -103,6 +103,16 @@ def _check(project: Project, data: LMap) -> list[Diagnostic]:
                     hint=did_you_mean(agent, project.agents) or f"agents: {known}",
                 )
             )
+        expect = item.get("expect")
+        if isinstance(expect, LMap) and expect.get("judged") and project.config.evals.judge is None:
+            out.append(
+                diag(
+                    expect.key_locs["judged"],
+                    "`judged` criteria need a judge model, and the project has none",
+                    key_path=f"cases[{i}].expect.judged",
+                    hint="set evals: {judge: MODEL} in ca.yaml, e.g. judge: openai:gpt-4o-mini",
+                )
+            )
         model = item.get("model")
         spec = project.agents.get(agent if isinstance(agent, str) else project.default_agent or "")
         if model is not None and spec is not None and not isinstance(spec, LlmAgent):

@@ -112,6 +112,11 @@ class Expectations(Spec):
     contract_held: bool | None = Field(default=None, description="true: no contract rule was broken or enforced.")
     budget: BudgetExpectation | None = None
     steps_reached: list[str] = Field(default_factory=list, description="Workflow step ids that started.")
+    judged: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list,
+        description="Criteria a judge model (ca.yaml evals.judge) checks the answer against, e.g. "
+        "'the answer names the failing test'.",
+    )
 
     @field_validator("output_contains", mode="before")
     @classmethod

@@ -136,6 +136,14 @@ class AuditConfig(Spec):
     )
 
 
+class EvalSettings(Spec):
+    """Settings of ``ca test``."""
+
+    judge: ModelConfig | None = Field(
+        default=None, description="The model that judges `expect.judged` criteria (recorded and replayed like any)."
+    )
+
+
 class ProjectConfig(Spec):
     version: Version = 1
     name: str | None = None
@@ -148,6 +156,7 @@ class ProjectConfig(Spec):
     registries: list[Registry] = Field(default_factory=list)
     remote: RemoteCalls = Field(default_factory=RemoteCalls)
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    evals: EvalSettings = Field(default_factory=EvalSettings)
 
 
 @dataclass(frozen=True)

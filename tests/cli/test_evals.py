@@ -373,3 +373,32 @@ def test_a_project_without_evals_says_what_to_add(make_project: ProjectFactory) 
     result = run_ca("test", cwd=root)
     assert result.returncode == 2
     assert "no eval files in" in result.stderr and "add evals/NAME.yaml" in result.stderr
+
+
+def test_judged_criteria_are_checked_by_the_judge_model_of_ca_yaml(make_project: ProjectFactory) -> None:
+    evals = """
+        cases:
+          - name: judged
+            agent: helper
+            input: the tests fail in test_loader.py
+            expect:
+              judged: ["the answer names the failing test file"]
+    """
+    judge = 'evals:\n  judge: {{provider: scripted, replies: [\'{{"pass": {verdict}, "reason": "{reason}"}}\']}}\n'
+    root = _project(make_project, {"judged": evals})
+    (root / "ca.yaml").write_text(judge.format(verdict="true", reason="it names test_loader.py"))
+    passed = run_ca("test", cwd=root)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+
+    (root / "ca.yaml").write_text(judge.format(verdict="false", reason="it names no file"))
+    failed = run_ca("test", cwd=root)
+    assert failed.returncode == 1
+    assert "  expect.judged[0]\n    expected: the answer names the failing test file\n" in failed.stdout
+    assert "    actual:   the judge: it names no file\n" in failed.stdout
+
+    (root / "ca.yaml").unlink()
+    unjudged = run_ca("test", cwd=root)
+    assert unjudged.returncode == 2
+    assert "evals/judged.yaml:6:7: error: `judged` criteria need a judge model, and the project has none" in (
+        unjudged.stderr
+    )

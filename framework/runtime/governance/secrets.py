@@ -143,7 +143,7 @@ def project_secrets(project: Project, environ: Mapping[str, str], dotenv: Mappin
     for registry in config.registries:
         for variable in registry.headers_env.values():
             found.update(_named(environ, variable))
-    models = [config.defaults.model, *(getattr(a, "model", None) for a in project.agents.values())]
+    models = [config.defaults.model, config.evals.judge, *(getattr(a, "model", None) for a in project.agents.values())]
     for model in models:
         if model is not None and model.api_key_env:
             found.update(_named(environ, model.api_key_env))
