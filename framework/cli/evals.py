@@ -13,6 +13,7 @@ import fnmatch
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -120,12 +121,17 @@ def test_command(options: TestOptions) -> int:
     context = multiprocessing.get_context("fork")
     workers = min(options.jobs, len(chosen))
     outcomes: list[Outcome | None] = [None] * len(chosen)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_signals)
+    try:
         futures = {pool.submit(_work, i): i for i in range(len(chosen))}
         for future in as_completed(futures):
             outcome = future.result()
             outcomes[futures[future]] = outcome
             progress.done(outcome)
+    except KeyboardInterrupt:
+        _stop_workers(pool)
+        raise
+    pool.shutdown()
     done = [o for o in outcomes if o is not None]
     seconds = time.monotonic() - started
     if options.junit_xml is not None:
@@ -139,13 +145,35 @@ def test_command(options: TestOptions) -> int:
     return 0 if all(o.passed for o in done) else 1
 
 
+def _worker_signals() -> None:
+    """In each worker: Ctrl-C is the parent's to handle (it stops the workers with SIGTERM)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Ctrl-C: each worker cancels its case on SIGTERM (removing its scratch copy); one that does
+    not end within 5 s is killed."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    workers = multiprocessing.active_children()  # this process starts no children but the workers
+    for worker in workers:
+        worker.terminate()
+    deadline = time.monotonic() + 5
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+        if worker.is_alive():
+            worker.kill()
+
+
 def _work(index: int) -> Outcome:
     """In a worker process: run case ``index`` (and re-record it when it fails under --update).
 
     A bug of ``ca`` met by one case fails that case, saying so, instead of the whole run.
     """
+    loop = _worker_loop()
+    case = loop.create_task(_run_one(index))
+    loop.add_signal_handler(signal.SIGTERM, case.cancel)  # the cancelled case still removes its scratch copy
     try:
-        return _worker_loop().run_until_complete(_run_one(index))
+        return loop.run_until_complete(case)
     except Exception as exc:
         suite, case = _JOB["chosen"][index]
         run = CaseRun(suite, case, error=f"internal error (a bug in ca, please report it): {type(exc).__name__}: {exc}")

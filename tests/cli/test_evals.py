@@ -7,11 +7,15 @@ the events around it); approvals come from the eval file; cases run in parallel,
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from tests.conftest import SIDE_EFFECT, ProjectFactory, run_ca
+from tests.conftest import CA, NAP, NAPPER, REPO, SIDE_EFFECT, ProjectFactory, run_ca
 
 HELPER = """
     name: helper
@@ -402,3 +406,34 @@ def test_judged_criteria_are_checked_by_the_judge_model_of_ca_yaml(make_project:
     assert "evals/judged.yaml:6:7: error: `judged` criteria need a judge model, and the project has none" in (
         unjudged.stderr
     )
+
+
+def test_ctrl_c_stops_the_cases_and_leaves_no_scratch_copy(make_project: ProjectFactory, tmp_path: Path) -> None:
+    root = make_project(
+        {
+            "agents/napper.yaml": NAPPER,
+            "tools/nap.py": NAP,
+            "evals/slow.yaml": "cases:\n  - {name: one, agent: napper, input: go}\n  - {name: two, agent: napper, input: go}\n",
+        }
+    )
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CA_TEST_TMPDIR": str(scratch)}
+    with subprocess.Popen(
+        [*CA, "test"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        deadline = time.monotonic() + 30
+        while len(list(scratch.iterdir())) < 2 and time.monotonic() < deadline:  # both cases running
+            time.sleep(0.1)
+        time.sleep(1)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole process group
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "interrupted" in err and "Traceback" not in err
+    assert list(scratch.iterdir()) == []
