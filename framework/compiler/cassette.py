@@ -376,6 +376,9 @@ class _Recording(BaseChatModel):
 def _add(total: AIMessageChunk | None, chunk: ChatGenerationChunk) -> AIMessageChunk:
     message = chunk.message
     assert isinstance(message, AIMessageChunk)
+    if chunk.generation_info:  # a provider may say its model's name only here
+        info = {k: v for k, v in chunk.generation_info.items() if k == "model_name"}
+        message = message.model_copy(update={"response_metadata": {**message.response_metadata, **info}})
     return message if total is None else total + message
 
 
