@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, WithJsonSchema, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, WithJsonSchema, field_validator, model_validator
 
 from framework.spec.common import Duration, Money, Name, PositiveInt, Regex, Spec, Version, fail, string_form
 from framework.spec.contract import check_json_schema
@@ -146,6 +146,17 @@ def _check_file_path(value: str) -> str:
     return value
 
 
+def _approvals_form(value: Any) -> str:
+    return "in-order" if isinstance(value, list) else "by-name"
+
+
+Approvals = Annotated[
+    Annotated[list[Answer], Tag("in-order")] | Annotated[dict[str, Answer], Tag("by-name")],
+    Discriminator(_approvals_form),
+]
+"""Answers in order (a list), or by tool name / step id / 'budget' / '*' (a mapping)."""
+
+
 class EvalCase(Spec):
     """One case: a fresh scratch copy of the project, a conversation, and expectations."""
 
@@ -157,7 +168,7 @@ class EvalCase(Spec):
         default=None, description="Run the agent on this model instead of its own (e.g. scripted replies)."
     )
     files: dict[str, str] = Field(default_factory=dict, description="Path -> content, written into the scratch copy.")
-    approvals: list[Answer] | dict[str, Answer] = Field(
+    approvals: Approvals = Field(
         default_factory=list,
         description="Answers to pauses: a list (in order), or tool name / step id / 'budget' / '*' -> answer. "
         "A pause with no answer ends the case input-required.",
