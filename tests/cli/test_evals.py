@@ -357,6 +357,10 @@ def test_k_selects_cases_and_bad_eval_files_point_at_the_line(make_project: Proj
     assert result.returncode == 0, result.stderr
     assert list(_results(result.stdout)) == ["echo"]
 
+    both = run_ca("test", "--record", "--update", cwd=root)
+    assert both.returncode == 2
+    assert "use --record (re-record every case) or --update (re-record failing cases), not both" in both.stderr
+
     none = run_ca("test", "-k", "nothing-like-this", cwd=root)
     assert none.returncode == 2
     assert none.stderr.strip() == "error: no case matches -k 'nothing-like-this'"
