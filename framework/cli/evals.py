@@ -13,8 +13,10 @@ import fnmatch
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from framework.errors import UsageError
-from framework.runtime.evaluation import CaseRun, RunMode, run_case
+from framework.runtime.evaluation import CaseRun, RunMode, run_case, scratch_base
 from framework.runtime.events import ToolCallStarted
 from framework.runtime.expectations import Miss, around, judge
 from framework.spec.eval_loader import EvalSuite, load_evals
@@ -109,7 +111,10 @@ def test_command(options: TestOptions) -> int:
     chosen = select(suites, options.pattern)
     if not chosen:
         raise UsageError(f"no case matches -k {options.pattern!r}")
-    _JOB.update(project=project, chosen=chosen, options=options)
+    # Every case's scratch copy goes into one folder of this run, removed at the end whatever
+    # happened to the workers (one killed on Ctrl-C cannot remove its own).
+    scratch = Path(tempfile.mkdtemp(prefix="ca-test-run-", dir=scratch_base()))
+    _JOB.update(project=project, chosen=chosen, options=options, scratch=scratch)
     # Imported once here, before the workers are forked, rather than once in each of them.
     import framework.protocols.a2a
     import framework.runtime.runtime  # noqa: F401
@@ -120,17 +125,31 @@ def test_command(options: TestOptions) -> int:
     # (a case runs in its scratch copy as the working directory).
     context = multiprocessing.get_context("fork")
     workers = min(options.jobs, len(chosen))
-    outcomes: list[Outcome | None] = [None] * len(chosen)
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_signals)
     try:
-        futures = {pool.submit(_work, i): i for i in range(len(chosen))}
-        for future in as_completed(futures):
-            outcome = future.result()
-            outcomes[futures[future]] = outcome
-            progress.done(outcome)
+        return _run_all(pool, chosen, options, progress, started)
     except KeyboardInterrupt:
         _stop_workers(pool)
         raise
+    finally:
+        if not options.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_all(
+    pool: ProcessPoolExecutor,
+    chosen: list[tuple[EvalSuite, EvalCase]],
+    options: TestOptions,
+    progress: _Progress,
+    started: float,
+) -> int:
+    """Run every case in ``pool``, then report; the exit code."""
+    outcomes: list[Outcome | None] = [None] * len(chosen)
+    futures = {pool.submit(_work, i): i for i in range(len(chosen))}
+    for future in as_completed(futures):
+        outcome = future.result()
+        outcomes[futures[future]] = outcome
+        progress.done(outcome)
     pool.shutdown()
     done = [o for o in outcomes if o is not None]
     seconds = time.monotonic() - started
@@ -195,10 +214,13 @@ async def _run_one(index: int) -> Outcome:
 
     project, (suite, case), options = _JOB["project"], _JOB["chosen"][index], _JOB["options"]
     mode: RunMode = "record" if options.record else "replay"
-    run = await run_case(project, suite, case, mode=mode, remote=open_remote, keep=options.keep)
+    where = _JOB["scratch"]
+    run = await run_case(project, suite, case, mode=mode, remote=open_remote, keep=options.keep, scratch_in=where)
     outcome = Outcome(run, judge(run))
     if options.update and not outcome.passed:
-        again = await run_case(project, suite, case, mode="record", remote=open_remote, keep=options.keep)
+        again = await run_case(
+            project, suite, case, mode="record", remote=open_remote, keep=options.keep, scratch_in=where
+        )
         outcome = Outcome(again, judge(again), rerecorded=again.recorded)
     return outcome
 

@@ -212,17 +212,20 @@ async def run_case(
     mode: RunMode = "replay",
     remote: RemoteFactory | None = None,
     keep: bool = False,
+    scratch_in: Path | str | None = None,
 ) -> CaseRun:
     """Run ``case`` in a fresh scratch copy of ``project``; what happened (never raises for the case's own failures).
 
     The working directory is the scratch copy while the case runs: one case at a time per process.
+    The copy is made in ``scratch_in`` (default: :func:`scratch_base`) and removed afterwards
+    unless ``keep``.
     """
     from framework.runtime.runtime import Runtime
     from framework.runtime.turn import drive_turn
 
     run = CaseRun(suite, case)
     started = time.monotonic()
-    scratch = Path(tempfile.mkdtemp(prefix=f"ca-test-{case.name}-", dir=scratch_base()))
+    scratch = Path(tempfile.mkdtemp(prefix=f"ca-test-{case.name}-", dir=scratch_in or scratch_base()))
     cassette_mode: Mode = mode
     cassette: Cassette | None = None
     home = Path.cwd()
@@ -267,7 +270,7 @@ async def run_case(
         if keep:
             run.scratch = scratch / "project"
         else:
-            await asyncio.to_thread(shutil.rmtree, scratch, True)
+            shutil.rmtree(scratch, ignore_errors=True)  # not awaited: a cancelled case still removes it
     return run
 
 

@@ -433,7 +433,7 @@ def test_ctrl_c_stops_the_cases_and_leaves_no_scratch_copy(make_project: Project
         start_new_session=True,
     ) as proc:
         deadline = time.monotonic() + 30
-        while len(list(scratch.iterdir())) < 2 and time.monotonic() < deadline:  # both cases running
+        while len(list(scratch.glob("*/*"))) < 2 and time.monotonic() < deadline:  # both cases running
             time.sleep(0.1)
         time.sleep(1)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole process group
