@@ -193,6 +193,42 @@ def run(
     raise typer.Exit(code)
 
 
+@app.command("test")
+def test_command(
+    project: ProjectOpt = Path(),
+    pattern: Annotated[
+        str | None,
+        typer.Option("-k", help="Run only the cases whose FILE::CASE contains PATTERN (or matches it as a glob)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as one JSON document.")] = False,
+    junit_xml: Annotated[Path | None, typer.Option("--junit-xml", help="Write a JUnit XML report to FILE.")] = None,
+    record: Annotated[
+        bool, typer.Option("--record", help="Run on the real models and (re)write each case's cassette.")
+    ] = False,
+    update: Annotated[bool, typer.Option("--update", help="Replay; re-record the cases that fail.")] = False,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="Cases run at once (default: the number of CPUs).")
+    ] = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep each case's scratch copy of the project.")] = False,
+) -> None:
+    """Run the eval cases of evals/*.yaml, each in a scratch copy of the project.
+
+    Provider models replay their cassettes (evals/cassettes/FILE/CASE.yaml) with no network;
+    offline and scripted models run as they are. Exit 0 when every case passed, 1 when one
+    failed, 2 for an invalid project, eval file or usage.
+    """
+    from framework.cli.evals import TestOptions
+    from framework.cli.evals import test_command as run_tests
+
+    options = TestOptions(project, pattern, as_json, junit_xml, record, update, jobs or os.cpu_count() or 2, keep)
+    try:
+        code = run_tests(options)
+    except KeyboardInterrupt:
+        typer.echo("\ninterrupted", err=True)
+        raise typer.Exit(130) from None
+    raise typer.Exit(code)
+
+
 @app.command()
 def graph(agent: AgentArg, project: ProjectOpt = Path()) -> None:
     """Print an agent's compiled graph as Mermaid."""

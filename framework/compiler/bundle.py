@@ -36,10 +36,10 @@ from framework.compiler.mcp_tools import (
     mcp_refs,
     takes_clients,
 )
-from framework.compiler.models import build_model
+from framework.compiler.models import ModelHook, build_model
 from framework.compiler.tool_context import ToolContext
 from framework.compiler.tool_names import model_facing_name
-from framework.compiler.tools import build_tools
+from framework.compiler.tools import ToolHook, build_tools
 from framework.compiler.workflow import compile_workflow
 from framework.errors import AgentNotFound, CAError, Failure
 from framework.spec.agent import AgentSpec, LlmAgent
@@ -148,6 +148,10 @@ class Bundle:
     """The MCP client side (the runtime provides it): the tools of ``mcp_servers``."""
     checkpointer: Any = field(default=None, repr=False)
     environ: Mapping[str, str] | None = field(default=None, repr=False)
+    model_hook: ModelHook | None = field(default=None, repr=False)
+    """Wraps how each agent's model is built (``ca test``'s cassettes)."""
+    tool_hook: ToolHook | None = field(default=None, repr=False)
+    """Wraps each tool of an agent (``ca test``'s cassettes keep the results of those leaving the process)."""
     _graphs: dict[tuple[str, bool, tuple[ClientServer, ...]], Graph] = field(default_factory=dict, repr=False)
     _cards: dict[str, AgentCard] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -209,10 +213,18 @@ class Bundle:
             if mcp_refs(spec):
                 tools.extend(build_mcp_tools(spec, self.mcp, read_lock(self.project.root)))
             tools.extend(client_tools(capabilities, self.mcp, clients))
+            if self.tool_hook is not None:
+                tools = [self.tool_hook(tool, spec.name) for tool in tools]
             skills = {s.id: s for s in (self.project.skills[s] if isinstance(s, str) else s for s in spec.skills)}
             return compile_llm_agent(
                 spec,
-                model=build_model(config, agent=spec.name, environ=self.environ, tools=[t.name for t in tools]),
+                model=build_model(
+                    config,
+                    agent=spec.name,
+                    environ=self.environ,
+                    tools=[t.name for t in tools],
+                    hook=self.model_hook,
+                ),
                 tools=tools,
                 skills=skills,
                 middleware=middleware,
@@ -221,10 +233,13 @@ class Bundle:
         from framework.compiler.builtin_tools import builtin_tools
 
         # Tool steps get the same tools, capabilities and policies as a model's tool calls.
+        steps_tools = builtin_tools(context)
+        if self.tool_hook is not None:
+            steps_tools = {name: self.tool_hook(tool, spec.name) for name, tool in steps_tools.items()}
         return compile_workflow(
             spec,
             call_agent=self.call_agent,
-            tools=builtin_tools(context),
+            tools=steps_tools,
             checkpointer=checkpointer,
             middleware=middleware,
         )
@@ -359,6 +374,8 @@ def build_bundle(
     checkpointer: Any = None,
     environ: Mapping[str, str] | None = None,
     base_url: str | None = None,
+    model_hook: ModelHook | None = None,
+    tool_hook: ToolHook | None = None,
 ) -> Bundle:
     """Compile a loaded project. Graphs and cards are built on first use.
 
@@ -379,4 +396,6 @@ def build_bundle(
         mcp=mcp,
         checkpointer=checkpointer,
         environ=environ,
+        model_hook=model_hook,
+        tool_hook=tool_hook,
     )
