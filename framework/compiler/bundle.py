@@ -152,6 +152,9 @@ class Bundle:
     """Wraps how each agent's model is built (``ca test``'s cassettes)."""
     tool_hook: ToolHook | None = field(default=None, repr=False)
     """Wraps each tool of an agent (``ca test``'s cassettes keep the results of those leaving the process)."""
+    tool_names: dict[str, str] = field(default_factory=dict, repr=False)
+    """Model-facing tool name -> its name in the YAML (``notes_list_notes`` -> ``notes.list_notes``),
+    for every tool of the agents compiled so far: events, traces and metrics show the YAML's name."""
     _graphs: dict[tuple[str, bool, tuple[ClientServer, ...]], Graph] = field(default_factory=dict, repr=False)
     _cards: dict[str, AgentCard] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -215,6 +218,8 @@ class Bundle:
             tools.extend(client_tools(capabilities, self.mcp, clients))
             if self.tool_hook is not None:
                 tools = [self.tool_hook(tool, spec.name) for tool in tools]
+            for tool in tools:
+                self.tool_names[tool.name] = str((tool.metadata or {}).get("ca_name", tool.name))
             skills = {s.id: s for s in (self.project.skills[s] if isinstance(s, str) else s for s in spec.skills)}
             return compile_llm_agent(
                 spec,

@@ -50,7 +50,9 @@ class _Translator:
     run ends was never released and is never sent.
     """
 
-    def __init__(self, *, hold: bool = False) -> None:
+    def __init__(self, *, hold: bool = False, names: Mapping[str, str] | None = None) -> None:
+        self.names = names
+        """Model-facing tool names -> the YAML's (the bundle's ``tool_names``)."""
         self.usage = Usage()
         self.tool_names: dict[str, str] = {}
         self.streamed_ids: set[str] = set()
@@ -128,7 +130,7 @@ class _Translator:
             if isinstance(message, AIMessage):
                 events.extend(self.model_turn(message, source))
             elif isinstance(message, ToolMessage):
-                name = self.tool_names.get(message.tool_call_id) or spec_tool_name(message.name or "tool")
+                name = self.tool_names.get(message.tool_call_id) or spec_tool_name(message.name or "tool", self.names)
                 events.append(
                     ToolCallFinished(message.tool_call_id, name, message.text, message.status == "error", source)
                 )
@@ -153,7 +155,7 @@ class _Translator:
             self.turn_ids.add(message.id)
         events: list[RunEvent] = []
         for call in message.tool_calls:
-            name = spec_tool_name(call["name"])
+            name = spec_tool_name(call["name"], self.names)
             call_id = call.get("id") or ""
             self.tool_names[call_id] = name
             events.append(ToolCallStarted(call_id, name, dict(call.get("args", {})), source))
@@ -268,10 +270,13 @@ def _reasoning(message: AIMessageChunk) -> list[str]:
     return found
 
 
-def spec_tool_name(model_name: str) -> str:
-    """``fs_read`` -> ``fs.read`` for builtins; other names are already spec names."""
+def spec_tool_name(model_name: str, known: Mapping[str, str] | None = None) -> str:
+    """``fs_read`` -> ``fs.read``: a builtin's, or one of ``known`` (a bundle's ``tool_names``: MCP
+    tools' ``SERVER.TOOL``); other names are already spec names."""
     from framework.spec.tools import BUILTIN_TOOLS
 
+    if known and model_name in known:
+        return known[model_name]
     for name in BUILTIN_TOOLS:
         if name.replace(".", "_") == model_name:
             return name
@@ -304,7 +309,7 @@ class Runner:
             await self.bundle.prepare(agent)  # MCP servers start here, not on the event loop's thread
             graph = self.bundle.graph(agent)
             # A resumed run starts its stream again: the asked agent's answer is held from the start.
-            translator = _Translator(hold=holds_output(self.bundle.agent(agent).contract))
+            translator = _Translator(hold=holds_output(self.bundle.agent(agent).contract), names=self.bundle.tool_names)
             config: RunnableConfig = {
                 "configurable": {"thread_id": thread_id},
                 "metadata": {"agent": agent},
