@@ -48,7 +48,8 @@ SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 @dataclass
 class RunOptions:
     project: Path
-    agent: str
+    agent: str | None
+    """None: the project's default agent."""
     prompt: str | None
     session: str | None
     skill: str | None
@@ -317,13 +318,18 @@ async def run_command(options: RunOptions) -> int:
     from framework.spec import load_project
 
     project = load_project(options.project)
+    agent = options.agent or project.default_agent
+    if agent is None:  # pragma: no cover - a project without agents does not load
+        raise UsageError("name the agent to run (see `ca agents list`)")
     text = read_prompt(options.prompt)
     session = options.session or uuid.uuid4().hex[:12]
     async with AsyncExitStack() as stack:
         runtime = await Runtime.open(project, stack=stack, remote=open_remote)
-        runtime.bundle.agent(options.agent)  # unknown agent: a clear error before anything runs
+        runtime.bundle.agent(agent)  # unknown agent or skill: a clear error (exit 2) before anything runs
+        if options.skill is not None:
+            runtime.bundle.check_skill(agent, options.skill)
         task_id = uuid.uuid4().hex
-        events = runtime.send(options.agent, text, conversation=session, skill=options.skill, task_id=task_id)
+        events = runtime.send(agent, text, conversation=session, skill=options.skill, task_id=task_id)
         return await drive(runtime, events, as_json=options.as_json, session=session, task_id=task_id)
 
 

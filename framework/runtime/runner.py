@@ -305,7 +305,7 @@ class Runner:
             }
             await self._check_thread(graph, config, agent, thread_id, resuming=resume is not None)
             if skill is not None:
-                self._check_skill(agent, skill)
+                self.bundle.check_skill(agent, skill)
             payload: Any = Command(resume=resume) if resume is not None else {"messages": [HumanMessage(text or "")]}
             async for part in graph.astream(
                 payload,
@@ -371,16 +371,3 @@ class Runner:
             data["server"] = model.base_url
         where = f" at {model.base_url}" if model.base_url else ""
         return ProviderError(f"model call failed for agent {agent!r} ({model.label()}{where}): {text}", data=data)
-
-    def _check_skill(self, agent: str, skill: str) -> None:
-        from framework.compiler.card import agent_skills
-        from framework.spec.common import did_you_mean
-
-        spec = self.bundle.agent(agent)
-        ids = [s.id for s in agent_skills(spec, self.bundle.project)]
-        if skill not in ids:
-            hint = did_you_mean(skill, ids)
-            raise RunError(
-                f"agent {agent!r} has no skill {skill!r}{f' ({hint})' if hint else ''}; "
-                f"skills: {', '.join(ids) or 'none'}"
-            )

@@ -186,7 +186,7 @@ class Platform:
         spec = self.runtime.bundle.project.agents.get(task.agent)
         budget = getattr(spec, "budget", None) or self.runtime.bundle.project.config.defaults.budget
         caps = budget.model_dump(mode="json", exclude_none=True) if budget is not None else {}
-        return {"taskId": task.id, "state": task.state, "usage": to_wire(task.usage), "budget": caps}
+        return {"taskId": task.id, "state": task.state, "usage": to_wire(task.usage), "budget": to_wire(caps)}
 
     async def audit_query(self, params: AuditParams) -> dict[str, Any]:
         records = await self.runtime.audit.aquery(
@@ -196,7 +196,7 @@ class Platform:
             since_seq=params.since_seq,
             limit=params.limit,
         )
-        return {"records": [asdict(r) for r in records]}
+        return {"records": [{**to_wire(asdict(r)), "data": to_wire(r.data)} for r in records]}
 
     async def diagnostics(self) -> dict[str, Any]:
         bundle = self.runtime.bundle
