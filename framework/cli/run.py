@@ -1,8 +1,8 @@
 """``ca run AGENT [PROMPT]``: one turn of a conversation, streamed to the terminal (or as JSON lines).
 
-Exit codes (:data:`EXIT_CODES`, by how the run ended): 0 completed, 1 failed (whatever the
+Exit codes (:func:`exit_code`, by how the run ended): 0 completed, 1 failed (whatever the
 failure's kind: ``--json`` gives it in the finished event), 3 paused waiting for a decision
-(non-interactive), 130 interrupted; errors before a run starts exit with their class's
+(non-interactive), 4 stopped by a budget (``on_exceed: stop``), 130 interrupted; errors before a run starts exit with their class's
 ``exit_code`` (2 for an invalid project or usage).
 """
 
@@ -40,6 +40,26 @@ from framework.runtime.pauses import Pause, Question, ToolApproval, all_question
 
 EXIT_CODES: dict[RunState, int] = {"completed": 0, "failed": 1, "input-required": 3, "canceled": 130}
 """The exit code of ``ca run`` and ``ca approve`` for each way a run ends."""
+BUDGET_STOPPED = 4
+"""The exit code of a run a budget stopped (``on_exceed: stop``): it completed, with what it had so far."""
+BUDGET_STOPS = frozenset({"max_tokens", "max_turn_requests"})
+"""The stop reasons of a turn a budget ended."""
+
+
+def exit_code(finished: RunFinished) -> int:
+    """How ``ca run`` exits for a run's end: :data:`EXIT_CODES`, or :data:`BUDGET_STOPPED`."""
+    if finished.state == "completed" and finished.stop_reason in BUDGET_STOPS:
+        return BUDGET_STOPPED
+    return EXIT_CODES[finished.state]
+
+
+def label(finished: RunFinished) -> str:
+    """The summary line's first word: the run's state, or ``stopped by budget`` for a budget stop."""
+    if finished.state == "completed" and finished.stop_reason in BUDGET_STOPS:
+        return f"stopped by budget: {finished.stop_reason}"
+    return finished.state
+
+
 INTERRUPTED_AT_PROMPT = 130
 """The exit code when Ctrl-C answers a prompt: the task stays waiting, to be decided with ``ca approve``."""
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -144,7 +164,7 @@ class TerminalView:
         self.out.flush()
         usage = event.usage
         summary = (
-            f"[{event.state}] {usage.total_tokens} tokens ({usage.input_tokens} in, {usage.output_tokens} out), "
+            f"[{label(event)}] {usage.total_tokens} tokens ({usage.input_tokens} in, {usage.output_tokens} out), "
             f"{_count(usage.model_calls, 'model call')}, {_count(usage.tool_calls, 'tool call')} · session {session}"
         )
         if event.state == "failed":
@@ -306,7 +326,7 @@ async def drive(runtime: Any, events: Any, *, as_json: bool, session: str, task_
             sys.stderr.write(f"task {short} is waiting for an answer: ca approve {short} --answer TEXT\n")
         else:
             sys.stderr.write(f"task {short} is waiting for a decision: ca approve {short} [--reject --reason TEXT]\n")
-    return INTERRUPTED_AT_PROMPT if turn.interrupted else EXIT_CODES[finished.state]
+    return INTERRUPTED_AT_PROMPT if turn.interrupted else exit_code(finished)
 
 
 async def run_command(options: RunOptions) -> int:

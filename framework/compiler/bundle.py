@@ -218,6 +218,7 @@ class Bundle:
     async def call_agent_with_usage(self, name: str, text: str) -> tuple[str, dict[str, float]]:
         """Like :meth:`call_agent`, also returning what the callee used (its caller pays for it)."""
         context = CALL_CONTEXT.get() or RunContext(source="agent-call", depth=1)
+        _announce_callee(name)
         hooks = self.call_hooks
         if hooks is not None:
             context = hooks.started(name, text, context)
@@ -327,6 +328,19 @@ class Bundle:
             metadata={"ca_name": ref.agent, "capability": "agent"},
             handle_tool_error=True,
         )
+
+
+def _announce_callee(name: str) -> None:
+    """Tell the caller's stream which agent this tool call runs, so the callee's events carry its
+    name as their source (not the graph node's, ``tools``)."""
+    from langgraph.config import get_config, get_stream_writer
+
+    try:
+        writer, config = get_stream_writer(), get_config()
+    except RuntimeError:  # not inside a graph run (a direct call): nobody to tell
+        return
+    namespace = config.get("configurable", {}).get("checkpoint_ns", "")
+    writer({"ca_event": "callee", "agent": name, "ns": namespace})
 
 
 def remote_tool_name(url: str) -> str:

@@ -58,13 +58,26 @@ class _Translator:
         """Model turns already counted: a message updated in place (marked withheld) comes by again."""
         self.holds: set[_Namespace] = {()} if hold else set()
         self.held: list[tuple[_Namespace, TextChunk | ThoughtChunk]] = []
+        self.callees: dict[_Namespace, str] = {}
+        """The namespace of a tool task that calls an agent -> that agent's name (the events' source)."""
+
+    def source(self, ns: _Namespace) -> tuple[str, ...]:
+        """Who an event of namespace ``ns`` comes from: the callee's name for an agent call's
+        namespace, else the graph node's (a workflow step's id)."""
+        return tuple(self.callees.get(ns[: i + 1], segment.rsplit(":", 1)[0]) for i, segment in enumerate(ns))
 
     def part(self, part: Mapping[str, Any]) -> list[RunEvent]:
         kind, data = part["type"], part["data"]
         ns: _Namespace = tuple(part.get("ns", ()))
-        source = tuple(segment.rsplit(":", 1)[0] for segment in ns)
         if kind == "custom" and isinstance(data, dict) and data.get("ca_event") in _HOLD_SIGNALS:
             return self.signal(str(data["ca_event"]), ns)
+        if kind == "custom" and isinstance(data, dict) and data.get("ca_event") == "callee":
+            # The tool task's own namespace: where the callee's events will come from.
+            where = tuple(str(data.get("ns") or "").split("|"))
+            if where != ("",):
+                self.callees.setdefault(where, str(data.get("agent")))
+            return []
+        source = self.source(ns)
         events: list[RunEvent] = []
         if kind == "messages":
             events = self.message(data[0], source)

@@ -332,4 +332,9 @@ def _status(outcome: RemoteOutcome, status: Any) -> None:
 def _usage(outcome: RemoteOutcome, metadata: dict[str, Any]) -> None:
     usage = from_wire(metadata).get("usage")
     if isinstance(usage, dict):
-        outcome.usage = {k: float(v) for k, v in usage.items() if isinstance(v, int | float) and k != "total_tokens"}
+        # Counts stay integers (a remote's 12 is not 12.0 in our records and on our wire); money is a float.
+        outcome.usage = {
+            k: float(v) if k.endswith("_usd") else int(v)
+            for k, v in usage.items()
+            if isinstance(v, int | float) and k != "total_tokens"
+        }

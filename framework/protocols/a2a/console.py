@@ -101,7 +101,7 @@ async def _follow(
             async with asyncio.timeout(timeout):
                 async for event in client.send_message(SendMessageRequest(message=message)):
                     if as_json:
-                        print(json.dumps(json_format.MessageToDict(event)), flush=True)
+                        print(json.dumps(_counts_as_integers(json_format.MessageToDict(event))), flush=True)
                     if event.HasField("task"):
                         current = event.task
                         task_id, context_id = current.id, current.context_id
@@ -164,3 +164,17 @@ async def _follow(
         if pending and not as_json:
             sys.stderr.write(f"error: {pending}\n")
         return FAILED
+
+
+def _counts_as_integers(value: Any) -> Any:
+    """``value`` with the whole numbers of every ``usage`` mapping as integers: protobuf's Struct
+    (A2A metadata) holds only doubles, so a token count of 23 arrives as 23.0."""
+    if isinstance(value, list):
+        return [_counts_as_integers(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _counts_as_integers(v) for k, v in value.items()}
+    usage = out.get("usage")
+    if isinstance(usage, dict):
+        out["usage"] = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in usage.items()}
+    return out
