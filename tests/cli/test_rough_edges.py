@@ -82,6 +82,7 @@ def test_p_names_the_project_on_every_command(two: Path, tmp_path_factory: pytes
         ["validate"],
         ["run", "alpha", "hi"],
         ["card", "alpha"],
+        ["graph", "alpha"],
         ["agents", "list"],
         ["agents", "show", "beta"],
         ["tasks", "list"],
