@@ -41,14 +41,14 @@ from framework.compiler.tool_context import ToolContext
 from framework.compiler.tool_names import model_facing_name
 from framework.compiler.tools import ToolHook, build_tools
 from framework.compiler.workflow import compile_workflow
-from framework.errors import AgentNotFound, CAError, Failure
+from framework.errors import AgentNotFound, CAError, Failure, SkillNotFound
 from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
 from framework.spec.interpolate import load_dotenv
 from framework.spec.mcp_lock import read_lock
 from framework.spec.project import Project
-from framework.spec.tools import AgentSelector, AgentTool
+from framework.spec.tools import AgentSelector, AgentTool, BuiltinTool, PythonTool
 
 if TYPE_CHECKING:
     from framework.compiler.card import AgentCard  # the card builder is the compiler's one user of a2a-sdk
@@ -177,6 +177,18 @@ class Bundle:
             raise AgentNotFound(f"agent {name!r} not found{f' ({hint})' if hint else ''}; agents: {known}")
         return self.project.agents[name]
 
+    def check_skill(self, agent: str, skill: str) -> None:
+        """Raise SkillNotFound (listing the agent's skills) unless ``agent`` has the skill ``skill``."""
+        from framework.compiler.card import agent_skills
+
+        ids = [s.id for s in agent_skills(self.agent(agent), self.project)]
+        if skill not in ids:
+            hint = did_you_mean(skill, ids)
+            raise SkillNotFound(
+                f"agent {agent!r} has no skill {skill!r}{f' ({hint})' if hint else ''}; "
+                f"skills: {', '.join(ids) or 'none'}"
+            )
+
     def card(self, name: str) -> AgentCard:
         """The Agent Card of ``name`` (built on first use: a2a's types are not needed to run)."""
         with self._lock:
@@ -269,6 +281,7 @@ class Bundle:
     async def call_agent_with_usage(self, name: str, text: str) -> tuple[str, dict[str, float]]:
         """Like :meth:`call_agent`, also returning what the callee used (its caller pays for it)."""
         context = CALL_CONTEXT.get() or RunContext(source="agent-call", depth=1)
+        _announce_callee(name)
         hooks = self.call_hooks
         if hooks is not None:
             context = hooks.started(name, text, context)
@@ -297,7 +310,8 @@ class Bundle:
             hooks.finished(context, state="completed", output=answer, usage=usage)
         return answer, usage
 
-    def _agent_tools(self, spec: LlmAgent) -> list[BaseTool]:
+    def _agent_refs(self, spec: LlmAgent) -> list[AgentTool]:
+        """The agent's agent tools, tag selectors expanded (each callee once)."""
         refs: list[AgentTool] = []
         for ref in spec.tools:
             if isinstance(ref, AgentTool):
@@ -305,11 +319,33 @@ class Bundle:
             elif isinstance(ref, AgentSelector):
                 refs.extend(self.select(ref.agents.tags, exclude=spec.name))
         seen: set[str] = set()
-        tools: list[BaseTool] = []
+        unique: list[AgentTool] = []
         for ref in refs:
             if ref.agent not in seen:
                 seen.add(ref.agent)
-                tools.append(self._agent_tool(ref))
+                unique.append(ref)
+        return unique
+
+    def _agent_tools(self, spec: LlmAgent) -> list[BaseTool]:
+        return [self._agent_tool(ref) for ref in self._agent_refs(spec)]
+
+    def tool_list(self, name: str) -> list[dict[str, str]]:
+        """Agent ``name``'s tools as the model gets them, without building any: ``name`` (what a
+        model calls, e.g. ``fs_read``), ``tool`` (the spec's name: ``fs.read``, a python function,
+        an agent's name or URL) and ``kind``. A workflow has none (its steps name their tools)."""
+        spec = self.agent(name)
+        if not isinstance(spec, LlmAgent):
+            return []
+        tools: list[dict[str, str]] = []
+        for ref in spec.tools:
+            if isinstance(ref, BuiltinTool):
+                tools.append({"name": model_facing_name(ref.builtin), "tool": ref.builtin, "kind": "builtin"})
+            elif isinstance(ref, PythonTool):
+                tool_name = ref.name or ref.function
+                tools.append({"name": model_facing_name(tool_name), "tool": ref.python, "kind": "python"})
+        for ref in self._agent_refs(spec):
+            tool_name = ref.name or (remote_tool_name(ref.agent) if ref.is_remote else ref.agent)
+            tools.append({"name": model_facing_name(tool_name), "tool": ref.agent, "kind": "agent"})
         return tools
 
     def select(self, tags: Sequence[str], *, exclude: str = "") -> list[AgentTool]:
@@ -358,6 +394,19 @@ class Bundle:
             metadata={"ca_name": ref.agent, "capability": "agent"},
             handle_tool_error=True,
         )
+
+
+def _announce_callee(name: str) -> None:
+    """Tell the caller's stream which agent this tool call runs, so the callee's events carry its
+    name as their source (not the graph node's, ``tools``)."""
+    from langgraph.config import get_config, get_stream_writer
+
+    try:
+        writer, config = get_stream_writer(), get_config()
+    except RuntimeError:  # not inside a graph run (a direct call): nobody to tell
+        return
+    namespace = config.get("configurable", {}).get("checkpoint_ns", "")
+    writer({"ca_event": "callee", "agent": name, "ns": namespace})
 
 
 def remote_tool_name(url: str) -> str:

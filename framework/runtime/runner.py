@@ -60,13 +60,26 @@ class _Translator:
         """Model turns already counted: a message updated in place (marked withheld) comes by again."""
         self.holds: set[_Namespace] = {()} if hold else set()
         self.held: list[tuple[_Namespace, TextChunk | ThoughtChunk]] = []
+        self.callees: dict[_Namespace, str] = {}
+        """The namespace of a tool task that calls an agent -> that agent's name (the events' source)."""
+
+    def source(self, ns: _Namespace) -> tuple[str, ...]:
+        """Who an event of namespace ``ns`` comes from: the callee's name for an agent call's
+        namespace, else the graph node's (a workflow step's id)."""
+        return tuple(self.callees.get(ns[: i + 1], segment.rsplit(":", 1)[0]) for i, segment in enumerate(ns))
 
     def part(self, part: Mapping[str, Any]) -> list[RunEvent]:
         kind, data = part["type"], part["data"]
         ns: _Namespace = tuple(part.get("ns", ()))
-        source = tuple(segment.rsplit(":", 1)[0] for segment in ns)
         if kind == "custom" and isinstance(data, dict) and data.get("ca_event") in _HOLD_SIGNALS:
             return self.signal(str(data["ca_event"]), ns)
+        if kind == "custom" and isinstance(data, dict) and data.get("ca_event") == "callee":
+            # The tool task's own namespace: where the callee's events will come from.
+            where = tuple(str(data.get("ns") or "").split("|"))
+            if where != ("",):
+                self.callees.setdefault(where, str(data.get("agent")))
+            return []
+        source = self.source(ns)
         events: list[RunEvent] = []
         if kind == "messages":
             events = self.message(data[0], source)
@@ -318,7 +331,7 @@ class Runner:
                 config["callbacks"] = callbacks
             await self._check_thread(graph, config, agent, thread_id, resuming=resume is not None)
             if skill is not None:
-                self._check_skill(agent, skill)
+                self.bundle.check_skill(agent, skill)
             payload: Any = Command(resume=resume) if resume is not None else {"messages": [HumanMessage(text or "")]}
             async for part in graph.astream(
                 payload,
@@ -385,16 +398,3 @@ class Runner:
             data["server"] = model.base_url
         where = f" at {model.base_url}" if model.base_url else ""
         return ProviderError(f"model call failed for agent {agent!r} ({model.label()}{where}): {text}", data=data)
-
-    def _check_skill(self, agent: str, skill: str) -> None:
-        from framework.compiler.card import agent_skills
-        from framework.spec.common import did_you_mean
-
-        spec = self.bundle.agent(agent)
-        ids = [s.id for s in agent_skills(spec, self.bundle.project)]
-        if skill not in ids:
-            hint = did_you_mean(skill, ids)
-            raise RunError(
-                f"agent {agent!r} has no skill {skill!r}{f' ({hint})' if hint else ''}; "
-                f"skills: {', '.join(ids) or 'none'}"
-            )

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from framework.errors import Failure, RunError, TaskNotWaiting
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.pauses import Pause, all_questions, read_pause
-from framework.runtime.stores import state_dir
+from framework.runtime.stores import opening, state_dir
 
 TaskState = Literal["submitted", "working", "input-required", "completed", "failed", "canceled", "rejected"]
 FINAL_STATES = ("completed", "failed", "canceled", "rejected")
@@ -162,7 +162,9 @@ class TaskStore:
 
     @classmethod
     def open(cls, root: Path) -> TaskStore:
-        return cls(state_dir(root) / "tasks.db")
+        path = state_dir(root) / "tasks.db"
+        with opening(path):  # a file that is not a database: a StoreError naming it
+            return cls(path)
 
     def close(self) -> None:
         self._conn.close()

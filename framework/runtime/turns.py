@@ -28,7 +28,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from framework.errors import ConversationBusy, StoreError
-from framework.runtime.stores import state_dir
+from framework.runtime.stores import opening, state_dir
 from framework.runtime.tasks import now
 
 TURN_WAIT_S = 120.0
@@ -64,7 +64,9 @@ class Turns:
 
     @classmethod
     def open(cls, root: Path) -> Turns:
-        return cls(state_dir(root) / "tasks.db")
+        path = state_dir(root) / "tasks.db"
+        with opening(path):  # a file that is not a database: a StoreError naming it
+            return cls(path)
 
     def close(self) -> None:
         # Under the lock: a worker thread may still be giving a turn back (shielded from the

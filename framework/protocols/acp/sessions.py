@@ -13,7 +13,7 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-from framework.runtime.stores import state_dir
+from framework.runtime.stores import opening, state_dir
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -37,7 +37,9 @@ class SessionStore:
 
     @classmethod
     def open(cls, root: Path) -> SessionStore:
-        return cls(state_dir(root) / "tasks.db")
+        path = state_dir(root) / "tasks.db"
+        with opening(path):  # a file that is not a database: a StoreError naming it
+            return cls(path)
 
     def close(self) -> None:
         self._conn.close()
