@@ -38,7 +38,7 @@ from framework.compiler.mcp_tools import (
 )
 from framework.compiler.models import ModelHook, build_model
 from framework.compiler.tool_context import ToolContext
-from framework.compiler.tool_names import model_facing_name
+from framework.compiler.tool_names import model_facing_name, yaml_name
 from framework.compiler.tools import ToolHook, build_tools
 from framework.compiler.workflow import compile_workflow
 from framework.errors import AgentNotFound, CAError, Failure, SkillNotFound
@@ -230,8 +230,9 @@ class Bundle:
             tools.extend(client_tools(capabilities, self.mcp, clients))
             if self.tool_hook is not None:
                 tools = [self.tool_hook(tool, spec.name) for tool in tools]
-            for tool in tools:
-                self.tool_names[tool.name] = str((tool.metadata or {}).get("ca_name", tool.name))
+            for tool in tools:  # a dotted name the model cannot call (SERVER.TOOL): the model's has '_'
+                if named := yaml_name(tool.name, (tool.metadata or {}).get("ca_name")):
+                    self.tool_names[tool.name] = named
             skills = {s.id: s for s in (self.project.skills[s] if isinstance(s, str) else s for s in spec.skills)}
             return compile_llm_agent(
                 spec,

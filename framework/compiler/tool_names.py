@@ -20,3 +20,12 @@ def spec_name(model_name: str, known: Iterable[str]) -> str:
         if model_facing_name(name) == model_name:
             return name
     return model_name
+
+
+def yaml_name(model_name: str, ca_name: str | None) -> str | None:
+    """The YAML's name of a tool the model knows as ``model_name``, when ``ca_name`` (the tool's
+    ``metadata["ca_name"]``) is that name with dots (``notes.list_notes``); None otherwise (an
+    agent tool's ``ca_name`` is its URL, not a name a person reads as the tool's)."""
+    if ca_name and ca_name != model_name and model_facing_name(ca_name) == model_name:
+        return ca_name
+    return None

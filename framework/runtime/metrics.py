@@ -32,8 +32,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 
 from framework.runtime.governance.budgets import cost
-from framework.runtime.runner import spec_tool_name
-from framework.runtime.telemetry import known_price, model_of, usage_of
+from framework.runtime.telemetry import known_price, model_of, tool_name, usage_of
 
 if TYPE_CHECKING:
     from langchain_core.outputs import LLMResult
@@ -91,7 +90,8 @@ class Metrics:
         elif record.kind == "tool.call":
             self.tool_calls.labels(record.agent, str(data.get("tool", "")), "allowed").inc()
         elif record.kind == "denial":
-            self.tool_calls.labels(record.agent, str(data.get("tool", "")), "denied").inc()
+            tool = "unknown" if data.get("rule") == "tool.unknown" else str(data.get("tool", ""))
+            self.tool_calls.labels(record.agent, tool, "denied").inc()
         elif record.kind == "decision" and "tool" in data:
             if data.get("decision") == "reject":
                 self.tool_calls.labels(record.agent, str(data["tool"]), "rejected").inc()
@@ -147,10 +147,7 @@ class RunMetrics(BaseCallbackHandler):
             self.metrics.model_calls.labels(self.agent, started[1]).inc()
 
     def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID, **kwargs: Any) -> None:
-        meta = kwargs.get("metadata") or {}  # the tool's own metadata: its name in the YAML
-        name = str(
-            meta.get("ca_name") or spec_tool_name(str((serialized or {}).get("name") or kwargs.get("name") or "tool"))
-        )
+        name = tool_name(serialized, kwargs)
         self._started[run_id] = (time.perf_counter(), name)
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:

@@ -83,7 +83,13 @@ def start(environ: Mapping[str, str] | None = None) -> Tracing | None:
             "install it with pip install 'cleveragents[otel]', or unset the OTEL_* variables"
         ) from None
 
-    provider = TracerProvider(resource=Resource.create({"service.name": env.get("OTEL_SERVICE_NAME", "cleveragents")}))
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+
+    # A client's traceparent may join its trace, not switch tracing of the server's runs off.
+    sampler = None if env.get("OTEL_TRACES_SAMPLER") else ParentBased(ALWAYS_ON, remote_parent_not_sampled=ALWAYS_ON)
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": env.get("OTEL_SERVICE_NAME", "cleveragents")}), sampler=sampler
+    )
     for name in (e.strip().lower() for e in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",")):
         exporter: SpanExporter
         if name in ("", "none"):
@@ -110,16 +116,16 @@ def start(environ: Mapping[str, str] | None = None) -> Tracing | None:
 def inject(headers: Any) -> None:
     """Add the W3C trace context of the current span to outgoing ``headers`` (an agent call), if tracing."""
     if _current:
-        from opentelemetry import propagate
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        propagate.inject(headers)
+        TraceContextTextMapPropagator().inject(headers)  # the trace context only, never baggage
 
 
 def extracted(headers: Mapping[str, str]) -> Any:
     """The OpenTelemetry context a request's ``traceparent`` (and ``tracestate``) carries."""
-    from opentelemetry import propagate
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    return propagate.extract(headers)
+    return TraceContextTextMapPropagator().extract(headers)  # a client's baggage is not ours to carry on
 
 
 def install(provider: TracerProvider, *, contents: bool = False) -> Tracing:
@@ -384,12 +390,7 @@ class RunSpans(BaseCallbackHandler):
     ) -> None:
         from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 
-        from framework.runtime.runner import spec_tool_name
-
-        meta = kwargs.get("metadata") or {}  # the tool's own metadata: its name in the YAML
-        name = str(
-            meta.get("ca_name") or spec_tool_name(str((serialized or {}).get("name") or kwargs.get("name") or "tool"))
-        )
+        name = tool_name(serialized, kwargs)
         attributes: dict[str, Any] = {
             gen_ai.GEN_AI_OPERATION_NAME: "execute_tool",
             gen_ai.GEN_AI_TOOL_NAME: name,
@@ -436,6 +437,16 @@ def _real(error: BaseException) -> BaseException | None:
     return None if isinstance(error, GraphBubbleUp) else error
 
 
+def tool_name(serialized: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> str:
+    """A tool call's name as in the YAML (``fs.read``, ``notes.list_notes``), from LangChain's callback."""
+    from framework.compiler.tool_names import yaml_name
+    from framework.runtime.runner import spec_tool_name
+
+    called = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
+    ca_name = (kwargs.get("metadata") or {}).get("ca_name")  # the tool's own metadata
+    return yaml_name(called, ca_name if isinstance(ca_name, str) else None) or spec_tool_name(called)
+
+
 def model_of(metadata: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> tuple[str, str]:
     """A model call's provider and model, as LangChain's callbacks report them (``ls_*`` metadata)."""
     meta = metadata or {}
@@ -468,7 +479,7 @@ def known_price(model: str, prices: Mapping[str, Any]) -> bool:
 
 
 def _content(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    text = value if isinstance(value, str) else json.dumps(KNOWN.value(value), default=str, ensure_ascii=False)
     return KNOWN.text(text)[:CONTENT_CAP]
 
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from framework.compiler.card import EXTENSION_URI, agent_skills, card_to_json
-from framework.errors import CAError, RunError, TaskNotWaiting
+from framework.errors import CAError, TaskNotWaiting
 from framework.protocols.a2a.auth import ANONYMOUS, Caller
 from framework.protocols.a2a.wire import to_wire
 from framework.protocols.jsonrpc import Code, JsonRpcError, Request, error, error_for, parse_request, result
@@ -157,11 +157,8 @@ class Platform:
     def _task(self, task_id: str, caller: Caller, *, approving: bool = False) -> Task:
         """The task ``task_id`` as ``caller`` may see it: its own, or any task for an approver
         (``approving``: a decision or what it needs); another caller's task is not found."""
-        try:
-            task = self.runtime.tasks.get(task_id)
-        except RunError as exc:
-            raise JsonRpcError(TASK_NOT_FOUND, str(exc)) from exc
-        if task.caller != caller.name and not (approving and caller.approver):
+        task = self.runtime.tasks.find(task_id)
+        if task is None or (task.caller != caller.name and not (approving and caller.approver)):
             raise JsonRpcError(TASK_NOT_FOUND, f"task {task_id!r} not found")
         return task
 

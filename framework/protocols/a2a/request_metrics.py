@@ -3,9 +3,10 @@
 The method is the JSON-RPC ``method`` of the body (read from its first chunk, never the whole
 body), or for REST and the other routes the HTTP method and the path below the agent
 (``POST /message:send``, ``GET card``); the answer is the HTTP status, or the JSON-RPC error code
-when an HTTP 200 carries one. Labels stay bounded whatever a client sends: a method or path
-the server does not know (-32601, HTTP 404/405) is counted as ``unknown``, and task ids in
-REST paths as ``{id}``.
+when an HTTP 200 carries one. Labels stay bounded whatever a client sends: only the methods
+a2a-sdk and the platform define get a label of their own, a path refused before routing (401)
+or not known (-32601, HTTP 404/405) is counted as ``unknown``, and task ids and the REST
+tenant segment in paths as ``{id}`` and ``{tenant}``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,19 @@ from framework.runtime.metrics import Metrics
 _METHOD = re.compile(rb'"method"\s*:\s*"([A-Za-z0-9_/.:-]{1,64})"')
 _ERROR = re.compile(rb'"error"\s*:\s*\{[^{}]*?"code"\s*:\s*(-?\d{1,6})')
 _AGENT = re.compile(r"^/agents/[^/]+")
+_FIXED_ROUTES = frozenset({"GET /metrics", "GET /healthz", "POST /", "GET card"})
+_REST_TOP = frozenset({"message:send", "message:stream", "tasks", "extendedAgentCard", "v1", "card"})
+
+
+def _known_methods() -> frozenset[str]:
+    from a2a.compat.v0_3.jsonrpc_adapter import JSONRPC03Adapter
+    from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+
+    from framework.protocols.a2a.platform import METHODS, PREFIX
+    from framework.protocols.a2a.stdio_shapes import BY_TASK_ID
+
+    platform = {PREFIX + name for name in METHODS}
+    return frozenset({*JsonRpcDispatcher.METHOD_TO_MODEL, *JSONRPC03Adapter.METHOD_TO_MODEL, *platform, *BY_TASK_ID})
 
 
 class RequestMetrics:
@@ -57,7 +71,12 @@ class RequestMetrics:
             await self.app(scope, peeking_receive, watching_send)
         finally:
             code = answer["code"] or str(answer["status"])
-            name = (method[0] if method else "") or _route(scope)
+            name = method[0] if method else ""
+            if name and name not in _KNOWN:
+                name = "unknown"
+            name = name or _route(scope)
+            if code == "401" and name not in _FIXED_ROUTES:  # refused before routing: the client's path
+                name = "unknown"
             if code in ("-32601", "404", "405"):  # not a method or route of ours: no label of its own
                 name = "unknown"
             self.metrics.requests.labels(name, code).inc()
@@ -69,8 +88,13 @@ def _route(scope: Scope) -> str:
     if path.endswith("/.well-known/agent-card.json") or path.endswith("/.well-known/agent.json"):
         return "GET card"
     segments = path.split("/")
+    if len(segments) > 2 and segments[1] == "rest" and segments[2] not in _REST_TOP:
+        segments[2] = "{tenant}"  # the SDK's catch-all tenant mount
     for i in range(1, len(segments)):
         if segments[i - 1] == "tasks" and segments[i]:  # /v1/tasks/ID[:cancel]: the id is not a label
             _, colon, action = segments[i].partition(":")
             segments[i] = "{id}" + colon + action
     return f"{scope.get('method', 'GET')} {'/'.join(segments)[:80]}"
+
+
+_KNOWN = _known_methods()

@@ -40,6 +40,7 @@ from mcp.types import (
 from framework import __version__
 from framework.compiler.mcp_tools import model_name
 from framework.errors import CAError
+from framework.protocols.a2a.auth import Caller
 from framework.runtime.events import Paused, RunFinished, TextChunk, ToolCallFinished, ToolCallStarted
 from framework.runtime.runtime import Runtime
 
@@ -98,25 +99,37 @@ class AgentTools:
         token = meta.get("progress_token", meta.get("progressToken")) if isinstance(meta, dict) else None
         progress = _Progress(ctx, token)
         asked = (params.input_responses or {}).get(APPROVAL)
+        # ca serve's /mcp: the request's Caller (server.auth); None over stdio (ca mcp serve: the local user).
+        request = getattr(ctx, "request", None)
+        user = request.scope.get("user") if request is not None else None
+        caller = user if isinstance(user, Caller) else None
+        by = caller.name if caller is not None else "mcp"
+        owner = None if caller is None or caller.approver else caller.name  # None: sees every task
         try:
             if isinstance(asked, ElicitResult) and params.request_state:  # the answer to our elicitation
-                task = self.runtime.tasks.get(params.request_state)
-                events = self.runtime.decide(task.id, _answer(asked), by="mcp")
+                task = self.runtime.tasks.find(params.request_state)
+                if task is None or owner not in (None, task.caller):
+                    return _error(f"task {params.request_state!r} not found")
+                events = self.runtime.decide(task.id, _answer(asked), by=by)
                 return await self._drive(ctx, events, task.conversation, progress, task.id)
             if decision is not None:
                 if not isinstance(context_id, str) or decision not in ("approve", "reject"):
                     return _error("`decision` is approve or reject, with the `context_id` of the waiting conversation")
                 waiting = [
-                    t for t in self.runtime.tasks.list(pending_only=True, limit=1000) if t.conversation == context_id
+                    t
+                    for t in self.runtime.tasks.list(pending_only=True, limit=1000, caller=owner)
+                    if t.conversation == context_id
                 ]
                 if not waiting:
                     return _error(f"conversation {context_id!r} waits for no decision")
                 task_id = waiting[0].id
                 answer = {"decision": decision, **({"reason": message} if message and decision == "reject" else {})}
-                events = self.runtime.decide(task_id, answer, by="mcp")
+                events = self.runtime.decide(task_id, answer, by=by)
                 conversation = context_id
             else:
                 conversation = context_id if isinstance(context_id, str) and context_id else uuid.uuid4().hex[:12]
+                if caller is not None and "caller" not in caller.roles:
+                    return _error(f"credential {caller.name!r} has no role 'caller': it may not send messages")
                 task_id = uuid.uuid4().hex  # known before the run starts, so a cancel can name it
                 events = self.runtime.send(
                     agent,
@@ -124,6 +137,7 @@ class AgentTools:
                     conversation=conversation,
                     skill=skill if isinstance(skill, str) else None,
                     task_id=task_id,
+                    caller=caller.name if caller is not None else None,
                 )
             return await self._drive(ctx, events, conversation, progress, task_id)
         except CAError as exc:

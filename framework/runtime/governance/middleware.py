@@ -372,8 +372,12 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         state: GovernanceState = request.state
         call = _tool_call(request)
         call_id = str(request.tool_call.get("id") or "")
-        decision = self._check(call, state, context, call_id)
         extra: dict[str, Any] = {}
+        if request.tool is None:  # a name the model made up: nothing to run, nothing allowed
+            unknown = f"the agent has no tool {call.tool!r}"
+            self.audit(context, "denial", tool=call.tool, args=dict(call.args), reason=unknown, rule="tool.unknown")
+            return None, _refused(request, PolicyDenied(f"denied: {unknown}", data={"tool": call.tool})), extra
+        decision = self._check(call, state, context, call_id)
         if decision.action == "ask":
             answer = interrupt(
                 {

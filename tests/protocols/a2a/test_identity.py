@@ -298,11 +298,11 @@ def test_budget_status_is_the_owner_s_and_the_approver_s(server: ServerProcess) 
 def test_audit_query_shows_a_caller_only_its_own_tasks(server: ServerProcess) -> None:
     of_a, of_b = paused_task(server, A), paused_task(server, B)
     assert platform(server, B, "audit/query", {"taskId": of_a.id})["error"]["code"] == TASK_NOT_FOUND
-    seen_by_b = {r["task_id"] for r in result_of(platform(server, B, "audit/query", {"limit": 1000}))["records"]}
+    seen_by_b = {r["taskId"] for r in result_of(platform(server, B, "audit/query", {"limit": 1000}))["records"]}
     assert of_b.id in seen_by_b and of_a.id not in seen_by_b
     by_context = platform(server, B, "audit/query", {"contextId": of_a.context_id})
     assert result_of(by_context)["records"] == []
-    seen_by_lead = {r["task_id"] for r in result_of(platform(server, LEAD, "audit/query", {"limit": 1000}))["records"]}
+    seen_by_lead = {r["taskId"] for r in result_of(platform(server, LEAD, "audit/query", {"limit": 1000}))["records"]}
     assert {of_a.id, of_b.id} <= seen_by_lead
 
 

@@ -9,92 +9,28 @@ one trace id from the first caller to the callee, across the HTTP hop.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from tests.a2a_peers import result_of, user_message
-from tests.conftest import free_ports, run_ca, write_project
-from tests.serving import SERVER_ENV, start_serve
-
-
-@dataclass(frozen=True)
-class Exported:
-    service: str
-    name: str
-    trace_id: str
-    span_id: str
-    parent_id: str
-    attributes: dict[str, object]
+from tests.conftest import run_ca, write_project
+from tests.otlp import Exported, otlp_receiver, traced_env
+from tests.serving import start_serve
 
 
 @pytest.fixture
 def receiver() -> Iterator[tuple[str, list[Exported]]]:
-    spans: list[Exported] = []
-
-    async def traces(request: Request) -> Response:
-        body = ExportTraceServiceRequest.FromString(await request.body())
-        for resource in body.resource_spans:
-            service = next((a.value.string_value for a in resource.resource.attributes if a.key == "service.name"), "")
-            for scope in resource.scope_spans:
-                for span in scope.spans:
-                    attributes = {
-                        a.key: getattr(a.value, a.value.WhichOneof("value") or "string_value") for a in span.attributes
-                    }
-                    spans.append(
-                        Exported(
-                            service,
-                            span.name,
-                            span.trace_id.hex(),
-                            span.span_id.hex(),
-                            span.parent_span_id.hex(),
-                            attributes,
-                        )
-                    )
-        answer = ExportTraceServiceResponse().SerializeToString()
-        return Response(answer, media_type="application/x-protobuf")
-
-    [port] = free_ports(1)
-    server = uvicorn.Server(
-        uvicorn.Config(Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])]), port=port, log_level="error")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", spans
-    server.should_exit = True
-    thread.join(timeout=5)
-
-
-def _env(endpoint: str, service: str) -> dict[str, str]:
-    return {
-        **SERVER_ENV,
-        "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED": "true",  # a2a-sdk's spans are switched on with ours
-        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-        "OTEL_SERVICE_NAME": service,
-        "OTEL_BSP_SCHEDULE_DELAY": "50",
-    }
+    with otlp_receiver() as received:
+        yield received
 
 
 def test_a_call_between_two_servers_is_one_trace(tmp_path: Path, receiver: tuple[str, list[Exported]]) -> None:
     endpoint, spans = receiver
     b_root = write_project(tmp_path / "b", {"agents/echo.yaml": "name: echo\nprofile: autonomous\n"})
-    b = start_serve(b_root, env=_env(endpoint, "server-b"))
+    b = start_serve(b_root, env=traced_env(endpoint, "server-b"))
     try:
         a_root = write_project(
             tmp_path / "a",
@@ -107,7 +43,7 @@ def test_a_call_between_two_servers_is_one_trace(tmp_path: Path, receiver: tuple
                 """
             },
         )
-        a = start_serve(a_root, env=_env(endpoint, "server-a"))
+        a = start_serve(a_root, env=traced_env(endpoint, "server-a"))
         try:
             text = "@tool echo " + json.dumps({"input": "hello from A"})
             answer = result_of(a.rpc("SendMessage", {"message": user_message(text)}, agent="boss"))

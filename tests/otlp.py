@@ -1,0 +1,85 @@
+"""An OTLP/HTTP trace receiver for the tests: a real uvicorn server that decodes each export with
+opentelemetry-proto, and the environment that points a `ca serve` at it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import uvicorn
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tests.conftest import free_ports
+from tests.serving import SERVER_ENV
+
+
+@dataclass(frozen=True)
+class Exported:
+    service: str
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str
+    attributes: dict[str, object]
+
+
+@contextmanager
+def otlp_receiver() -> Iterator[tuple[str, list[Exported]]]:
+    """(endpoint URL, the spans received so far) while the receiver runs."""
+    spans: list[Exported] = []
+
+    async def traces(request: Request) -> Response:
+        body = ExportTraceServiceRequest.FromString(await request.body())
+        for resource in body.resource_spans:
+            service = next((a.value.string_value for a in resource.resource.attributes if a.key == "service.name"), "")
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    attributes = {
+                        a.key: getattr(a.value, a.value.WhichOneof("value") or "string_value") for a in span.attributes
+                    }
+                    spans.append(
+                        Exported(
+                            service,
+                            span.name,
+                            span.trace_id.hex(),
+                            span.span_id.hex(),
+                            span.parent_span_id.hex(),
+                            attributes,
+                        )
+                    )
+        answer = ExportTraceServiceResponse().SerializeToString()
+        return Response(answer, media_type="application/x-protobuf")
+
+    [port] = free_ports(1)
+    server = uvicorn.Server(
+        uvicorn.Config(Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])]), port=port, log_level="error")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}", spans
+    server.should_exit = True
+    thread.join(timeout=5)
+
+
+def traced_env(endpoint: str, service: str) -> dict[str, str]:
+    """The environment of a `ca serve` exporting its traces (a2a-sdk's spans too) to ``endpoint``."""
+    return {
+        **SERVER_ENV,
+        "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED": "true",  # a2a-sdk's spans are switched on with ours
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_SERVICE_NAME": service,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+    }
