@@ -10,6 +10,8 @@
     ├── ToolError                tool_failed          a tool cannot be loaded, or a workflow's tool step failed
     │                                                 (a model's tool calls get their failures back as results)
     ├── StoreError               store_damaged        a state database under .ca/ is damaged
+    ├── StoreBusy                store_busy           another process held a database's write lock past
+    │                                                 store.lock_timeout (retryable: nothing was written)
     └── RunError                 run_failed           a run cannot start or failed; its subclasses say why
         ├── AgentNotFound        agent_not_found      no agent of that name
         ├── TaskNotWaiting       task_not_waiting     a decision for a task that waits for none
@@ -51,6 +53,7 @@ ErrorCode = Literal[
     "provider_error",
     "tool_failed",
     "store_damaged",
+    "store_busy",
     "agent_not_found",
     "task_not_waiting",
     "conversation_busy",
@@ -154,6 +157,16 @@ class StoreError(CAError):
     """
 
     code = "store_damaged"
+
+
+class StoreBusy(CAError):
+    """Another process held the write lock of a state database longer than ``store.lock_timeout``.
+
+    Retryable: the statement (or transaction) that waited wrote nothing; the same request later
+    goes through once the lock is given back.
+    """
+
+    code = "store_busy"
 
 
 class RunError(CAError):

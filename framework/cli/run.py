@@ -292,7 +292,7 @@ async def drive(runtime: Any, events: Any, *, as_json: bool, session: str, task_
         finished, pauses = await drive_turn(runtime, events, turn)
     except asyncio.CancelledError:
         view.stop_waiting()
-        runtime.mark_canceled(task_id)
+        await runtime.amark_canceled(task_id)
         if as_json:
             stopped = RunFinished.failed(Failure.of(Cancelled("interrupted by the user (Ctrl-C)")), view.usage)
             print(json.dumps(event_to_json(replace(stopped, task_id=task_id)), ensure_ascii=False), flush=True)

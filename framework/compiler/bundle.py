@@ -60,11 +60,11 @@ class RemoteAgent:
 class CallHooks(Protocol):
     """What the runtime does around an in-process agent call."""
 
-    def started(self, agent: str, text: str, context: RunContext) -> RunContext:
+    async def started(self, agent: str, text: str, context: RunContext) -> RunContext:
         """Record the callee's task; the context to run it with (its own task id)."""
         ...
 
-    def finished(
+    async def finished(
         self,
         context: RunContext,
         *,
@@ -208,27 +208,27 @@ class Bundle:
         context = CALL_CONTEXT.get() or RunContext(source="agent-call", depth=1)
         hooks = self.call_hooks
         if hooks is not None:
-            context = hooks.started(name, text, context)
+            context = await hooks.started(name, text, context)
         try:
             state = await self.graph(name, nested=True).ainvoke({"messages": [HumanMessage(text)]}, context=context)
         except GraphBubbleUp:
             if hooks is not None:
-                hooks.finished(context, state="input-required")
+                await hooks.finished(context, state="input-required")
             raise
         except BaseException as exc:
             if hooks is not None:
                 canceled = isinstance(exc, asyncio.CancelledError)
-                hooks.finished(context, state="canceled" if canceled else "failed", error=str(exc))
+                await hooks.finished(context, state="canceled" if canceled else "failed", error=str(exc))
             raise
         answer, usage = final_text(state), dict(state.get("ca_usage") or {})
         stopped = (state.get("ca_stop") or {}).get("failure")
         if stopped:  # the callee's policies ended it failed (its answer broke its contract): the same kind here
             failure = Failure.from_json(stopped)
             if hooks is not None:
-                hooks.finished(context, state="failed", error=failure.message, usage=usage)
+                await hooks.finished(context, state="failed", error=failure.message, usage=usage)
             raise failure.error()
         if hooks is not None:
-            hooks.finished(context, state="completed", output=answer, usage=usage)
+            await hooks.finished(context, state="completed", output=answer, usage=usage)
         return answer, usage
 
     def _agent_tools(self, spec: LlmAgent) -> list[BaseTool]:

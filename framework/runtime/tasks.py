@@ -14,18 +14,21 @@ import socket
 import sqlite3
 import threading
 import uuid
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from framework.errors import Failure, RunError, TaskNotWaiting
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.pauses import Pause, all_questions, read_pause
+from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, retried, until_free
 from framework.runtime.stores import state_dir
 
 TaskState = Literal["submitted", "working", "input-required", "completed", "failed", "canceled", "rejected"]
 FINAL_STATES = ("completed", "failed", "canceled", "rejected")
+_T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -142,32 +145,52 @@ class Task:
 
 
 class TaskStore:
-    """SQLite-backed task table (WAL, busy timeout); safe across threads and processes."""
+    """SQLite-backed task table (WAL); safe across threads and processes.
 
-    def __init__(self, path: Path) -> None:
+    Every method has a blocking form and writes have an async one (``acreate``, ``aupdate``,
+    ``aclaim``, ...): the async forms wait for another process's write lock with the event loop
+    running (:mod:`framework.runtime.store_locks`), so the serving path uses them.
+    """
+
+    def __init__(self, path: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
         self.path = path
+        self.lock_timeout = lock_timeout
+        """Seconds a write waits for another process's write lock before StoreBusy."""
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
+        self._conn = sqlite3.connect(path, timeout=lock_timeout, check_same_thread=False, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")  # crash-safe in WAL; see audit_store
         self._conn.executescript(_SCHEMA)
         columns = {row[1] for row in self._conn.execute("PRAGMA table_info(tasks)")}
         for column in _ADDED_COLUMNS.keys() - columns:  # a tasks.db written before these existed
             self._conn.execute(f"ALTER TABLE tasks ADD COLUMN {column} {_ADDED_COLUMNS[column]}")
+        no_wait(self._conn)  # set up: from now on a locked file is waited for by store_locks, not SQLite
 
     @classmethod
-    def open(cls, root: Path) -> TaskStore:
-        return cls(state_dir(root) / "tasks.db")
+    def open(cls, root: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> TaskStore:
+        return cls(state_dir(root) / "tasks.db", lock_timeout=lock_timeout)
 
     def close(self) -> None:
         self._conn.close()
 
-    def create(
-        self, *, agent: str, conversation: str, source: str, input: str, parent: str = "", task_id: str | None = None
-    ) -> Task:
-        """Record a new task (``task_id``: a transport's own id, e.g. an A2A task id)."""
+    def _run(self, statement: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``statement`` on the connection, waiting (blocking) while another process writes."""
+        return retried(lambda: self._locked(statement), path=self.path, timeout=self.lock_timeout)
+
+    async def _arun(self, statement: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``statement`` on the connection, waiting with the event loop running while another process writes."""
+        return await until_free(lambda: self._locked(statement), path=self.path, timeout=self.lock_timeout)
+
+    def _locked(self, statement: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._lock:
+            return statement(self._conn)
+
+    def _creation(
+        self, *, agent: str, conversation: str, source: str, input: str, parent: str, task_id: str | None
+    ) -> tuple[Task, Callable[[sqlite3.Connection], object]]:
         stamp = now().isoformat()
         input = KNOWN.text(input)
+        pid, host = _owner()
         task = Task(
             id=task_id or uuid.uuid4().hex,
             agent=agent,
@@ -178,17 +201,37 @@ class TaskStore:
             parent=parent,
             created_at=stamp,
             updated_at=stamp,
+            owner_pid=pid,
+            owner_host=host,
         )
-        pid, host = _owner()
-        with self._lock:
-            self._conn.execute(
-                "INSERT INTO tasks (id, agent, conversation, source, state, input, parent, created_at, updated_at,"
-                " owner_pid, owner_host) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host),
-            )
-        return replace(task, owner_pid=pid, owner_host=host)
+        values = (task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host)
+        return task, lambda conn: conn.execute(
+            "INSERT INTO tasks (id, agent, conversation, source, state, input, parent, created_at, updated_at,"
+            " owner_pid, owner_host) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            values,
+        )
 
-    def update(
+    def create(
+        self, *, agent: str, conversation: str, source: str, input: str, parent: str = "", task_id: str | None = None
+    ) -> Task:
+        """Record a new task (``task_id``: a transport's own id, e.g. an A2A task id)."""
+        task, insert = self._creation(
+            agent=agent, conversation=conversation, source=source, input=input, parent=parent, task_id=task_id
+        )
+        self._run(insert)
+        return task
+
+    async def acreate(
+        self, *, agent: str, conversation: str, source: str, input: str, parent: str = "", task_id: str | None = None
+    ) -> Task:
+        """:meth:`create`, waiting for the lock with the event loop running."""
+        task, insert = self._creation(
+            agent=agent, conversation=conversation, source=source, input=input, parent=parent, task_id=task_id
+        )
+        await self._arun(insert)
+        return task
+
+    def _updating(
         self,
         task_id: str,
         *,
@@ -198,7 +241,8 @@ class TaskStore:
         pending: tuple[Pending, ...] | None = None,
         usage: dict[str, Any] | None = None,
         failure: Failure | None = None,
-    ) -> Task:
+        unless_final: bool = False,
+    ) -> Callable[[sqlite3.Connection], int]:
         sets = ["state = ?", "updated_at = ?"]
         values: list[Any] = [state, now().isoformat()]
         if state in _RUNNING:  # whoever runs it owns it: a crash of this process leaves an orphan
@@ -217,26 +261,109 @@ class TaskStore:
         if failure is not None:
             sets.append("failure = ?")
             values.append(json.dumps(KNOWN.value(failure.to_json())))
-        with self._lock:
-            self._conn.execute(f"UPDATE tasks SET {', '.join(sets)} WHERE id = ?", (*values, task_id))  # noqa: S608
+        where = "id = ?" + (f" AND state NOT IN {FINAL_STATES!r}" if unless_final else "")
+        query = f"UPDATE tasks SET {', '.join(sets)} WHERE {where}"  # noqa: S608
+        return lambda conn: conn.execute(query, (*values, task_id)).rowcount
+
+    def update(
+        self,
+        task_id: str,
+        *,
+        state: TaskState,
+        output: str | None = None,
+        error: str | None = None,
+        pending: tuple[Pending, ...] | None = None,
+        usage: dict[str, Any] | None = None,
+        failure: Failure | None = None,
+    ) -> Task:
+        self._run(
+            self._updating(
+                task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
+            )
+        )
         return self.get(task_id)
 
-    def claim(self, task_id: str, by: str) -> Task:
-        """Take the decision of a paused task: one atomic compare-and-set from ``input-required`` to
-        ``working``, so of any number of deciders — threads, processes, protocols — exactly one wins.
-        The others get a RunError that says who decided and when."""
+    async def aupdate(
+        self,
+        task_id: str,
+        *,
+        state: TaskState,
+        output: str | None = None,
+        error: str | None = None,
+        pending: tuple[Pending, ...] | None = None,
+        usage: dict[str, Any] | None = None,
+        failure: Failure | None = None,
+    ) -> Task:
+        """:meth:`update`, waiting for the lock with the event loop running."""
+        await self._arun(
+            self._updating(
+                task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
+            )
+        )
+        return self.get(task_id)
+
+    async def aend(self, task_id: str, *, state: TaskState, error: str | None = None) -> bool:
+        """Move a task that is not final yet to ``state`` (pending decisions dropped), as one
+        compare-and-set: of an ending and a decision or another ending at the same moment, one wins.
+        Whether this one did."""
+        return await self._arun(self._updating(task_id, state=state, error=error, pending=(), unless_final=True)) == 1
+
+    def _claiming(self, task_id: str, by: str) -> Callable[[sqlite3.Connection], int]:
         stamp = now().isoformat()
-        with self._lock:
-            claimed = self._conn.execute(
+        owner = _owner()
+        return lambda conn: (
+            conn.execute(
                 "UPDATE tasks SET state = 'working', decided_by = ?, decided_at = ?, updated_at = ?,"
                 " owner_pid = ?, owner_host = ? WHERE id = ? AND state = 'input-required'",
-                (by, stamp, stamp, *_owner(), task_id),
+                (by, stamp, stamp, *owner, task_id),
             ).rowcount
+        )
+
+    def _claimed(self, task_id: str, claimed: int) -> Task:
         task = self.get(task_id)
         if claimed != 1:
             who = f" by {task.decided_by} at {task.decided_at}" if task.decided_by else ""
             raise AlreadyDecided(f"task {task.id[:12]} was already decided{who}; it is {task.state} now")
         return task
+
+    def claim(self, task_id: str, by: str) -> Task:
+        """Take the decision of a paused task: one atomic compare-and-set from ``input-required`` to
+        ``working``, so of any number of deciders — threads, processes, protocols — exactly one wins.
+        The others get a RunError that says who decided and when."""
+        return self._claimed(task_id, self._run(self._claiming(task_id, by)))
+
+    async def aclaim(self, task_id: str, by: str) -> Task:
+        """:meth:`claim`, waiting for the lock with the event loop running."""
+        return self._claimed(task_id, await self._arun(self._claiming(task_id, by)))
+
+    def _orphans(self) -> list[tuple[str, str, int, str, str]]:
+        """(id, state, owner pid, reason, failure JSON) of each running task whose process is gone."""
+        pid, host = _owner()
+        rows = self._run(
+            lambda conn: conn.execute(
+                "SELECT id, state, owner_pid FROM tasks WHERE state IN (?, ?) AND owner_host = ? AND owner_pid != 0",
+                (*_RUNNING, host),
+            ).fetchall()
+        )
+        found = []
+        for task_id, state, owner in rows:
+            if owner == pid or _alive(owner):
+                continue
+            reason = ORPHANED.format(pid=owner, host=host)
+            found.append((task_id, state, owner, reason, json.dumps(Failure.of(RunError(reason)).to_json())))
+        return found
+
+    @staticmethod
+    def _settling(orphan: tuple[str, str, int, str, str]) -> Callable[[sqlite3.Connection], int]:
+        task_id, state, owner, reason, failure = orphan
+        host = _owner()[1]
+        return lambda conn: (
+            conn.execute(
+                "UPDATE tasks SET state = 'failed', error = ?, failure = ?, pending = '[]', updated_at = ?"
+                " WHERE id = ? AND state = ? AND owner_pid = ? AND owner_host = ?",
+                (reason, failure, now().isoformat(), task_id, state, owner, host),
+            ).rowcount
+        )
 
     def settle_orphans(self) -> list[Task]:
         """End ``failed`` (:data:`ORPHANED`, with the pid) every running task whose process is gone.
@@ -246,76 +373,64 @@ class TaskStore:
         from here). Each is one compare-and-set on its owner, so a task that was meanwhile
         claimed again is left alone. Returns the tasks settled, as they are now.
         """
-        pid, host = _owner()
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT id, state, owner_pid FROM tasks WHERE state IN (?, ?) AND owner_host = ? AND owner_pid != 0",
-                (*_RUNNING, host),
-            ).fetchall()
-        settled = []
-        for task_id, state, owner in rows:
-            if owner == pid or _alive(owner):
-                continue
-            reason = ORPHANED.format(pid=owner, host=host)
-            failure = json.dumps(Failure.of(RunError(reason)).to_json())
-            with self._lock:
-                changed = self._conn.execute(
-                    "UPDATE tasks SET state = 'failed', error = ?, failure = ?, pending = '[]', updated_at = ?"
-                    " WHERE id = ? AND state = ? AND owner_pid = ? AND owner_host = ?",
-                    (reason, failure, now().isoformat(), task_id, state, owner, host),
-                ).rowcount
-            if changed == 1:
-                settled.append(self.get(task_id))
-        return settled
+        return [self.get(o[0]) for o in self._orphans() if self._run(self._settling(o)) == 1]
+
+    async def asettle_orphans(self) -> list[Task]:
+        """:meth:`settle_orphans`, waiting for the lock with the event loop running."""
+        return [self.get(o[0]) for o in self._orphans() if await self._arun(self._settling(o)) == 1]
 
     def find(self, task_id: str) -> Task | None:
         """The task with exactly this id, or None."""
-        with self._lock:
-            cursor = self._conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,))
-            row = cursor.fetchone()
-            names = [d[0] for d in cursor.description]
+
+        def read(conn: sqlite3.Connection) -> tuple[Any, list[str]]:
+            cursor = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,))
+            return cursor.fetchone(), [d[0] for d in cursor.description]
+
+        row, names = self._run(read)
         return _row_to_task(dict(zip(names, row, strict=True))) if row is not None else None
 
     def get(self, task_id: str) -> Task:
         """A task by id or by a unique prefix of it (as ``ca tasks list`` shows them)."""
-        with self._lock:
-            rows = self._conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchall()  # the index
+
+        def read(conn: sqlite3.Connection) -> tuple[list[Any], list[str]]:
+            rows = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchall()  # the index
             if not rows:  # a prefix, as `ca tasks list` shows ids
-                rows = self._conn.execute(
+                rows = conn.execute(
                     "SELECT * FROM tasks WHERE substr(id, 1, ?) = ? ORDER BY created_at LIMIT 2",
                     (len(task_id), task_id),
                 ).fetchall()
-            names = [d[0] for d in self._conn.execute("SELECT * FROM tasks LIMIT 0").description]
+            return rows, [d[0] for d in conn.execute("SELECT * FROM tasks LIMIT 0").description]
+
+        rows, names = self._run(read)
         if not rows or not task_id:
             raise RunError(f"task {task_id!r} not found; `ca tasks list` shows the tasks of this project")
         if len(rows) > 1:
             raise RunError(f"task id {task_id!r} is ambiguous; give more of it")
         return _row_to_task(dict(zip(names, rows[0], strict=True)))
 
+    def _exists(self, query: str, *args: Any) -> bool:
+        return self._run(lambda conn: conn.execute(query, args).fetchone()) is not None
+
     def ended_early_in(self, conversation: str) -> bool:
         """Whether a task of this conversation was canceled or failed (and may have left a pause behind)."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT 1 FROM tasks WHERE conversation = ? AND state IN ('canceled', 'failed') LIMIT 1",
-                (conversation,),
-            ).fetchone()
-        return row is not None
+        return self._exists(
+            "SELECT 1 FROM tasks WHERE conversation = ? AND state IN ('canceled', 'failed') LIMIT 1", conversation
+        )
 
     def waiting_in(self, conversation: str) -> bool:
         """Whether a task of this conversation waits for a decision."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT 1 FROM tasks WHERE conversation = ? AND state = 'input-required' LIMIT 1", (conversation,)
-            ).fetchone()
-        return row is not None
+        return self._exists(
+            "SELECT 1 FROM tasks WHERE conversation = ? AND state = 'input-required' LIMIT 1", conversation
+        )
 
     def question_in(self, conversation: str) -> Task | None:
         """The task of this conversation that waits for an answer to a workflow's ``ask``, if any."""
-        with self._lock:
-            rows = self._conn.execute(
+        rows = self._run(
+            lambda conn: conn.execute(
                 "SELECT id FROM tasks WHERE conversation = ? AND state = 'input-required' ORDER BY created_at DESC",
                 (conversation,),
             ).fetchall()
+        )
         for (task_id,) in rows:
             task = self.get(task_id)
             if all_questions([p.pause for p in task.pending]):
@@ -324,18 +439,21 @@ class TaskStore:
 
     def save_remote(self, key: str, url: str, task_id: str, context_id: str) -> None:
         """Remember the remote task a tool call started (so a resumed caller continues it)."""
-        with self._lock:
-            self._conn.execute(
+        stamp = now().isoformat()
+        self._run(
+            lambda conn: conn.execute(
                 "INSERT OR REPLACE INTO remote_calls (key, url, task_id, context_id, created_at)"
                 " VALUES (?, ?, ?, ?, ?)",
-                (key, url, task_id, context_id, now().isoformat()),
+                (key, url, task_id, context_id, stamp),
             )
+        )
 
     def get_remote(self, key: str) -> dict[str, str] | None:
-        with self._lock:
-            row = self._conn.execute(
+        row = self._run(
+            lambda conn: conn.execute(
                 "SELECT url, task_id, context_id FROM remote_calls WHERE key = ?", (key,)
             ).fetchone()
+        )
         return None if row is None else {"url": row[0], "task_id": row[1], "context_id": row[2]}
 
     def list(self, *, pending_only: bool = False, limit: int = 50) -> list[Task]:
@@ -343,10 +461,12 @@ class TaskStore:
         if pending_only:
             query += " WHERE state = 'input-required'"
         query += " ORDER BY created_at DESC LIMIT ?"
-        with self._lock:
-            cursor = self._conn.execute(query, (limit,))
-            names = [d[0] for d in cursor.description]
-            rows = cursor.fetchall()
+
+        def read(conn: sqlite3.Connection) -> tuple[list[Any], list[str]]:
+            cursor = conn.execute(query, (limit,))
+            return cursor.fetchall(), [d[0] for d in cursor.description]
+
+        rows, names = self._run(read)
         return [_row_to_task(dict(zip(names, row, strict=True))) for row in rows]
 
 

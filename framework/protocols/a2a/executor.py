@@ -190,7 +190,7 @@ class CleverAgentExecutor(AgentExecutor):
             await self._failed(Failure.of(exc), updater, task_id, context_id)
         except asyncio.CancelledError:
             reason = self._stopping
-            self.runtime.mark_canceled(task_id, reason or "")
+            await self.runtime.amark_canceled(task_id, reason or "")
             if reason is not None:  # stopped by the server, not by CancelTask: say so to whoever waits
                 if deferred:
                     await event_queue.enqueue_event(submitted)
@@ -252,7 +252,7 @@ class CleverAgentExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
-        self.runtime.mark_canceled(task_id)
+        await self.runtime.amark_canceled(task_id)
         updater = TaskUpdater(event_queue, task_id, context.context_id or "")
         await updater.cancel()
 
