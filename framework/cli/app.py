@@ -297,7 +297,7 @@ def agents_list(
         typer.echo(f"{'':<18} {agent['url']}")
 
 
-tasks_app = typer.Typer(help="Tasks of a project: what ran, what waits for a decision.", no_args_is_help=True)
+tasks_app = typer.Typer(help="Tasks of a project: what ran, what waits for a decision; end one.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 
 
@@ -334,6 +334,26 @@ def tasks_list(
         for waiting in task.pending:
             expired = " (expired)" if waiting.expired() else ""
             typer.echo(f"    waiting: {waiting.pause.message or waiting.pause.kind}{expired}")
+
+
+@tasks_app.command("cancel")
+def tasks_cancel(
+    task: Annotated[str, typer.Argument(help="The task id (or a unique prefix), from `ca tasks list`.")],
+    wait: Annotated[
+        float, typer.Option("--wait", min=0, help="Seconds to wait for another process to stop a running task.")
+    ] = 5.0,
+    project: ProjectOpt = Path(),
+) -> None:
+    """End a task: one waiting for a decision, running here, or running in another process of the
+    project (a `ca serve`, `ca run`, `ca approve`: that process stops it and kills its tools).
+
+    Exit codes: 0 canceled; 1 already final, or still running after --wait; 2 unknown task.
+    """
+    import asyncio
+
+    from framework.cli.cancel import cancel_command, describe
+
+    typer.echo(describe(asyncio.run(cancel_command(project, task, wait))))
 
 
 @app.command()

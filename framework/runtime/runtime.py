@@ -2,6 +2,7 @@
 
     send(agent, text, conversation)  -> events   a new task
     decide(task, decision)           -> events   answer a paused task (any process)
+    cancel(task)                     -> Canceled end any task (paused, running here or elsewhere)
 
 Both run in their conversation's turn (``Turns``): the messages of one conversation run one
 after another, in order, never interleaved on its LangGraph thread.
@@ -30,6 +31,7 @@ from framework.compiler.precompile import compile_graphs
 from framework.errors import ApprovalTimedOut, CAError, ConversationBusy, Diagnostic, Failure, RunError
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
+from framework.runtime.cancel import Canceled, CancelWatch, cancel_task
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.access import CapabilityAccess
 from framework.runtime.governance.middleware import governance_middleware
@@ -66,6 +68,8 @@ class Runtime:
         """The ``ca.yaml`` settings at start-up: reloads keep its settings read once (``RESTART_ONLY``)."""
         self.restart_needed: list[str] = []
         """The start-up settings the files now change (``setting (before -> after)``): a restart applies them."""
+        self.watch = CancelWatch(tasks)
+        """The runs of this process, stopped when ``ca tasks cancel`` in another process asks."""
 
     @classmethod
     async def open(
@@ -377,6 +381,18 @@ class Runtime:
         ]
         await graph.aupdate_state(config, {"messages": closing}, as_node="tools")
 
+    async def cancel(self, task_id: str, *, by: str | None = None) -> Canceled:
+        """End any task canceled — paused, running here, in another process, or orphaned; see
+        :mod:`framework.runtime.cancel`. ``by`` names who asks (default :attr:`decider`)."""
+        return await cancel_task(
+            self.tasks,
+            self.audit,
+            task_id,
+            by=by or self.decider,
+            source=self.source,  # type: ignore[arg-type]  # checked by AuditLog.append
+            here=self.watch.stop,
+        )
+
     def mark_canceled(self, task_id: str, reason: str = "") -> None:
         """Record that a task was canceled (its run was stopped by the transport), with ``reason``
         when it was not the caller who asked (a server shutting down). Blocking: async code
@@ -421,6 +437,7 @@ class Runtime:
         ``prepare`` runs first, inside the turn. A turn not had within the wait limit fails the task
         (ConversationBusy) before anything of it ran.
         """
+        self.watch.track(task.id)
         try:
             async with self.turns.take(task.conversation, task.id):
                 if prepare is not None:
@@ -429,6 +446,13 @@ class Runtime:
                     yield event
         except ConversationBusy as exc:  # raised before the run started: nothing of it ran
             yield await self._failed_before_run(task, Failure.of(exc))
+        except asyncio.CancelledError:
+            reason = self.watch.reason(task.id)
+            if reason is not None:  # stopped by `cancel` (here or from another process): recorded here
+                await self.amark_canceled(task.id, reason)
+            raise
+        finally:
+            self.watch.untrack(task.id)
 
     async def _recorded(self, task: Task, events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
         await self.tasks.aupdate(task.id, state="working")

@@ -14,7 +14,7 @@ import socket
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     decided_at TEXT NOT NULL DEFAULT '',
     failure TEXT NOT NULL DEFAULT '',
     owner_pid INTEGER NOT NULL DEFAULT 0,
-    owner_host TEXT NOT NULL DEFAULT ''
+    owner_host TEXT NOT NULL DEFAULT '',
+    cancel_requested TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
 CREATE TABLE IF NOT EXISTS remote_calls (
@@ -69,6 +70,7 @@ _ADDED_COLUMNS = {
     "failure": "TEXT NOT NULL DEFAULT ''",
     "owner_pid": "INTEGER NOT NULL DEFAULT 0",
     "owner_host": "TEXT NOT NULL DEFAULT ''",
+    "cancel_requested": "TEXT NOT NULL DEFAULT ''",
 }
 """Columns added after the first release of the table, with their definitions."""
 
@@ -83,6 +85,16 @@ _RUNNING = ("submitted", "working")
 def _owner() -> tuple[int, str]:
     """This process, as a task's owner."""
     return os.getpid(), socket.gethostname()
+
+
+def this_process() -> tuple[int, str]:
+    """The pid and host a task run by this process records as its owner."""
+    return _owner()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` (of this host) still runs."""
+    return _alive(pid)
 
 
 def _alive(pid: int) -> bool:
@@ -142,6 +154,8 @@ class Task:
     """The process that last started running the task (0: recorded before owners were)."""
     owner_host: str = ""
     """The host of that process."""
+    cancel_requested: str = ""
+    """Who asked another process to stop this running task (``ca tasks cancel``), empty if no one."""
 
 
 class TaskStore:
@@ -379,6 +393,63 @@ class TaskStore:
         """:meth:`settle_orphans`, waiting for the lock with the event loop running."""
         return [self.get(o[0]) for o in self._orphans() if await self._arun(self._settling(o)) == 1]
 
+    async def acancel_paused(self, task_id: str, by: str, reason: str) -> bool:
+        """End a task that waits for a decision ``canceled``: the same compare-and-set on
+        ``input-required`` as :meth:`claim`, so of a cancel and any number of decisions exactly one
+        wins (a decider that loses is told who canceled it). Whether this one did."""
+        stamp = now().isoformat()
+        return (
+            await self._arun(
+                lambda conn: (
+                    conn.execute(
+                        "UPDATE tasks SET state = 'canceled', pending = '[]', error = ?, decided_by = ?, decided_at = ?,"
+                        " updated_at = ? WHERE id = ? AND state = 'input-required'",
+                        (KNOWN.text(reason), by, stamp, stamp, task_id),
+                    ).rowcount
+                )
+            )
+            == 1
+        )
+
+    async def acancel_orphan(self, task_id: str, owner_pid: int, reason: str) -> bool:
+        """End ``canceled`` a running task whose process (``owner_pid``, on this host) is gone; one
+        compare-and-set on that owner. Whether this one did."""
+        return (
+            await self._arun(
+                lambda conn: (
+                    conn.execute(
+                        "UPDATE tasks SET state = 'canceled', pending = '[]', error = ?, updated_at = ?"
+                        " WHERE id = ? AND state IN (?, ?) AND owner_pid = ? AND owner_host = ?",
+                        (KNOWN.text(reason), now().isoformat(), task_id, *_RUNNING, owner_pid, _owner()[1]),
+                    ).rowcount
+                )
+            )
+            == 1
+        )
+
+    async def arequest_cancel(self, task_id: str, by: str) -> bool:
+        """Ask the process running a task to stop it (it polls :meth:`cancel_requests`); whether the
+        task was still running."""
+        return (
+            await self._arun(
+                lambda conn: (
+                    conn.execute(
+                        "UPDATE tasks SET cancel_requested = ? WHERE id = ? AND state IN (?, ?)",
+                        (by, task_id, *_RUNNING),
+                    ).rowcount
+                )
+            )
+            == 1
+        )
+
+    def cancel_requests(self, task_ids: Collection[str]) -> dict[str, str]:
+        """Of these running tasks, those someone asked to stop: id -> who asked."""
+        if not task_ids:
+            return {}
+        marks = ", ".join("?" for _ in task_ids)
+        query = f"SELECT id, cancel_requested FROM tasks WHERE id IN ({marks}) AND cancel_requested != ''"  # noqa: S608
+        return dict(self._run(lambda conn: conn.execute(query, tuple(task_ids)).fetchall()))
+
     def find(self, task_id: str) -> Task | None:
         """The task with exactly this id, or None."""
 
@@ -439,13 +510,18 @@ class TaskStore:
 
     def save_remote(self, key: str, url: str, task_id: str, context_id: str) -> None:
         """Remember the remote task a tool call started (so a resumed caller continues it)."""
+        self._run(self._saving_remote(key, url, task_id, context_id))
+
+    async def asave_remote(self, key: str, url: str, task_id: str, context_id: str) -> None:
+        """:meth:`save_remote`, waiting for the lock with the event loop running."""
+        await self._arun(self._saving_remote(key, url, task_id, context_id))
+
+    @staticmethod
+    def _saving_remote(key: str, url: str, task_id: str, context_id: str) -> Callable[[sqlite3.Connection], object]:
         stamp = now().isoformat()
-        self._run(
-            lambda conn: conn.execute(
-                "INSERT OR REPLACE INTO remote_calls (key, url, task_id, context_id, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (key, url, task_id, context_id, stamp),
-            )
+        return lambda conn: conn.execute(
+            "INSERT OR REPLACE INTO remote_calls (key, url, task_id, context_id, created_at) VALUES (?, ?, ?, ?, ?)",
+            (key, url, task_id, context_id, stamp),
         )
 
     def get_remote(self, key: str) -> dict[str, str] | None:

@@ -189,9 +189,9 @@ class CleverAgentExecutor(AgentExecutor):
                 await event_queue.enqueue_event(submitted)
             await self._failed(Failure.of(exc), updater, task_id, context_id)
         except asyncio.CancelledError:
-            reason = self._stopping
+            reason = self._stopping or self.runtime.watch.reason(task_id)  # a server stopping, `ca tasks cancel`
             await self.runtime.amark_canceled(task_id, reason or "")
-            if reason is not None:  # stopped by the server, not by CancelTask: say so to whoever waits
+            if reason is not None:  # stopped by the server or another process, not by CancelTask: say so
                 if deferred:
                     await event_queue.enqueue_event(submitted)
                 await updater.cancel(agent_message(task_id, context_id, [new_text_part(reason)]))
