@@ -393,29 +393,11 @@ class Runtime:
             here=self.watch.stop,
         )
 
-    def mark_canceled(self, task_id: str, reason: str = "") -> None:
-        """Record that a task was canceled (its run was stopped by the transport), with ``reason``
-        when it was not the caller who asked (a server shutting down). Blocking: async code
-        awaits :meth:`amark_canceled`."""
-        try:
-            task = self.tasks.get(task_id)
-        except RunError:
-            return
-        if task.state in FINAL_STATES:
-            return
-        self.tasks.update(task.id, state="canceled", pending=(), error=reason or None)
-        self.audit.append(
-            "task.state",
-            source=self.source,  # type: ignore[arg-type]  # checked by AuditLog.append
-            task_id=task.id,
-            conversation_id=task.conversation,
-            agent=task.agent,
-            data={"state": "canceled", **({"error": reason} if reason else {})},
-        )
-
     async def amark_canceled(self, task_id: str, reason: str = "") -> bool:
-        """:meth:`mark_canceled` for async code, as one compare-and-set on the record (a task that
-        ended meanwhile keeps its end); whether this call canceled it."""
+        """Record that a task was canceled (its run was stopped by the transport), with ``reason``
+        when it was not the caller who asked (a server shutting down, ``ca tasks cancel``): one
+        compare-and-set on the record, so a task that ended meanwhile keeps its end. Whether this
+        call canceled it."""
         try:
             task = self.tasks.get(task_id)
         except RunError:
