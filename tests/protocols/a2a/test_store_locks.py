@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import ProjectFactory
+from tests.conftest import ProjectFactory, run_ca
 from tests.serving import ServerProcess, start_serve
 
 DATABASES = ("tasks.db", "audit.db", "conversations.db", "state.db")
@@ -43,7 +43,11 @@ print("released", flush=True)
 ECHO = """
 name: echo
 profile: autonomous
+tools: [fs.list]
+capabilities: {fs: {read: ["**"]}}
 """
+TOOL_CALL = '@tool fs.list {"path": "."}'
+"""A line that makes the offline model call a tool: governance audits the call while the lock is held."""
 
 
 def _message(text: str, message_id: str) -> dict[str, Any]:
@@ -90,7 +94,7 @@ def test_health_answers_at_once_and_a_message_waits_while_another_process_holds_
         holder = _hold(root, 5)
         held_at = time.monotonic()
         answers: list[Any] = []
-        sender = threading.Thread(target=_send, args=(server, "during the hold", "m-1", answers))
+        sender = threading.Thread(target=_send, args=(server, f"during the hold\n{TOOL_CALL}", "m-1", answers))
         sender.start()
         timings = _probe(server, 8, 0.4)
         assert holder.wait(timeout=30) == 0
@@ -105,6 +109,11 @@ def test_health_answers_at_once_and_a_message_waits_while_another_process_holds_
     assert task["status"]["state"] == "TASK_STATE_COMPLETED", answer
     assert "during the hold" in json.dumps(task["artifacts"])
     assert took >= released - 1.0, (took, released)  # it waited for the lock, then ran
+    with sqlite3.connect(root / ".ca" / "audit.db") as audit:
+        kinds = [k for (k,) in audit.execute("SELECT kind FROM audit WHERE task_id = ? ORDER BY seq", (task["id"],))]
+    assert kinds.count("tool.call") == 1 and kinds.count("tool.result") == 1, kinds
+    verified = run_ca("audit", "--verify", cwd=root)
+    assert verified.returncode == 0, verified.stderr  # the records appended after the wait extend the chain
     server.assert_clean_exit()
 
 
