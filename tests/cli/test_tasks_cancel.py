@@ -8,6 +8,7 @@ import getpass
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -19,6 +20,7 @@ import pytest
 
 from framework.runtime.events import RunEvent
 from framework.runtime.runtime import Runtime
+from framework.runtime.tasks import TaskStore
 from framework.spec import load_project
 from tests.conftest import CA, NAP, NAPPER, REPO, SIDE_EFFECT, ProjectFactory, run_ca, writer_agent
 from tests.serving import ServerProcess, start_serve
@@ -245,3 +247,26 @@ def test_a_ca_run_canceled_from_another_terminal_says_so_and_exits_130(make_proj
     assert f"task {task['id'][:12]} was canceled by {USER}" in err
     assert "Traceback" not in err
     assert (root / "nap-interrupted").exists(), "the running tool was not stopped"
+
+
+def test_a_running_task_whose_process_does_not_stop_it_is_reported_still_running(
+    make_project: ProjectFactory,
+) -> None:
+    root = make_project({"agents/napper.yaml": NAPPER, "tools/nap.py": NAP})
+    store = TaskStore.open(root)
+    task = store.create(agent="napper", conversation="c1", source="cli", input="nap")
+    store.update(task.id, state="working")
+    store.close()
+    bystander = subprocess.Popen(["sleep", "60"])  # alive, but it runs no ca task and never looks
+    try:
+        with sqlite3.connect(root / ".ca" / "tasks.db") as conn:
+            conn.execute("UPDATE tasks SET owner_pid = ? WHERE id = ?", (bystander.pid, task.id))
+        refused = run_ca("tasks", "cancel", task.id, "--wait", "0.5", cwd=root)
+    finally:
+        bystander.kill()
+        bystander.wait()
+    assert refused.returncode == 1
+    assert f"task {task.id[:12]} is still working: the process running it (pid {bystander.pid}" in refused.stderr
+    assert "did not stop it within 0.5 s; the cancel request stays on the task" in refused.stderr
+    [record] = [t for t in _tasks(root) if t["id"] == task.id]
+    assert (record["state"], record["cancel_requested"]) == ("working", USER)
