@@ -31,6 +31,8 @@ POLL_S = 0.25
 """How often a process running tasks looks for cancel requests on their records."""
 STOP_WAIT_S = 5.0
 """How long ``ca tasks cancel`` waits for another process to stop a running task."""
+REASON_KEPT_S = 60.0
+"""How long a canceled run's reason is remembered after its run ended."""
 
 How = Literal["paused", "here", "other process", "orphan"]
 
@@ -138,6 +140,11 @@ class CancelWatch:
 
     def untrack(self, task_id: str) -> None:
         self.runs.pop(task_id, None)
+        if task_id in self.reasons:  # kept a while: the transport reads it as the cancel reaches it
+            try:
+                asyncio.get_running_loop().call_later(REASON_KEPT_S, self.reasons.pop, task_id, None)
+            except RuntimeError:  # no loop runs any more (the generator closed at exit): nobody will read it
+                self.reasons.pop(task_id, None)
 
     def stop(self, task_id: str, reason: str) -> bool:
         """Cancel this process's run of ``task_id`` with ``reason``; whether there was one."""
