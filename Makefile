@@ -10,11 +10,12 @@ export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: demo test lint typecheck check bench clean
 
-## demo: install, validate the example project, run its agents on the offline model, then serve them over A2A
+## demo: install, validate the example project, run its agents on the offline model (one through an MCP server), then serve them over A2A
 demo: $(VENV)/.installed
 	$(BIN)/ca validate .
 	printf 'What is in this project?\n@tool fs.list {"path": "agents"}\n' | $(BIN)/ca run assistant
 	$(BIN)/ca run summarizer "CleverAgents declares agents in YAML and serves them over open protocols."
+	printf 'Read my notebook.\n@tool notes.list_notes {}\n@tool notes.count_words {"text": "agents in YAML, tools over MCP"}\n' | MCP_PYTHON=$(BIN)/python $(BIN)/ca run notetaker
 	@echo ""
 	@echo "Serving the example agents. In another terminal, try:"
 	@echo "  $(BIN)/ca call http://127.0.0.1:8765/agents/summarizer/ 'Summarise: A2A lets agents talk.'"
@@ -40,8 +41,10 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/governance.py
 	$(BIN)/python bench/serve.py
+	$(BIN)/python bench/slow_model.py
 	$(BIN)/python bench/acp.py
 	$(BIN)/python bench/reload.py
+	$(BIN)/python bench/mcp.py
 
 $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
 	$(UV) sync --frozen --extra dev

@@ -9,6 +9,7 @@
     │                                                 or cannot be reached)
     ├── ToolError                tool_failed          a tool cannot be loaded, or a workflow's tool step failed
     │                                                 (a model's tool calls get their failures back as results)
+    │   └── McpServerFailed      tool_failed          an MCP server could not start or list its tools
     ├── StoreError               store_damaged        a state database under .ca/ is damaged
     ├── StoreBusy                store_busy           another process held a database's write lock past
     │                                                 store.lock_timeout (retryable: nothing was written)
@@ -21,10 +22,12 @@
         ├── PolicyDenied         policy_denied        a capability, contract or profile rule refused an action
         │   ├── PathRefused      policy_denied        a path no capability can allow (outside the root, ...)
         │   │   └── PathChanged  policy_denied        a checked path became a symbolic link before it was opened
-        │   └── UrlRefused       policy_denied        a URL refused before the allowlist is consulted
+        │   ├── UrlRefused       policy_denied        a URL refused before the allowlist is consulted
+        │   └── ConversationNotYours policy_denied    a message into a conversation another caller started
         ├── ContractViolation    contract_violation   the answer broke the agent's contract
         └── ApprovalRejected     approval_rejected    a person rejected a gate or an approval, or declined an ask
-            └── ApprovalTimedOut approval_rejected    an approval expired under ``on_timeout: fail``
+            │                                         (the task ends ``rejected``, not ``failed``)
+            └── ApprovalTimedOut approval_rejected    an approval expired under ``on_timeout: fail`` (ends failed)
 
     Signal                                            control flow, not a failure: generic handlers re-raise it
     └── Cancelled                cancelled            the user or a transport stopped the run
@@ -115,6 +118,8 @@ class CAError(Exception):
 
     code: ClassVar[ErrorCode] = "run_failed"
     exit_code: ClassVar[int] = 1
+    rejects: ClassVar[bool] = False
+    """Whether a run that fails with it ends ``rejected`` (a person said no to it), not ``failed``."""
 
     def __init__(self, message: str = "", *, data: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -148,6 +153,10 @@ class ToolError(CAError):
     tool step failed."""
 
     code = "tool_failed"
+
+
+class McpServerFailed(ToolError):
+    """An MCP server declared in ``ca.yaml`` could not be started or would not list its tools."""
 
 
 class StoreError(CAError):
@@ -219,6 +228,10 @@ class UrlRefused(PolicyDenied):
     """A URL refused before the allowlist is consulted."""
 
 
+class ConversationNotYours(PolicyDenied):
+    """A message into a conversation another caller started (a conversation has one caller)."""
+
+
 class ContractViolation(RunError):
     """The final answer broke the agent's contract (``on_violation: fail``, or no retry left)."""
 
@@ -230,10 +243,14 @@ class ApprovalRejected(RunError):
     step, or the answer to its ask (declined). A model's rejected tool call only tells the model."""
 
     code = "approval_rejected"
+    rejects = True
 
 
 class ApprovalTimedOut(ApprovalRejected):
-    """An approval waited longer than the profile allows and ``on_timeout`` is ``fail``."""
+    """An approval waited longer than the profile allows and ``on_timeout`` is ``fail``: the run
+    fails (nobody rejected it)."""
+
+    rejects = False
 
 
 class SpecError(CAError):
@@ -287,6 +304,12 @@ class Failure:
     def of(cls, exc: CAError | Signal) -> Failure:
         data = exc.data if isinstance(exc, CAError) else {}
         return cls(type(exc).__name__, exc.code, str(exc), dict(data))
+
+    @property
+    def rejected(self) -> bool:
+        """Whether the run ends ``rejected``: its error's class says a person said no (``rejects``)."""
+        known = _error_class(self.kind)
+        return known is not None and known.rejects
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "code": self.code, "message": self.message, "data": dict(self.data)}

@@ -130,6 +130,19 @@ class StdioPeer:
         self.proc.stdin.write(line.encode("utf-8") + b"\n")
         self.proc.stdin.flush()
 
+    def send_raw(self, data: bytes) -> None:
+        """Write bytes as they are (a test of hostile input adds the newline itself)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def rss_mib(self) -> float:
+        """The process's resident memory."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no VmRSS for the stdio process")
+
     def _pull(self, deadline: float) -> Json | None:
         """The next message, or None at end of output; fails at the deadline or on a non-JSON line."""
         if self._eof:
@@ -288,3 +301,102 @@ PLAIN_ECHO = '''
     ]
     uvicorn.run(Starlette(routes=routes), host="127.0.0.1", port=PORT, log_level="warning", timeout_graceful_shutdown=1)
 '''
+
+
+V03_ECHO = '''
+    """A v0.3-only A2A agent (what an ADK 1.x / a2a-sdk 0.3 agent serves), built with a2a-sdk's v0.3
+    compatibility: a v0.3 card (url, preferredTransport, protocolVersion; no supportedInterfaces) and
+    v0.3 JSON-RPC only. A v1.0 request (the ``A2A-Version: 1.0`` header or a v1.0 method name) gets
+    -32601, as from a server that predates v1.0. ``/seen`` lists the JSON-RPC methods it was asked."""
+
+    import json
+    import sys
+    import uuid
+
+    import uvicorn
+    from a2a.compat.v0_3.conversions import to_compat_agent_card
+    from a2a.helpers.proto_helpers import new_text_part
+    from a2a.server.agent_execution import AgentExecutor, RequestContext
+    from a2a.server.events import EventQueue
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.routes import create_jsonrpc_routes
+    from a2a.server.tasks import InMemoryTaskStore
+    from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Message, Role
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, PlainTextResponse
+    from starlette.routing import Route
+
+    PORT = int(sys.argv[1])
+    seen = []
+
+
+    class Echo(AgentExecutor):
+        async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+            await event_queue.enqueue_event(
+                Message(
+                    message_id=uuid.uuid4().hex,
+                    role=Role.ROLE_AGENT,
+                    parts=[new_text_part(f"v0.3 echo: {context.get_user_input()}")],
+                    context_id=context.context_id or "",
+                )
+            )
+
+        async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+            raise NotImplementedError
+
+
+    card = AgentCard(
+        name="old-echo",
+        description="An echo agent that speaks A2A v0.3 only",
+        version="0.3.0",
+        supported_interfaces=[
+            AgentInterface(url=f"http://127.0.0.1:{PORT}/", protocol_binding="JSONRPC", protocol_version="0.3.0")
+        ],
+        capabilities=AgentCapabilities(streaming=False),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[
+            AgentSkill(id="echo", name="Echo", description="Echoes the text", tags=["echo", "legacy"]),
+            AgentSkill(id="shout", name="Shout", description="Echoes it louder", tags=["echo"]),
+        ],
+    )
+    V03_CARD = to_compat_agent_card(card).model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert "supportedInterfaces" not in V03_CARD and V03_CARD["protocolVersion"] == "0.3.0"
+    handler = DefaultRequestHandler(Echo(), InMemoryTaskStore(), card)
+    app = Starlette(
+        routes=[
+            Route("/.well-known/agent-card.json", lambda request: JSONResponse(V03_CARD)),
+            *create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True),
+            Route("/seen", lambda request: JSONResponse(seen)),
+            Route("/ready", lambda request: PlainTextResponse("ok")),
+        ]
+    )
+
+
+    async def v03_only(scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = {}
+        method = request.get("method", "") if isinstance(request, dict) else ""
+        seen.append(method)
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        if headers.get("a2a-version", "").startswith("1") or method[:1].isupper() or method.startswith("_"):
+            answer = {"jsonrpc": "2.0", "id": request.get("id"), "error": {"code": -32601, "message": "Method not found"}}
+            return await JSONResponse(answer)(scope, receive, send)
+
+        async def replay():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, replay, send)
+
+
+    uvicorn.run(v03_only, host="127.0.0.1", port=PORT, log_level="warning", timeout_graceful_shutdown=1)
+'''
+"""A v0.3-only agent: run with :func:`tests.serving.launch_script` (it answers ``/ready``)."""

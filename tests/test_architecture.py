@@ -27,7 +27,18 @@ from typing import NamedTuple
 REPO = Path(__file__).resolve().parents[1]
 FRAMEWORK = REPO / "framework"
 LAYERS = ["base", "spec", "compiler", "runtime", "protocols", "cli"]
-HEAVY = ("langgraph", "langchain", "langchain_core", "starlette", "a2a", "uvicorn", "watchfiles", "acp")
+HEAVY = (
+    "langgraph",
+    "langchain",
+    "langchain_core",
+    "starlette",
+    "a2a",
+    "uvicorn",
+    "watchfiles",
+    "acp",
+    "opentelemetry",
+    "mcp",
+)
 PROTOCOL_SDKS = ("a2a", "acp")
 CARD_BUILDER = "framework.compiler.card"
 """The one module outside ``framework.protocols`` that may import a2a-sdk (it builds the agent cards)."""

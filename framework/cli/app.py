@@ -164,7 +164,7 @@ def run(
         ),
     ] = False,
     protocol: Annotated[
-        str, typer.Option("--protocol", help="With --stdio: acp or a2a instead of choosing from the first message.")
+        str, typer.Option("--protocol", help="With --stdio: acp or a2a instead of choosing from the first request.")
     ] = "auto",
     reload: Annotated[bool, typer.Option("--reload", help="With --stdio: reload when the project changes.")] = False,
     project: ProjectOpt = Path(),
@@ -214,10 +214,11 @@ def card(
     """Print an agent's A2A Agent Card as JSON."""
     from framework.compiler.bundle import build_bundle
     from framework.compiler.card import card_to_json
+    from framework.protocols.a2a.platform import declare_methods
     from framework.spec import load_project
 
     bundle = build_bundle(load_project(project), base_url=base_url)
-    typer.echo(json.dumps(card_to_json(bundle.card(agent)), indent=2))
+    typer.echo(json.dumps(card_to_json(declare_methods(bundle.card(agent))), indent=2))
 
 
 @app.command("serve")
@@ -294,8 +295,14 @@ def agents_list(
     for agent in agents:
         tags = ", ".join(agent["tags"]) or "-"
         typer.echo(f"{agent['name']:<18} {agent['kind']:<9} {agent['source']:<18} tags: {tags}")
+        if agent["skills"]:
+            typer.echo(f"{'':<18} skills: {', '.join(skill['id'] for skill in agent['skills'])}")
         typer.echo(f"{'':<18} {agent['url']}")
 
+
+from framework.cli.mcp import mcp_app  # noqa: E402 - beside the other sub-commands; it imports only typer
+
+app.add_typer(mcp_app, name="mcp")
 
 tasks_app = typer.Typer(help="Tasks of a project: what ran, what waits for a decision; end one.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")

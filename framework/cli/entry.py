@@ -7,14 +7,17 @@ from __future__ import annotations
 import os
 import sys
 
+from framework.runtime.otel_switch import wanted
+
 SDK_TRACING = "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"
 """a2a-sdk wraps its server and client in OpenTelemetry spans unless this is ``false``. With no
 tracer configured the spans go nowhere, cost time on every request, and log "Failed to detach
-context" tracebacks when a stream is dropped; ``ca`` turns them off unless the variable is set."""
+context" tracebacks when a stream is dropped; ``ca`` turns them on only with its own tracing
+(docs/observability.md), unless the variable is set."""
 
 
 def main() -> None:
-    os.environ.setdefault(SDK_TRACING, "false")
+    os.environ.setdefault(SDK_TRACING, "true" if wanted(os.environ) else "false")
     argv = sys.argv[1:]
     if argv[:1] == ["run"] and "--stdio" in argv:
         from framework.cli.stdio import parse_stdio_args

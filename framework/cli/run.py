@@ -1,7 +1,7 @@
 """``ca run AGENT [PROMPT]``: one turn of a conversation, streamed to the terminal (or as JSON lines).
 
-Exit codes (:data:`EXIT_CODES`, by how the run ended): 0 completed, 1 failed (whatever the
-failure's kind: ``--json`` gives it in the finished event), 3 paused waiting for a decision
+Exit codes (:data:`EXIT_CODES`, by how the run ended): 0 completed, 1 failed or rejected (whatever
+the failure's kind: ``--json`` gives it in the finished event), 3 paused waiting for a decision
 (non-interactive), 130 interrupted; errors before a run starts exit with their class's
 ``exit_code`` (2 for an invalid project or usage).
 """
@@ -38,7 +38,7 @@ from framework.runtime.events import (
 )
 from framework.runtime.pauses import Pause, Question, ToolApproval, all_questions
 
-EXIT_CODES: dict[RunState, int] = {"completed": 0, "failed": 1, "input-required": 3, "canceled": 130}
+EXIT_CODES: dict[RunState, int] = {"completed": 0, "failed": 1, "rejected": 1, "input-required": 3, "canceled": 130}
 """The exit code of ``ca run`` and ``ca approve`` for each way a run ends."""
 INTERRUPTED_AT_PROMPT = 130
 """The exit code when Ctrl-C answers a prompt: the task stays waiting, to be decided with ``ca approve``."""
@@ -112,8 +112,11 @@ class TerminalView:
             mark = "✗" if event.is_error else "←"
             self._line(f"{mark} {_who(event.source)}{event.tool}: {_preview(event.result)}")
         elif isinstance(event, StepUpdate):
+            ended = " — stopped at its max, its until never held" if event.ended_by == "max" else ""
             self._line(
-                f"▸ {_who(event.source)}step {event.step} {event.status}" + (f" ({event.title})" if event.title else "")
+                f"▸ {_who(event.source)}step {event.step} {event.status}"
+                + (f" ({event.title})" if event.title else "")
+                + ended
             )
         elif isinstance(event, PlanUpdate) and not event.source:
             self._line("plan: " + " → ".join(e.step for e in event.entries))
@@ -146,7 +149,7 @@ class TerminalView:
             f"[{event.state}] {usage.total_tokens} tokens ({usage.input_tokens} in, {usage.output_tokens} out), "
             f"{_count(usage.model_calls, 'model call')}, {_count(usage.tool_calls, 'tool call')} · session {session}"
         )
-        if event.state == "failed":
+        if event.state in ("failed", "rejected"):
             self.err.write(f"error: {event.error}\n")
         self.err.write(summary + "\n")
         self.err.flush()
@@ -321,6 +324,7 @@ async def run_command(options: RunOptions) -> int:
     from contextlib import AsyncExitStack
 
     from framework.protocols.a2a import open_remote
+    from framework.protocols.mcp import open_mcp
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
@@ -328,7 +332,7 @@ async def run_command(options: RunOptions) -> int:
     text = read_prompt(options.prompt)
     session = options.session or uuid.uuid4().hex[:12]
     async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(project, stack=stack, remote=open_remote)
+        runtime = await Runtime.open(project, stack=stack, remote=open_remote, mcp=open_mcp)
         runtime.bundle.agent(options.agent)  # unknown agent: a clear error before anything runs
         task_id = uuid.uuid4().hex
         events = runtime.send(options.agent, text, conversation=session, skill=options.skill, task_id=task_id)
@@ -340,12 +344,13 @@ async def approve_command(project_dir: Path, task_id: str, decision: dict[str, A
     from contextlib import AsyncExitStack
 
     from framework.protocols.a2a import open_remote
+    from framework.protocols.mcp import open_mcp
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
     project = load_project(project_dir)
     async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(project, stack=stack, remote=open_remote)
+        runtime = await Runtime.open(project, stack=stack, remote=open_remote, mcp=open_mcp)
         task = runtime.tasks.get(task_id)
         events = runtime.decide(task.id, decision)
         return await drive(runtime, events, as_json=as_json, session=task.conversation, task_id=task.id)

@@ -76,8 +76,21 @@ def scaffold(directory: Path, template: str, *, force: bool = False, name: str |
 
     write_schemas(directory / SCHEMA_DIR)
     agents = sorted(p.stem for p in (directory / "agents").glob("*.yaml") if not p.name.startswith("_"))
-    result.agent = agents[0] if agents else "AGENT"
+    result.agent = _default_agent(directory) or (agents[0] if agents else "AGENT")
     return result
+
+
+def _default_agent(directory: Path) -> str | None:
+    """The ``default_agent`` of the scaffolded ca.yaml, the agent "Next:" tells the user to run."""
+    from framework.spec.source import SourceError, parse
+
+    path = directory / "ca.yaml"
+    try:
+        data = parse(path, path.read_text(encoding="utf-8"))
+    except (OSError, SourceError):
+        return None  # a template without a readable ca.yaml: the first agent is named instead
+    agent = data.get("default_agent") if isinstance(data, dict) else None
+    return agent if isinstance(agent, str) else None
 
 
 def _slug(text: str) -> str:

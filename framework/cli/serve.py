@@ -91,6 +91,7 @@ class Draining(uvicorn.Server):
 async def serve(options: ServeOptions) -> int:
     from framework.protocols.a2a import open_remote
     from framework.protocols.a2a.http import build_server, describe
+    from framework.protocols.mcp import open_mcp
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
@@ -107,7 +108,9 @@ async def serve(options: ServeOptions) -> int:
     lock = hold_serve_lock(project.root)
     async with AsyncExitStack() as stack:
         stack.callback(lock.close)
-        runtime = await Runtime.open(project, source="a2a-http", stack=stack, base_url=base_url, remote=open_remote)
+        runtime = await Runtime.open(
+            project, source="a2a-http", stack=stack, base_url=base_url, remote=open_remote, mcp=open_mcp
+        )
         served = build_server(runtime)
         # uvicorn's own wait only cuts connections once it is over: the runs are stopped first
         # (``Draining``), so the grace left is for the answers to be written.

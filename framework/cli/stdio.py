@@ -1,8 +1,11 @@
 """``ca run --stdio [AGENT] [--protocol acp|a2a] [-p PROJECT]``: one agent on stdin/stdout.
 
-The protocol is chosen from the first message: ``initialize`` means an IDE speaking the
-Agent Client Protocol, anything else A2A JSON-RPC. This module imports only the
-standard library, so ``initialize`` is answered within milliseconds of start-up; the
+The protocol is chosen from the first JSON-RPC request: ``initialize`` means an IDE speaking
+the Agent Client Protocol, anything else A2A JSON-RPC. Blank lines are skipped; a line before
+it that is not a JSON-RPC request is answered (-32700 or -32600, id null) and decides nothing.
+Input is read as bytes, each line decoded on its own, so invalid UTF-8 is an error answer,
+never the end of the process, whatever the locale. This module imports only the
+standard library (and ``framework.protocols.jsontext``, which does too), so ``initialize`` is answered within milliseconds of start-up; the
 runtime loads in the background meanwhile. Everything the process prints other than
 protocol goes to stderr: file descriptor 1 is re-pointed at stderr and the protocol
 writes to a private duplicate of the original stdout.
@@ -10,15 +13,18 @@ writes to a private duplicate of the original stdout.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import Any, BinaryIO, Literal, TextIO
+
+from framework.protocols.jsontext import JsonTextError, decode, read_line
 
 Protocol = Literal["auto", "acp", "a2a"]
+FIRST_LINE_LIMIT = 4 * 1024 * 1024
+"""Bytes a line may have before the protocol is chosen (then: server.max_request_bytes for A2A)."""
 
 
 @dataclass
@@ -56,7 +62,8 @@ def parse_stdio_args(args: list[str]) -> StdioOptions | None:
 
 def protocol_stream() -> TextIO:
     """A private stdout for protocol messages; fd 1 (and ``sys.stdout``) now lead to stderr."""
-    out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    # backslashreplace: a lone surrogate can only sit inside a JSON string, where "\\udXXX" is its escape.
+    out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="backslashreplace")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     return out
@@ -64,13 +71,12 @@ def protocol_stream() -> TextIO:
 
 def main(options: StdioOptions) -> int:
     out = protocol_stream()
-    first = sys.stdin.readline()
-    if not first:
+    stdin = sys.stdin.buffer
+    found = _first_request(stdin, out, chosen=options.protocol != "auto")
+    if found is None:
         return 0
+    first, message = found
     protocol = options.protocol
-    message = None
-    with contextlib.suppress(ValueError):  # not JSON: the A2A loop answers it with -32700
-        message = json.loads(first)
     if protocol == "auto":
         protocol = "acp" if isinstance(message, dict) and message.get("method") == "initialize" else "a2a"
     if protocol == "acp":
@@ -85,7 +91,42 @@ def main(options: StdioOptions) -> int:
     return _run_a2a(options, first, out)
 
 
-def _run_a2a(options: StdioOptions, first: str, out: TextIO) -> int:
+def _first_request(stdin: BinaryIO, out: TextIO, *, chosen: bool) -> tuple[bytes, Any] | None:
+    """The first JSON-RPC request and its value; lines before it get their error answer here.
+
+    With the protocol ``chosen`` (``--protocol``), the first non-blank line, whatever it holds
+    (None as its value when it is not JSON): that protocol's loop answers it.
+    """
+    while True:
+        line = read_line(stdin, FIRST_LINE_LIMIT)
+        if not line:
+            return None
+        if isinstance(line, int):
+            _refuse(out, -32600, f"a line of {line} bytes is longer than {FIRST_LINE_LIMIT} bytes")
+            continue
+        if not line.strip():
+            continue
+        try:
+            message = decode(line)
+        except JsonTextError as exc:
+            if chosen:
+                return line, None
+            _refuse(out, -32700, f"parse error: {exc}")
+            continue
+        if chosen or (
+            isinstance(message, dict) and message.get("jsonrpc") == "2.0" and isinstance(message.get("method"), str)
+        ):
+            return line, message
+        _refuse(out, -32600, "not a JSON-RPC 2.0 request: need jsonrpc '2.0' and a method name")
+
+
+def _refuse(out: TextIO, code: int, message: str) -> None:
+    sys.stderr.write(f"refused a line: {code} {message}\n")
+    out.write(json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}) + "\n")
+    out.flush()
+
+
+def _run_a2a(options: StdioOptions, first: bytes, out: TextIO) -> int:
     import asyncio
 
     from framework.errors import CAError, SpecError
@@ -103,13 +144,14 @@ def _run_a2a(options: StdioOptions, first: str, out: TextIO) -> int:
         return 130
 
 
-async def _a2a(options: StdioOptions, first: str, out: TextIO) -> int:
+async def _a2a(options: StdioOptions, first: bytes, out: TextIO) -> int:
     import asyncio
     from contextlib import AsyncExitStack
 
     from framework.errors import UsageError
     from framework.protocols.a2a import open_remote
     from framework.protocols.a2a.stdio import serve_stdio
+    from framework.protocols.mcp import open_mcp
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
@@ -118,7 +160,7 @@ async def _a2a(options: StdioOptions, first: str, out: TextIO) -> int:
     if name is None:
         raise UsageError("the project has no agents to serve")
     async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(project, source="a2a-stdio", stack=stack, remote=open_remote)
+        runtime = await Runtime.open(project, source="a2a-stdio", stack=stack, remote=open_remote, mcp=open_mcp)
         watcher = None
         if options.reload:
             from framework.runtime.reload import watch

@@ -38,7 +38,7 @@ class RunContext:
     task_id: str = ""
     conversation_id: str = ""
     source: str = "cli"
-    """Where the request came in: cli, a2a-http, a2a-stdio, acp, agent-call."""
+    """Where the request came in: cli, a2a-http, a2a-stdio, acp, agent-call, mcp."""
     profile: str | None = None
     """An automation profile chosen for this conversation (an ACP session mode), over the agent's own."""
     depth: int = 0

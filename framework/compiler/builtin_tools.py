@@ -44,7 +44,7 @@ from framework.compiler.tool_context import ToolContext, failure_line
 from framework.compiler.tool_names import model_facing_name
 from framework.errors import PathRefused
 
-ToolCapability = Literal["fs.read", "fs.write", "shell", "network", "python", "agent"]
+ToolCapability = Literal["fs.read", "fs.write", "shell", "network", "python", "agent", "mcp"]
 """What a built tool touches; carried in ``tool.metadata["capability"]`` for governance."""
 
 P = ParamSpec("P")

@@ -27,16 +27,26 @@ from pydantic import BaseModel, Field
 from framework import __version__
 from framework.compiler.agent import CALL_CONTEXT, RunContext, compile_llm_agent
 from framework.compiler.confine import Access
+from framework.compiler.mcp_tools import (
+    CLIENT_MCP,
+    ClientServer,
+    McpServers,
+    build_mcp_tools,
+    client_tools,
+    mcp_refs,
+    takes_clients,
+)
 from framework.compiler.models import build_model
 from framework.compiler.tool_context import ToolContext
 from framework.compiler.tool_names import model_facing_name
 from framework.compiler.tools import build_tools
 from framework.compiler.workflow import compile_workflow
-from framework.errors import AgentNotFound, Failure
+from framework.errors import AgentNotFound, CAError, Failure
 from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
 from framework.spec.interpolate import load_dotenv
+from framework.spec.mcp_lock import read_lock
 from framework.spec.project import Project
 from framework.spec.tools import AgentSelector, AgentTool
 
@@ -44,6 +54,15 @@ if TYPE_CHECKING:
     from framework.compiler.card import AgentCard  # the card builder is the compiler's one user of a2a-sdk
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
+
+
+@dataclass(frozen=True)
+class RemoteSkill:
+    """A skill a remote agent's card (or its registry) lists."""
+
+    id: str
+    name: str = ""
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,7 @@ class RemoteAgent:
     description: str = ""
     tags: tuple[str, ...] = ()
     registry: str = ""
+    skills: tuple[RemoteSkill, ...] = ()
 
 
 class CallHooks(Protocol):
@@ -124,9 +144,11 @@ class Bundle:
     """Records in-process agent calls as tasks of their own (the runtime provides it)."""
     """Calls a remote A2A agent (URL, input) -> (answer, artifact); the runtime provides it."""
     """Policies for each llm agent (the runtime plugs governance in here)."""
+    mcp: McpServers | None = field(default=None, repr=False)
+    """The MCP client side (the runtime provides it): the tools of ``mcp_servers``."""
     checkpointer: Any = field(default=None, repr=False)
     environ: Mapping[str, str] | None = field(default=None, repr=False)
-    _graphs: dict[tuple[str, bool], Graph] = field(default_factory=dict, repr=False)
+    _graphs: dict[tuple[str, bool, tuple[ClientServer, ...]], Graph] = field(default_factory=dict, repr=False)
     _cards: dict[str, AgentCard] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -159,13 +181,19 @@ class Bundle:
 
     def graph(self, name: str, *, nested: bool = False) -> Graph:
         """The compiled graph of an agent (with the checkpointer; ``nested`` graphs inherit their caller's)."""
-        key = (name, nested)
+        spec = self.agent(name)
+        # The MCP servers an editor passed (ACP) make a graph of their own for the agents that take them.
+        clients = CLIENT_MCP.get() if isinstance(spec, LlmAgent) and takes_clients(self._caps(spec)) else ()
+        key = (name, nested, clients)
         with self._lock:
             if key not in self._graphs:
-                self._graphs[key] = self._compile(self.agent(name), nested=nested)
+                self._graphs[key] = self._compile(spec, nested=nested, clients=clients)
             return self._graphs[key]
 
-    def _compile(self, spec: AgentSpec, *, nested: bool) -> Graph:
+    def _caps(self, spec: AgentSpec) -> Capabilities | None:
+        return spec.capabilities or self.project.config.defaults.capabilities
+
+    def _compile(self, spec: AgentSpec, *, nested: bool, clients: tuple[ClientServer, ...] = ()) -> Graph:
         checkpointer = None if nested else self.checkpointer
         middleware = self.middleware(spec, self.project) if self.middleware else ()
         capabilities = spec.capabilities or self.project.config.defaults.capabilities
@@ -178,6 +206,9 @@ class Bundle:
         if isinstance(spec, LlmAgent):
             config = spec.model or self.project.config.defaults.model
             tools: list[BaseTool] = [*build_tools(spec, context), *self._agent_tools(spec)]
+            if mcp_refs(spec):
+                tools.extend(build_mcp_tools(spec, self.mcp, read_lock(self.project.root)))
+            tools.extend(client_tools(capabilities, self.mcp, clients))
             skills = {s.id: s for s in (self.project.skills[s] if isinstance(s, str) else s for s in spec.skills)}
             return compile_llm_agent(
                 spec,
@@ -198,6 +229,18 @@ class Bundle:
             middleware=middleware,
         )
 
+    async def prepare(self, name: str) -> None:
+        """Start the MCP servers ``name`` uses (off the event loop) before its graph is compiled."""
+        spec = self.agent(name)
+        if self.mcp is None or not isinstance(spec, LlmAgent):
+            return
+        servers = [r.mcp for r in mcp_refs(spec)]
+        if takes_clients(self._caps(spec)) and (clients := CLIENT_MCP.get()):
+            self.mcp.add_clients(clients)
+            servers.extend(c.name for c in clients)
+        if servers:
+            await self.mcp.prepare(dict.fromkeys(servers))
+
     async def call_agent(self, name: str, text: str) -> str:
         """Run another agent of the project in-process, nested in the current run; its answer."""
         answer, _ = await self.call_agent_with_usage(name, text)
@@ -210,6 +253,7 @@ class Bundle:
         if hooks is not None:
             context = await hooks.started(name, text, context)
         try:
+            await self.prepare(name)
             state = await self.graph(name, nested=True).ainvoke({"messages": [HumanMessage(text)]}, context=context)
         except GraphBubbleUp:
             if hooks is not None:
@@ -218,7 +262,9 @@ class Bundle:
         except BaseException as exc:
             if hooks is not None:
                 canceled = isinstance(exc, asyncio.CancelledError)
-                await hooks.finished(context, state="canceled" if canceled else "failed", error=str(exc))
+                rejected = isinstance(exc, CAError) and exc.rejects
+                state = "canceled" if canceled else "rejected" if rejected else "failed"
+                await hooks.finished(context, state=state, error=str(exc))
             raise
         answer, usage = final_text(state), dict(state.get("ca_usage") or {})
         stopped = (state.get("ca_stop") or {}).get("failure")
@@ -309,6 +355,7 @@ def build_bundle(
     remote: RemoteCaller | None = None,
     call_hooks: CallHooks | None = None,
     directory: Sequence[RemoteAgent] = (),
+    mcp: McpServers | None = None,
     checkpointer: Any = None,
     environ: Mapping[str, str] | None = None,
     base_url: str | None = None,
@@ -329,6 +376,7 @@ def build_bundle(
         remote=remote,
         call_hooks=call_hooks,
         directory=tuple(directory),
+        mcp=mcp,
         checkpointer=checkpointer,
         environ=environ,
     )

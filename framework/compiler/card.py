@@ -25,11 +25,13 @@ from framework import __version__
 from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.project import Project
 from framework.spec.skill import Skill
-from framework.spec.tools import AgentSelector, AgentTool, BuiltinTool, PythonTool
+from framework.spec.tools import AgentSelector, AgentTool, BuiltinTool, McpTool, PythonTool
 
 EXTENSION_URI = "urn:cleveragents:extensions:v1"
 """Declares the `_cleveragents/*` platform methods and the approval payload of input-required tasks."""
 PROTOCOL_VERSION = "1.0"
+LEGACY_PROTOCOL_VERSION = "0.3.0"
+"""The older A2A version the same endpoints also answer (a2a-sdk's v0.3 compatibility)."""
 
 
 def agent_skills(agent: AgentSpec, project: Project) -> list[Skill]:
@@ -54,11 +56,12 @@ def security(project: Project) -> dict[str, Any]:
     if auth is None:
         return {}
     schemes: dict[str, SecurityScheme] = {}
-    if auth.bearer_tokens_env:
+    kinds = {identity.kind for identity in auth.identities()}
+    if "bearer" in kinds:
         schemes["bearer"] = SecurityScheme(
             http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="Bearer", description="A bearer token")
         )
-    if auth.api_keys_env:
+    if "api_key" in kinds:
         schemes["apiKey"] = SecurityScheme(
             api_key_security_scheme=APIKeySecurityScheme(
                 location="header", name=auth.api_key_header, description="An API key"
@@ -97,10 +100,7 @@ def build_card(agent: AgentSpec, project: Project, *, base_url: str | None = Non
         name=agent.name,
         description=agent.description or f"The {agent.name} agent",
         version=f"{__version__}+{agent_digest(agent)}",
-        supported_interfaces=[
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION),
-            AgentInterface(url=f"{url}rest", protocol_binding="HTTP+JSON", protocol_version=PROTOCOL_VERSION),
-        ],
+        supported_interfaces=interfaces(url),
         capabilities=AgentCapabilities(
             streaming=True,
             push_notifications=False,
@@ -129,6 +129,23 @@ def build_card(agent: AgentSpec, project: Project, *, base_url: str | None = Non
     )
 
 
+def interfaces(url: str) -> list[AgentInterface]:
+    """The interfaces of an agent whose JSON-RPC endpoint is ``url``: v1.0 first, then v0.3.
+
+    Both versions answer on the same endpoints (v0.3 for requests without ``A2A-Version: 1.0``).
+    The v0.3 entries make a2a-sdk's card route add the v0.3 top-level fields (``url``,
+    ``preferredTransport``, ``protocolVersion``, ``additionalInterfaces``), so a v0.3 client
+    reads the card too; a v1.0 client picks the 1.0 entries.
+    """
+    rest = f"{url}rest"
+    return [
+        AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION),
+        AgentInterface(url=rest, protocol_binding="HTTP+JSON", protocol_version=PROTOCOL_VERSION),
+        AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=LEGACY_PROTOCOL_VERSION),
+        AgentInterface(url=rest, protocol_binding="HTTP+JSON", protocol_version=LEGACY_PROTOCOL_VERSION),
+    ]
+
+
 def _extension_params(agent: AgentSpec, project: Project) -> dict[str, Any]:
     config = project.config
     params: dict[str, Any] = {
@@ -142,17 +159,43 @@ def _extension_params(agent: AgentSpec, project: Project) -> dict[str, Any]:
     return params
 
 
-def _tool_label(tool: BuiltinTool | PythonTool | AgentTool | AgentSelector) -> str:
+def _tool_label(tool: BuiltinTool | PythonTool | AgentTool | AgentSelector | McpTool) -> str:
     if isinstance(tool, BuiltinTool):
         return tool.builtin
     if isinstance(tool, PythonTool):
         return tool.name or tool.function
     if isinstance(tool, AgentTool):
         return f"agent:{tool.agent}"
+    if isinstance(tool, McpTool):
+        return f"mcp:{tool.mcp}"
     return "agents:" + ",".join(tool.agents.tags)
 
 
 def card_to_json(card: AgentCard) -> dict[str, Any]:
-    """The card as A2A v1.0 JSON (camelCase keys)."""
+    """The card as served: A2A v1.0 JSON (camelCase keys) with the v0.3 fields a v0.3 client reads.
+
+    The v0.3 form (a2a-sdk's ``to_compat_agent_card``) fills in what v1.0 lacks: the top-level
+    ``url``, ``preferredTransport``, ``protocolVersion`` and ``additionalInterfaces``, and the v0.3
+    shape of each security scheme, as a2a-sdk's card route does.
+    """
+    from a2a.compat.v0_3.conversions import to_compat_agent_card  # 0.25 s: only where a card is printed
+
     result: dict[str, Any] = json_format.MessageToDict(card)
+    legacy = to_compat_agent_card(card).model_dump(mode="json", by_alias=True, exclude_none=True)
+    if not legacy.get("supportsAuthenticatedExtendedCard"):
+        legacy.pop("supportsAuthenticatedExtendedCard", None)
+    _fill_missing(result, legacy)
     return result
+
+
+def _fill_missing(target: Any, extra: Any) -> None:
+    """Add to ``target`` what ``extra`` has and ``target`` lacks, in nested objects and lists alike."""
+    if isinstance(target, dict) and isinstance(extra, dict):
+        for key, value in extra.items():
+            if key not in target:
+                target[key] = value
+            else:
+                _fill_missing(target[key], value)
+    elif isinstance(target, list) and isinstance(extra, list):
+        for mine, theirs in zip(target, extra, strict=False):
+            _fill_missing(mine, theirs)

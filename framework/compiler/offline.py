@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
 from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
@@ -98,6 +98,12 @@ class LocalChatModel(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return self.model_label
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        """Provider and model as a trace names them: ``offline`` / ``scripted`` for both."""
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = params["ls_model_name"] = self.model_label
+        return params
 
     def bind_tools(
         self,

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from framework.compiler.bundle import Bundle
-from framework.errors import Diagnostic, ModelError, ToolError
+from framework.errors import Diagnostic, McpServerFailed, ModelError, ToolError
 
 _WHERE = re.compile(r"^(?P<file>[^\s:]+\.py)(?::(?P<line>\d+))?(?::(?P<column>\d+))?: (?P<message>.*)$", re.S)
 
@@ -22,13 +22,14 @@ def compile_graphs(bundle: Bundle) -> list[Diagnostic]:
 
     Run in a thread by ``Runtime.reload`` so a bundle is swapped in already compiled, and a tool
     file that no longer imports is a bad edit like a YAML error. A model that cannot be built
-    (e.g. an unset API key) is not an error here: it fails when that agent runs, as at start-up.
+    (e.g. an unset API key) or an MCP server that does not start is not an error here: it fails when
+    that agent runs, as at start-up.
     """
     errors: list[Diagnostic] = []
     for name in sorted(bundle.agents):
         try:
             bundle.graph(name)
-        except ModelError:
+        except (ModelError, McpServerFailed):  # a key unset, a server down: the run says so, not the reload
             continue
         except ToolError as exc:
             errors.append(_tool_diagnostic(bundle, name, str(exc)))

@@ -33,7 +33,7 @@ from framework.compiler.tool_names import model_facing_name
 from framework.errors import ToolError
 from framework.spec.agent import LlmAgent
 from framework.spec.common import did_you_mean
-from framework.spec.tools import AgentSelector, AgentTool, BuiltinTool, PythonTool
+from framework.spec.tools import AgentSelector, AgentTool, BuiltinTool, McpTool, PythonTool
 
 USER_MODULE_PREFIX = "ca_user_tools"
 """Python tool files are imported as ``ca_user_tools.<path slug>_<hash>``."""
@@ -43,7 +43,7 @@ def build_tools(agent: LlmAgent, ctx: ToolContext) -> list[BaseTool]:
     """The agent's builtin and python tools, in the order of its ``tools:`` list.
 
     Agent tools (``agent:`` and ``agents:`` entries) are skipped: the agent-as-tool module builds
-    them. Raises :class:`ToolError` when a python tool cannot be loaded or two tools would reach
+    them; so are MCP tools (``mcp:``, built by ``mcp_tools.py``). Raises :class:`ToolError` when a python tool cannot be loaded or two tools would reach
     the model under the same name.
     """
     tools: list[BaseTool] = []
@@ -54,7 +54,7 @@ def build_tools(agent: LlmAgent, ctx: ToolContext) -> list[BaseTool]:
                 tool = build_builtin(ref.builtin, ctx)
             case PythonTool():
                 tool = load_python_tool(ref, ctx)
-            case AgentTool() | AgentSelector():
+            case AgentTool() | AgentSelector() | McpTool():
                 continue
             case _:
                 assert_never(ref)

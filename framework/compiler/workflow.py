@@ -64,6 +64,8 @@ _Leaf = AgentStep | ToolStep | GateStep | AskStep | ArtifactStep | MessageStep
 _PASS_THROUGH = ("gate", "artifact")
 """Steps that leave their lane as it was: the next step sees what they saw."""
 StepStatus = Literal["started", "completed", "failed"]
+STEP_NODE = "step."
+"""The prefix of a step's node in the workflow's graph (``step.ID``): traces and events find steps by it."""
 
 _V = TypeVar("_V")
 _PLAIN = re.compile(r"[\w .-]{1,40}")
@@ -157,8 +159,10 @@ class _Reporter:
     kind: StepKind
     title: str
 
-    def __call__(self, status: StepStatus) -> None:
+    def __call__(self, status: StepStatus, *, ended_by: str = "") -> None:
         event = {"ca_event": "step", "step": self.step, "kind": self.kind, "status": status, "title": self.title}
+        if ended_by:
+            event["ended_by"] = ended_by
         get_stream_writer()(event)
 
     async def guard(self, work: Awaitable[_V]) -> _V:
@@ -356,7 +360,7 @@ class _Builder:
             return self.router(step, title, lane)
         if isinstance(step, LoopStep):
             return self.loop(step, title, lane)
-        node = f"step.{step_id}"
+        node = f"{STEP_NODE}{step_id}"
         self.add(node, self.leaf(step, step_id, title, lane))
         return _Fragment(step_id, title, node, node)
 
@@ -480,7 +484,7 @@ class _Builder:
             update = _write(lane, text)
             return (update | {"outputs": {step.id: text}}) if step.id is not None else update
 
-        entry = self.add(f"step.{step_id}", fork)
+        entry = self.add(f"{STEP_NODE}{step_id}", fork)
         exits = []
         for branch, branch_lane in zip(step.parallel, lanes, strict=True):
             (fragment,) = self.chain([branch], branch_lane)
@@ -540,18 +544,22 @@ class _Builder:
             report("started")
             return {"loops": {step.id: 0}}
 
-        async def finished(state: _RunState, iterations: int) -> bool:
+        async def finished(state: _RunState, iterations: int) -> str:
+            """How the loop ends after ``iterations`` runs: ``until`` (it held), ``max`` or not yet ('')."""
             text = _tested_text(loop.on, state) if loop.on else _read(state, lane)
             label = LazyLabel(self.label_or_other, text, [until, "other"] if until else [])
-            return await holds(loop.until, text, label) or iterations >= loop.max
+            if await holds(loop.until, text, label):
+                return "until"
+            return "max" if iterations >= loop.max else ""
 
         async def again(state: _RunState) -> Command[str]:
             iterations = state.get("loops", {}).get(step.id, 0) + 1
-            done = await report.guard(finished(state, iterations))
-            return Command(update={"loops": {step.id: iterations}}, goto=end if done else body[0].entry)
+            ended_by = await report.guard(finished(state, iterations))
+            if ended_by:  # a loop that ran out of iterations says so: its until never held
+                report("completed", ended_by=ended_by)
+            return Command(update={"loops": {step.id: iterations}}, goto=end if ended_by else body[0].entry)
 
         async def finish(state: _RunState) -> _Update:
-            report("completed")
             return {"outputs": {step.id: _read(state, lane)}}
 
         self.add(f"step.{step.id}", start)

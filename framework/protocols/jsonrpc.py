@@ -8,6 +8,13 @@ Error codes — one table for every transport (A2A's JSON-RPC and platform metho
     -32602  invalid params         (also: UsageError)
     -32603  internal error         (also: StoreError, a damaged database under .ca/)
     -32001…-32009                  A2A's own (task not found … version not supported), as a2a-sdk maps them
+
+How a message is read (every wire, :func:`read_message`): its text is decoded strictly
+(``framework.protocols.jsontext``: UTF-8, no NaN/Infinity, at most 64 levels deep), else
+-32700; an object that is not a JSON-RPC 2.0 request gets -32600, with id null when its id is
+not a string or an integer (an invalid id is never echoed); a value in ``params``
+that could not be stored and sent back (``1e999``, a lone surrogate) gets -32602 with the id.
+A notification (no ``id`` member) is never answered.
     -32080  budget_exceeded        a budget with on_exceed: fail was spent
     -32081  policy_denied          a capability, contract or profile rule refused an action the run needed
     -32082  contract_violation     the answer broke the agent's contract
@@ -33,6 +40,7 @@ from enum import IntEnum
 from typing import Any
 
 from framework.errors import CAError, ErrorCode, Failure
+from framework.protocols.jsontext import JsonTextError, decode, unrepresentable
 
 
 class Code(IntEnum):
@@ -41,6 +49,7 @@ class Code(IntEnum):
     METHOD_NOT_FOUND = -32601
     INVALID_PARAMS = -32602
     INTERNAL_ERROR = -32603
+    VERSION_NOT_SUPPORTED = -32009
     BUDGET_EXCEEDED = -32080
     POLICY_DENIED = -32081
     CONTRACT_VIOLATION = -32082
@@ -106,22 +115,56 @@ class Request:
     method: str
     params: dict[str, Any]
     id: str | int | None
-    """None for a notification (no answer is sent)."""
+    """None for a notification (no answer is sent) and for a request whose id is null."""
+    notification: bool = False
+    """No ``id`` member: the sender wants no answer, not even an error."""
+
+
+def valid_id(value: Any) -> bool:
+    """Whether ``value`` may be a JSON-RPC id we echo: a string (of Unicode text) or an integer, or null."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return True
+    return isinstance(value, str) and unrepresentable(value, "id") is None
+
+
+def answer_id(obj: Any) -> str | int | None:
+    """The id to answer ``obj`` with: its own when valid, else null."""
+    value = obj.get("id") if isinstance(obj, dict) else None
+    return value if valid_id(value) else None
 
 
 def parse_request(obj: Any) -> Request:
-    """Validate a decoded JSON-RPC 2.0 request object; raise JsonRpcError(-32600/-32602)."""
-    if not isinstance(obj, dict) or obj.get("jsonrpc") != "2.0" or not isinstance(obj.get("method"), str):
+    """Validate a decoded JSON-RPC 2.0 request object; raise JsonRpcError(-32600/-32602).
+
+    -32600 is about the envelope, -32602 about params; answer either with :func:`answer_id`.
+    """
+    if not isinstance(obj, dict):
+        raise JsonRpcError(
+            Code.INVALID_REQUEST, "not a JSON-RPC 2.0 request: expected an object (batches are not supported)"
+        )
+    if obj.get("jsonrpc") != "2.0" or not isinstance(obj.get("method"), str):
         raise JsonRpcError(Code.INVALID_REQUEST, "not a JSON-RPC 2.0 request: need jsonrpc '2.0' and a method name")
-    request_id = obj.get("id")
-    if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, str | int)):
-        raise JsonRpcError(Code.INVALID_REQUEST, "the id must be a string or an integer")
+    if not valid_id(obj.get("id")):
+        raise JsonRpcError(Code.INVALID_REQUEST, "the id must be a string or an integer (of at most 4300 digits)")
+    if unrepresentable(obj["method"], "method") is not None:
+        raise JsonRpcError(Code.INVALID_REQUEST, "the method name is not Unicode text")
     params = obj.get("params", {})
     if params is None:
         params = {}
     if not isinstance(params, dict):
         raise JsonRpcError(Code.INVALID_PARAMS, "params must be an object (by-name parameters)")
-    return Request(obj["method"], params, request_id)
+    problem = unrepresentable(params)
+    if problem is not None:
+        raise JsonRpcError(Code.INVALID_PARAMS, problem)
+    return Request(obj["method"], params, obj.get("id"), notification="id" not in obj)
+
+
+def read_message(raw: bytes | str) -> Any:
+    """One wire message's decoded value; raises JsonRpcError(-32700) when the text is not JSON we take."""
+    try:
+        return decode(raw)
+    except JsonTextError as exc:
+        raise JsonRpcError(Code.PARSE_ERROR, f"parse error: {exc}") from None
 
 
 def result(request_id: str | int | None, value: Any) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The audit log: append-only, hash-chained records of everything governance decided.
 
-Each record names its source (cli, a2a-http, a2a-stdio, acp, agent-call), the task and
+Each record names its source (cli, a2a-http, a2a-stdio, acp, agent-call, mcp), the task and
 conversation it belongs to, and carries ``prev_hash`` (the previous record's hash; 64 zeros
 for the first) and ``hash``, computed over every other field as :mod:`framework.runtime.audit_chain`
 says for the record's ``chain``: ``sha256`` (unkeyed) or ``hmac-sha256`` (keyed, with the key
@@ -47,7 +47,7 @@ from framework.runtime.governance.secrets import SecretValues
 from framework.runtime.store_locks import LOCK_TIMEOUT_S
 from framework.runtime.stores import state_dir
 
-Source = Literal["cli", "a2a-http", "a2a-stdio", "acp", "agent-call"]
+Source = Literal["cli", "a2a-http", "a2a-stdio", "acp", "agent-call", "mcp"]
 """Where the request that caused a record came in."""
 
 SOURCES: frozenset[str] = frozenset(get_args(Source))
@@ -99,6 +99,8 @@ class AuditLog:
         self._secrets = {*secrets, key.secret.decode("utf-8")} if key else set(secrets)
         self._masker = SecretValues(self._secrets)
         self._key = key
+        self.observers: list[Callable[[AuditRecord], None]] = []
+        """Called with each record once it is stored (masked): the run's trace shows it as an event."""
         self._extendable = False
         """Whether the chain's tail was found to accept this log's records (checked before the first append)."""
 
@@ -149,7 +151,7 @@ class AuditLog:
         Values in ``data`` that JSON cannot represent are stored as their ``str()``.
         """
         build = self._builder(kind, source, task_id, conversation_id, agent, data)
-        return _to_record(self._store.append(build))
+        return self._observed(_to_record(self._store.append(build)))
 
     async def aappend(
         self,
@@ -164,7 +166,12 @@ class AuditLog:
         """:meth:`append` for async code: another process's write lock is waited for with the
         event loop running (:mod:`framework.runtime.store_locks`)."""
         build = self._builder(kind, source, task_id, conversation_id, agent, data)
-        return _to_record(await self._store.aappend(build))
+        return self._observed(_to_record(await self._store.aappend(build)))
+
+    def _observed(self, record: AuditRecord) -> AuditRecord:
+        for observe in self.observers:
+            observe(record)
+        return record
 
     def _builder(
         self, kind: str, source: Source, task_id: str, conversation_id: str, agent: str, data: dict[str, Any] | None

@@ -12,9 +12,10 @@
     PlanUpdate       status message       plan
     UsageUpdate      metadata             (budget display)
     Paused           input-required       session/request_permission (pause: its typed variant)
-    RunFinished      completed / failed   stopReason, or the JSON-RPC error of failure.code
+    RunFinished      its end state**      stopReason, or the JSON-RPC error of failure.code
 
 *When a run's only output is message steps; otherwise a status message of the task.
+**completed, failed, canceled, or rejected (a person rejected a gate, a step's approval or an ask).
 A failed run's ``failure`` (``framework.errors.Failure``) is mapped by each transport's one table.
 
 ``source`` is the path of nested agents that produced an event: ``()`` for the agent
@@ -26,10 +27,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from framework.errors import Cancelled, Failure, RunError
+from framework.errors import ApprovalRejected, CAError, Cancelled, Failure, RunError, Signal
 from framework.runtime.pauses import Pause
 
-RunState = Literal["completed", "input-required", "failed", "canceled"]
+RunState = Literal["completed", "input-required", "failed", "canceled", "rejected"]
 StepStatus = Literal["pending", "started", "completed", "failed"]
 
 
@@ -77,6 +78,8 @@ class StepUpdate:
     step_kind: str = ""
     source: tuple[str, ...] = ()
     kind: Literal["step"] = "step"
+    ended_by: Literal["", "until", "max"] = ""
+    """How a completed loop ended: its ``until`` held, or it ran ``max`` times without that ('' otherwise)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,8 +162,9 @@ StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "
 
 @dataclass(frozen=True, slots=True)
 class RunFinished:
-    """The run's end. A failed (or canceled) run carries its ``failure``, typed (always: one built
-    without gets a RunError or Cancelled of its ``error``); ``error`` is its message."""
+    """The run's end. A failed, canceled or rejected run carries its ``failure``, typed (always: one
+    built without gets a RunError, Cancelled or ApprovalRejected of its ``error``); ``error`` is its
+    message. ``rejected``: a person rejected a gate, a workflow step's approval or an ask."""
 
     state: RunState
     output: str = ""
@@ -174,14 +178,18 @@ class RunFinished:
 
     def __post_init__(self) -> None:
         # A run that did not complete always says why, typed: transports branch on ``failure``.
-        if self.failure is None and self.state in ("failed", "canceled"):
-            error = Cancelled(self.error or "cancelled") if self.state == "canceled" else RunError(self.error)
+        if self.failure is None and self.state in ("failed", "canceled", "rejected"):
+            error: CAError | Signal = RunError(self.error)
+            if self.state == "canceled":
+                error = Cancelled(self.error or "cancelled")
+            elif self.state == "rejected":
+                error = ApprovalRejected(self.error)
             object.__setattr__(self, "failure", Failure.of(error))
 
     @classmethod
     def failed(cls, failure: Failure, usage: Usage | None = None) -> RunFinished:
         """The end of a run that failed (or was cancelled) with ``failure``."""
-        state: RunState = "canceled" if failure.code == "cancelled" else "failed"
+        state: RunState = "canceled" if failure.code == "cancelled" else "rejected" if failure.rejected else "failed"
         return cls(state, error=failure.message, failure=failure, usage=usage or Usage())
 
 

@@ -181,6 +181,7 @@ class _Translator:
                     str(data.get("title", "")),
                     str(data.get("kind", "")),
                     source,
+                    ended_by=data.get("ended_by", ""),
                 )
             ]
         if kind == "plan":
@@ -247,6 +248,7 @@ def _child_event(event: Any, source: tuple[str, ...]) -> list[RunEvent]:
                 str(event.get("title", "")),
                 str(event.get("step_kind", "")),
                 where,
+                ended_by=event.get("ended_by", ""),
             )
         ]
     return []
@@ -291,11 +293,15 @@ class Runner:
         skill: str | None = None,
         context: RunContext | None = None,
         resume: Any = None,
+        callbacks: list[Any] | None = None,
     ) -> AsyncIterator[RunEvent]:
-        """Stream the events of one turn: a new message (``text``) or decisions for a pause (``resume``)."""
+        """Stream the events of one turn: a new message (``text``) or decisions for a pause (``resume``).
+
+        ``callbacks``: LangChain callback handlers for the run (its trace spans, when tracing is on)."""
         translator = _Translator()
         context = replace(context or RunContext(), skill=skill, conversation_id=thread_id)
         try:
+            await self.bundle.prepare(agent)  # MCP servers start here, not on the event loop's thread
             graph = self.bundle.graph(agent)
             # A resumed run starts its stream again: the asked agent's answer is held from the start.
             translator = _Translator(hold=holds_output(self.bundle.agent(agent).contract))
@@ -303,6 +309,8 @@ class Runner:
                 "configurable": {"thread_id": thread_id},
                 "metadata": {"agent": agent},
             }
+            if callbacks:
+                config["callbacks"] = callbacks
             await self._check_thread(graph, config, agent, thread_id, resuming=resume is not None)
             if skill is not None:
                 self._check_skill(agent, skill)
@@ -314,6 +322,7 @@ class Runner:
                 stream_mode=STREAM_MODES,
                 subgraphs=True,
                 version="v2",
+                durability="exit",
             ):
                 for event in translator.part(part):
                     yield event

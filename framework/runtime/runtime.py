@@ -27,8 +27,18 @@ from typing import Any, cast
 
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
+from framework.compiler.mcp_tools import McpServers
 from framework.compiler.precompile import compile_graphs
-from framework.errors import ApprovalTimedOut, CAError, ConversationBusy, Diagnostic, Failure, RunError
+from framework.errors import (
+    ApprovalTimedOut,
+    CAError,
+    ConversationBusy,
+    ConversationNotYours,
+    Diagnostic,
+    Failure,
+    RunError,
+)
+from framework.runtime import telemetry
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
 from framework.runtime.cancel import Canceled, CancelWatch, cancel_task
@@ -36,6 +46,7 @@ from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.access import CapabilityAccess
 from framework.runtime.governance.middleware import governance_middleware
 from framework.runtime.governance.secrets import KNOWN, mask_logs, project_secrets
+from framework.runtime.metrics import Metrics
 from framework.runtime.pauses import Gate, Pause, Question
 from framework.runtime.remote import Discovery, RemoteFactory
 from framework.runtime.restart import needs_restart, pinned
@@ -45,6 +56,9 @@ from framework.runtime.tasks import FINAL_STATES, AlreadyDecided, Pending, Task,
 from framework.runtime.turns import Turns
 from framework.spec.interpolate import load_dotenv
 from framework.spec.project import Project
+
+McpFactory = Callable[[Project, Mapping[str, str]], Any]
+"""(project, environment) -> the MCP client side (``framework.protocols.mcp.open_mcp``), with ``close()``."""
 
 
 class Runtime:
@@ -66,6 +80,8 @@ class Runtime:
         """Errors of the last reload that could not be applied (the bundle kept serving)."""
         self.started = bundle.project.config
         """The ``ca.yaml`` settings at start-up: reloads keep its settings read once (``RESTART_ONLY``)."""
+        self.metrics: Metrics | None = None
+        """The server's metrics (``ca serve``'s ``/metrics``): each run's model and tool calls feed them."""
         self.restart_needed: list[str] = []
         """The start-up settings the files now change (``setting (before -> after)``): a restart applies them."""
         self.watch = CancelWatch(tasks)
@@ -81,11 +97,14 @@ class Runtime:
         governed: bool = True,
         base_url: str | None = None,
         remote: RemoteFactory | None = None,
+        mcp: McpFactory | None = None,
     ) -> Runtime:
         """Open the project's stores (closed by ``stack``) and build its bundle.
 
         ``remote`` builds the client side for remote agents and registries (the protocol layer's
-        A2A client); without it remote calls are refused and registries are not read.
+        A2A client); without it remote calls are refused and registries are not read. ``mcp``
+        builds the MCP client side (one per runtime, its servers started on first use and
+        stopped by ``stack``); without it an agent that uses an MCP server cannot run.
         """
         mask_logs()
         key = chain_key(project.config.audit, project.root)  # a missing key stops us before anything opens
@@ -102,6 +121,10 @@ class Runtime:
         audit = AuditLog.open(project.root, secrets=KNOWN.values, key=key, lock_timeout=lock_timeout)
         stack.callback(audit.close)
         audit.check_extendable()
+        tracing = telemetry.start()
+        if tracing is not None:
+            audit.observers.append(tracing.audited)
+            stack.callback(tracing.flush)
         environ = {**load_dotenv(project.root), **os.environ}
         current: dict[str, Any] = {"project": project, "environ": environ}
         opened: list[Any] = []  # the A2A client side, created on first use (a2a's client costs ~50 ms)
@@ -121,6 +144,16 @@ class Runtime:
             return result
 
         hooks = ChildTasks(tasks, audit)
+        servers: list[Any] = []  # the MCP client side, one for the runtime's whole life
+
+        def mcp_servers(project: Project, environ: Mapping[str, str]) -> McpServers | None:
+            if mcp is None:  # the client side costs nothing until a server starts (an editor may pass one)
+                return None
+            if not servers:
+                servers.append(mcp(project, environ))
+                stack.push_async_callback(servers[0].close)
+            servers[0].project, servers[0].environ = project, environ
+            return cast(McpServers, servers[0])
 
         async def compile_project(project: Project) -> Bundle:
             dotenv = load_dotenv(project.root)
@@ -142,6 +175,7 @@ class Runtime:
                 remote=call_remote,
                 call_hooks=hooks,
                 directory=found.agents,
+                mcp=mcp_servers(project, environ),
                 base_url=base_url,
                 environ=environ,
             )
@@ -236,21 +270,37 @@ class Runtime:
         parent: str = "",
         chain: tuple[str, ...] = (),
         request: Mapping[str, Any] | None = None,
+        caller: str | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Start a task: one message to ``agent`` in ``conversation``; stream its events.
 
         ``task_id`` lets a transport use its own id (an A2A task id) for the task; ``request``
-        is what workflows see of the message (``message_id``, ``metadata``).
+        is what workflows see of the message (``message_id``, ``metadata``). ``caller`` is who
+        sends it (default :attr:`decider`); a conversation belongs to the caller who started it,
+        so another caller's message into it is refused (ConversationNotYours) before anything runs.
         """
         self.bundle.agent(agent)
+        who = self.decider if caller is None else caller
+        if caller is not None and self.tasks.callers_in(conversation) - {caller}:
+            raise ConversationNotYours(
+                f"conversation {conversation!r} was started by another caller: start a new one (send no contextId)"
+            )
         task = await self.tasks.acreate(
-            agent=agent, conversation=conversation, source=self.source, input=text, task_id=task_id, parent=parent
+            agent=agent,
+            conversation=conversation,
+            source=self.source,
+            input=text,
+            task_id=task_id,
+            parent=parent,
+            caller=who,
         )
-        await self._audit_task(task, "submitted", input_chars=len(text))
+        await self._audit_task(task, "submitted", input_chars=len(text), by=who)
         context = dataclasses.replace(self._context(task, skill, request), caps=caps or None, depth=depth, chain=chain)
         async for event in self._drive(
             task,
-            Runner(self.bundle).run(agent, text, thread_id=conversation, skill=skill, context=context),
+            lambda callbacks: Runner(self.bundle).run(
+                agent, text, thread_id=conversation, skill=skill, context=context, callbacks=callbacks
+            ),
             prepare=lambda: self._drop_abandoned_pause(agent, conversation),
         ):
             yield event
@@ -279,11 +329,13 @@ class Runtime:
         except ApprovalTimedOut as exc:
             yield await self._failed_before_run(task, Failure.of(exc))
             return
+        context = self._context(task, None, request)
         async for event in self._drive(
             task,
-            Runner(self.bundle).run(
-                task.agent, thread_id=task.conversation, context=self._context(task, None, request), resume=answers
+            lambda callbacks: Runner(self.bundle).run(
+                task.agent, thread_id=task.conversation, context=context, resume=answers, callbacks=callbacks
             ),
+            resumed=True,
         ):
             yield event
 
@@ -330,11 +382,12 @@ class Runtime:
 
     @property
     def decider(self) -> str:
-        """Who decides when a transport names no one: ``cli:<os user>``, or the source (``acp``, ...)."""
-        if self.source == "cli":
+        """Who sends or decides when a transport names no one: ``cli:<os user>`` at a terminal,
+        ``local:<os user>`` for ``ca run --stdio``, else the source (``acp``)."""
+        if self.source in ("cli", "a2a-stdio"):
             import getpass
 
-            return f"cli:{getpass.getuser()}"
+            return f"{'cli' if self.source == 'cli' else 'local'}:{getpass.getuser()}"
         return self.source
 
     def check_decision(self, task_id: str, decision: Mapping[str, Any]) -> Task:
@@ -410,22 +463,40 @@ class Runtime:
     async def _drive(
         self,
         task: Task,
-        events: AsyncIterator[RunEvent],
+        run: Callable[[list[Any] | None], AsyncIterator[RunEvent]],
         *,
         prepare: Callable[[], Awaitable[None]] | None = None,
+        resumed: bool = False,
     ) -> AsyncIterator[RunEvent]:
-        """Run ``events`` (a run not started yet) in the turn of ``task``'s conversation, recording it.
+        """Run ``run(callbacks)`` (the events of a run) in the turn of ``task``'s conversation, recording it.
 
         ``prepare`` runs first, inside the turn. A turn not had within the wait limit fails the task
-        (ConversationBusy) before anything of it ran.
+        (ConversationBusy) before anything of it ran. With tracing on, the run is an ``invoke_agent``
+        span (``resumed``: linked to the run that paused the task).
         """
         self.watch.track(task.id)
         try:
             async with self.turns.take(task.conversation, task.id):
                 if prepare is not None:
                     await prepare()
-                async for event in self._recorded(task, events):
-                    yield event
+                tracing = telemetry.tracing()
+                measured = [self.metrics.callbacks(task.agent)] if self.metrics is not None else []
+                if tracing is None:
+                    async for event in self._recorded(task, run(measured or None)):
+                        yield event
+                    return
+                with tracing.run(
+                    agent=task.agent,
+                    task_id=task.id,
+                    conversation=task.conversation,
+                    source=self.source,
+                    prices=self.bundle.project.config.prices,
+                    paused_by=self._paused_by(task) if resumed else "",
+                ) as spans:
+                    async for event in self._recorded(task, run([spans, *measured])):
+                        if isinstance(event, RunFinished):
+                            tracing.finished(task.id, event)
+                        yield event
         except ConversationBusy as exc:  # raised before the run started: nothing of it ran
             yield await self._failed_before_run(task, Failure.of(exc))
         except asyncio.CancelledError:
@@ -435,6 +506,13 @@ class Runtime:
             raise
         finally:
             self.watch.untrack(task.id)
+
+    def _paused_by(self, task: Task) -> str:
+        """The traceparent of the run that paused ``task`` (in its audit), or ""."""
+        for record in reversed(self.audit.query(task_id=task.id, kind="task.state")):
+            if record.data.get("state") == "input-required":
+                return str(record.data.get("traceparent", ""))
+        return ""
 
     async def _recorded(self, task: Task, events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
         await self.tasks.aupdate(task.id, state="working")
@@ -457,7 +535,9 @@ class Runtime:
         if event.state == "input-required":
             pending = tuple(self._pending(task, p) for p in pauses)
             await self.tasks.aupdate(task.id, state="input-required", pending=pending, usage=usage)
-            await self._audit_task(task, "input-required", waiting=[p.pause.kind for p in pauses])
+            tracing = telemetry.tracing()
+            traced = {"traceparent": tracing.traceparent(task.id)} if tracing is not None else {}
+            await self._audit_task(task, "input-required", waiting=[p.pause.kind for p in pauses], **traced)
         elif event.state == "completed":
             await self.tasks.aupdate(task.id, state="completed", output=event.output, pending=(), usage=usage)
             await self._audit_task(task, "completed", stop_reason=event.stop_reason, usage=usage)
@@ -504,6 +584,7 @@ class ChildTasks:
         except RunError:
             task = None
         if task is None:
+            parent = self.tasks.find(context.task_id) if context.task_id else None
             task = await self.tasks.acreate(
                 agent=agent,
                 conversation=context.conversation_id,
@@ -511,8 +592,12 @@ class ChildTasks:
                 input=text,
                 parent=context.task_id,
                 task_id=child_id or None,
+                caller=parent.caller if parent is not None else "",
             )
             await self._record(task.id, context, agent, "submitted", parent=context.task_id)
+        tracing = telemetry.tracing()
+        if tracing is not None and context.task_id:
+            tracing.alias(task.id, context.task_id)
         await self.tasks.aupdate(task.id, state="working")
         await self._record(task.id, context, agent, "working")
         return dataclasses.replace(context, task_id=task.id)

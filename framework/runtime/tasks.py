@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     failure TEXT NOT NULL DEFAULT '',
     owner_pid INTEGER NOT NULL DEFAULT 0,
     owner_host TEXT NOT NULL DEFAULT '',
-    cancel_requested TEXT NOT NULL DEFAULT ''
+    cancel_requested TEXT NOT NULL DEFAULT '',
+    caller TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
 CREATE TABLE IF NOT EXISTS remote_calls (
@@ -71,6 +72,7 @@ _ADDED_COLUMNS = {
     "owner_pid": "INTEGER NOT NULL DEFAULT 0",
     "owner_host": "TEXT NOT NULL DEFAULT ''",
     "cancel_requested": "TEXT NOT NULL DEFAULT ''",
+    "caller": "TEXT NOT NULL DEFAULT ''",
 }
 """Columns added after the first release of the table, with their definitions."""
 
@@ -156,6 +158,9 @@ class Task:
     """The host of that process."""
     cancel_requested: str = ""
     """Who asked another process to stop this running task (``ca tasks cancel``), empty if no one."""
+    caller: str = ""
+    """Who sent the task (its A2A owner): a credential's name, ``local:<os user>``, ``cli:<os user>``,
+    ``acp``, ``anonymous``; a child task has its parent's. Empty for tasks recorded before callers were."""
 
 
 class TaskStore:
@@ -200,7 +205,15 @@ class TaskStore:
             return statement(self._conn)
 
     def _creation(
-        self, *, agent: str, conversation: str, source: str, input: str, parent: str, task_id: str | None
+        self,
+        *,
+        agent: str,
+        conversation: str,
+        source: str,
+        input: str,
+        parent: str,
+        task_id: str | None,
+        caller: str,
     ) -> tuple[Task, Callable[[sqlite3.Connection], object]]:
         stamp = now().isoformat()
         input = KNOWN.text(input)
@@ -217,30 +230,59 @@ class TaskStore:
             updated_at=stamp,
             owner_pid=pid,
             owner_host=host,
+            caller=caller,
         )
-        values = (task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host)
+        values = (task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host, caller)
         return task, lambda conn: conn.execute(
             "INSERT INTO tasks (id, agent, conversation, source, state, input, parent, created_at, updated_at,"
-            " owner_pid, owner_host) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " owner_pid, owner_host, caller) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             values,
         )
 
     def create(
-        self, *, agent: str, conversation: str, source: str, input: str, parent: str = "", task_id: str | None = None
+        self,
+        *,
+        agent: str,
+        conversation: str,
+        source: str,
+        input: str,
+        parent: str = "",
+        task_id: str | None = None,
+        caller: str = "",
     ) -> Task:
-        """Record a new task (``task_id``: a transport's own id, e.g. an A2A task id)."""
+        """Record a new task (``task_id``: a transport's own id, e.g. an A2A task id) sent by ``caller``."""
         task, insert = self._creation(
-            agent=agent, conversation=conversation, source=source, input=input, parent=parent, task_id=task_id
+            agent=agent,
+            conversation=conversation,
+            source=source,
+            input=input,
+            parent=parent,
+            task_id=task_id,
+            caller=caller,
         )
         self._run(insert)
         return task
 
     async def acreate(
-        self, *, agent: str, conversation: str, source: str, input: str, parent: str = "", task_id: str | None = None
+        self,
+        *,
+        agent: str,
+        conversation: str,
+        source: str,
+        input: str,
+        parent: str = "",
+        task_id: str | None = None,
+        caller: str = "",
     ) -> Task:
         """:meth:`create`, waiting for the lock with the event loop running."""
         task, insert = self._creation(
-            agent=agent, conversation=conversation, source=source, input=input, parent=parent, task_id=task_id
+            agent=agent,
+            conversation=conversation,
+            source=source,
+            input=input,
+            parent=parent,
+            task_id=task_id,
+            caller=caller,
         )
         await self._arun(insert)
         return task
@@ -532,14 +574,44 @@ class TaskStore:
         )
         return None if row is None else {"url": row[0], "task_id": row[1], "context_id": row[2]}
 
-    def list(self, *, pending_only: bool = False, limit: int = 50) -> list[Task]:
-        query = "SELECT * FROM tasks"
+    def counts(self) -> dict[str, int]:
+        """How many tasks are in each state."""
+        return dict(self._run(lambda conn: conn.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall()))
+
+    def adopt(self, caller: str, source: str) -> int:
+        """Give ``caller`` the tasks of ``source`` recorded before tasks had callers; how many."""
+        return int(
+            self._run(
+                lambda conn: (
+                    conn.execute(
+                        "UPDATE tasks SET caller = ? WHERE caller = '' AND source = ?", (caller, source)
+                    ).rowcount
+                )
+            )
+        )
+
+    def callers_in(self, conversation: str) -> set[str]:
+        """Who sent the tasks of this conversation (a conversation belongs to the caller who started it)."""
+        rows = self._run(
+            lambda conn: conn.execute(
+                "SELECT DISTINCT caller FROM tasks WHERE conversation = ?", (conversation,)
+            ).fetchall()
+        )
+        return {caller for (caller,) in rows}
+
+    def list(self, *, pending_only: bool = False, limit: int = 50, caller: str | None = None) -> list[Task]:
+        """The latest tasks, newest first; only those waiting for a decision, only those ``caller`` sent."""
+        where, values = [], []
         if pending_only:
-            query += " WHERE state = 'input-required'"
+            where.append("state = 'input-required'")
+        if caller is not None:
+            where.append("caller = ?")
+            values.append(caller)
+        query = "SELECT * FROM tasks" + (f" WHERE {' AND '.join(where)}" if where else "")  # noqa: S608
         query += " ORDER BY created_at DESC LIMIT ?"
 
         def read(conn: sqlite3.Connection) -> tuple[list[Any], list[str]]:
-            cursor = conn.execute(query, (limit,))
+            cursor = conn.execute(query, (*values, limit))
             return cursor.fetchall(), [d[0] for d in cursor.description]
 
         rows, names = self._run(read)

@@ -53,5 +53,19 @@ class WorkflowAgent(AgentBase):
     output: str | None = Field(default=None, description="Template for the final answer (default: last step's).")
 
 
+class PartialLlmAgent(LlmAgent):
+    """An ``extends:`` base of llm agents: every key of one, none required (children add them)."""
+
+    name: Name | None = None  # type: ignore[assignment]
+
+
+class PartialWorkflowAgent(WorkflowAgent):
+    """An ``extends:`` base of workflows: every key of one, none required (children add them)."""
+
+    name: Name | None = None  # type: ignore[assignment]
+    kind: Literal["workflow"] = "workflow"
+    steps: list[Step] = Field(default_factory=list)
+
+
 AgentSpec = LlmAgent | WorkflowAgent
 AGENT_KINDS: dict[str, type[LlmAgent] | type[WorkflowAgent]] = {"llm": LlmAgent, "workflow": WorkflowAgent}

@@ -48,7 +48,25 @@ def _check_host(value: str) -> str:
             "invalid host pattern {value!r}: write 'example.com', '*.example.com' or 'localhost:8080'",
             value=value,
         )
+    suffix = value.lower().removeprefix("*.").split(":")[0] if value.startswith("*.") else ""
+    if suffix and ("." not in suffix or suffix in _SHARED_SUFFIXES) and suffix != "localhost":
+        raise fail(
+            "host",
+            "host pattern {value!r} allows every host under {suffix!r}, a suffix shared by unrelated sites",
+            value=value,
+            suffix=suffix,
+            hint="name the domain you mean, like '*.example.com' or 'api.example.com'",
+        )
     return value.lower()
+
+
+_SHARED_SUFFIXES = frozenset(
+    {"co.uk", "org.uk", "ac.uk", "gov.uk", "com.au", "net.au", "org.au", "co.jp", "ne.jp", "or.jp"}
+    | {"com.br", "com.cn", "com.mx", "co.nz", "co.in", "co.za", "com.tr", "co.kr", "com.tw", "com.sg"}
+    | {"github.io", "herokuapp.com", "appspot.com", "azurewebsites.net", "cloudfront.net", "vercel.app"}
+)
+"""Suffixes under which anyone can register a name: ``*.co.uk`` is as wide as ``*.com``. A short
+list of the common ones, not the whole Public Suffix List: a plain ``*.TLD`` is caught anyway."""
 
 
 HostPattern = Annotated[str, AfterValidator(_check_host), WithJsonSchema({"type": "string"})]
@@ -109,8 +127,37 @@ class NetworkCapabilities(Spec):
     allow: list[HostPattern] = Field(default_factory=list, description="Hosts for http.get and remote agents.")
 
 
+MCP_TOOL_GLOB = re.compile(r"^[A-Za-z0-9_*?.-]+$")
+
+
+def _check_server_glob(value: str) -> str:
+    server, dot, tool = value.partition(".")
+    if not dot or not server or not tool or not MCP_TOOL_GLOB.fullmatch(value):
+        raise fail(
+            "mcp_glob",
+            "capabilities.mcp.allow takes 'SERVER.TOOL' patterns like 'github.*' or 'notes.list_*', got {value!r}",
+            value=value,
+        )
+    return value
+
+
+ServerToolGlob = Annotated[str, AfterValidator(_check_server_glob), WithJsonSchema({"type": "string"})]
+
+
+class McpCapabilities(Spec):
+    allow: list[ServerToolGlob] = Field(
+        default_factory=list,
+        description="'SERVER.TOOL' patterns of MCP tools the agent may call, e.g. 'github.*' or 'notes.list_*'.",
+    )
+    from_client: bool = Field(
+        default=False,
+        description="Use the MCP servers an editor passes in ACP session/new (tools named client.SERVER.TOOL).",
+    )
+
+
 class Capabilities(Spec):
     fs: FsCapabilities = Field(default_factory=FsCapabilities)
     shell: ShellCapabilities = Field(default_factory=ShellCapabilities)
     network: NetworkCapabilities = Field(default_factory=NetworkCapabilities)
     agents: list[Name] = Field(default_factory=list, description="Agents of the project this agent may call.")
+    mcp: McpCapabilities = Field(default_factory=McpCapabilities)

@@ -9,15 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from framework.errors import Diagnostic, Severity
+from framework.spec import agent_checks
 from framework.spec.agent import AgentSpec, LlmAgent, WorkflowAgent
 from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
-from framework.spec.model import ModelConfig
-from framework.spec.prices import price_for
+from framework.spec.mcp_lock import LOCK_FILE, read_lock
 from framework.spec.project import Project
+from framework.spec.salvage import Salvaged, original_path
 from framework.spec.shell_risks import shell_risk
 from framework.spec.source import LMap, format_path, locate
-from framework.spec.tools import BUILTIN_TOOLS, AgentTool, PythonTool
+from framework.spec.tools import BUILTIN_TOOLS, AgentTool, McpTool, PythonTool
 from framework.spec.validation import shift
 from framework.spec.workflow import (
     REQUEST_FIELD,
@@ -37,7 +38,6 @@ from framework.spec.workflow import (
 )
 
 Path_ = tuple[str | int, ...]
-OFFLINE = ModelConfig(provider="offline")
 
 
 class _Checker:
@@ -48,15 +48,24 @@ class _Checker:
         environ: Mapping[str, str],
         texts: Mapping[Path, str],
         invalid: Mapping[str, Set[str]],
+        partial: Mapping[str, Salvaged[Any]],
     ) -> None:
         self.project = project
         self.data = data
         self.environ = environ
         self.texts = texts
         self.invalid = invalid
+        self.partial = partial
         self.out: list[Diagnostic] = []
         self.step_ids: set[str] = set()
         """Every step id of the workflow being checked (to tell "later" from "unknown")."""
+        self.lost_ids: frozenset[str] = frozenset()
+        """Ids of steps left out of the workflow being checked (its file has errors there)."""
+
+    def lost(self, owner: str, key: str) -> bool:
+        """Whether something under top-level ``key`` of ``owner``'s file was left out for its errors."""
+        saved = self.partial.get(owner)
+        return saved is not None and key in saved.dropped
 
     def report(
         self,
@@ -81,7 +90,7 @@ class _Checker:
                 where.line,
                 where.column,
                 message,
-                key_path=format_path(path),
+                key_path=format_path(original_path(data, path)),
                 hint=hint,
                 severity=severity,
             )
@@ -106,8 +115,36 @@ class _Checker:
         if config.defaults.profile and config.defaults.profile not in self.project.profiles:
             self.unknown("project", ("defaults", "profile"), "profile", config.defaults.profile, self.project.profiles)
         self.check_shell_patterns("project", ("defaults", "capabilities"), config.defaults.capabilities)
+        agent_checks.check_auth(self, self.project, self.environ)
         for name, agent in self.project.agents.items():
             self.check_agent(f"agent:{name}", agent)
+        self.check_mcp_lock()
+
+    def check_mcp_lock(self) -> None:
+        """Warn when the MCP servers agents use are not pinned by ``ca.mcp.lock``."""
+        used = sorted(
+            {
+                t.mcp
+                for a in self.project.agents.values()
+                if isinstance(a, LlmAgent)
+                for t in a.tools
+                if isinstance(t, McpTool) and t.mcp in self.project.config.mcp_servers
+            }
+        )
+        if not used:
+            return
+        lock = read_lock(self.project.root)
+        missing = [name for name in used if name not in lock.servers]
+        if not missing:
+            return
+        if not lock.present:
+            message = f"no {LOCK_FILE}: the tools of MCP servers {', '.join(map(repr, missing))} are not pinned"
+            hint = f"run `ca mcp lock` and commit {LOCK_FILE}, so a tool that changes later is refused"
+        else:
+            message = f"{LOCK_FILE} does not list MCP servers {', '.join(map(repr, missing))}: their tools are refused"
+            hint = "run `ca mcp lock` to review and pin them"
+        for name in missing:
+            self.report("project", ("mcp_servers", name), message, hint=hint, key=True, severity="warning")
 
     def check_shell_patterns(self, owner: str, base: Path_, caps: Capabilities | None) -> None:
         """Warn about each allow pattern that lets a program run others or leave the project."""
@@ -130,11 +167,34 @@ class _Checker:
                 self.unknown(owner, ("capabilities", "agents", i), "agent", name, self.project.agents)
         # An agent without capabilities uses the project's defaults, checked once in check_config.
         self.check_shell_patterns(owner, ("capabilities",), caps)
+        agent_checks.check_skill_ids(self, owner, agent)
         if isinstance(agent, LlmAgent):
             self.check_tools(owner, agent)
-            self.check_model(owner, agent)
+            agent_checks.check_model(self, owner, agent, self.project, self.environ)
+            names = None if self.lost(owner, "tools") else agent_checks.tool_names(agent)
+            agent_checks.check_contract(self, owner, agent, names)
+            agent_checks.check_selectors(self, owner, agent, self.project, self.all_skills_known())
+            in_force = caps or self.project.config.defaults.capabilities
+            if not (self.lost(owner, "capabilities") or (caps is None and self.lost("project", "defaults"))):
+                agent_checks.check_capabilities(self, owner, agent, in_force, self.project.agents)
         else:
+            tool_steps = list(_tool_steps(agent.steps, ("steps",)))
+            names = None if self.lost(owner, "steps") else {step.tool for _, step in tool_steps}
+            agent_checks.check_contract(self, owner, agent, names)
             self.check_steps(owner, agent)
+            in_force = caps or self.project.config.defaults.capabilities
+            if not (self.lost(owner, "capabilities") or (caps is None and self.lost("project", "defaults"))):
+                for path, step in tool_steps:
+                    if step.tool in BUILTIN_TOOLS:
+                        agent_checks.check_builtin(
+                            self, owner, (*path, "tool"), step.tool, in_force, own=caps is not None, what="tool step"
+                        )
+
+    def all_skills_known(self) -> bool:
+        """Whether every agent and skill file validated in full (so every skill tag is known)."""
+        if self.invalid.get("agent") or self.invalid.get("skill"):
+            return False
+        return not any(self.lost(owner, "skills") or owner.startswith("skill:") for owner in self.partial)
 
     def check_tools(self, owner: str, agent: LlmAgent) -> None:
         names = set()
@@ -147,6 +207,14 @@ class _Checker:
                 names.add(tool.name or tool.agent)
                 if not tool.is_remote and tool.agent not in self.project.agents:
                     self.unknown(owner, ("tools", i, "agent"), "agent", tool.agent, self.project.agents)
+            elif isinstance(tool, McpTool):
+                servers = self.project.config.mcp_servers
+                if tool.mcp not in servers and not self.invalid.get("project"):
+                    hint = (
+                        did_you_mean(tool.mcp, servers)
+                        or f"declare it in ca.yaml under `mcp_servers: {{{tool.mcp}: ...}}`"
+                    )
+                    self.report(owner, ("tools", i, "mcp"), f"unknown MCP server {tool.mcp!r}", hint=hint)
             elif hasattr(tool, "builtin"):
                 names.add(tool.builtin)
         for i, skill in enumerate(agent.skills):
@@ -156,7 +224,7 @@ class _Checker:
                 narrowed = resolved.tools if resolved else None
             else:
                 narrowed, path = skill.tools, (*path, "tools")
-            for tool_name in narrowed or []:
+            for tool_name in [] if self.lost(owner, "tools") else narrowed or []:
                 if tool_name not in names:
                     self.report(
                         owner,
@@ -198,34 +266,13 @@ class _Checker:
                 hint=did_you_mean(tool.function, functions) or f"functions there: {', '.join(functions) or 'none'}",
             )
 
-    def check_model(self, owner: str, agent: LlmAgent) -> None:
-        model = agent.model or self.project.config.defaults.model or OFFLINE
-        variable = model.key_variable
-        path: Path_ = ("model",) if agent.model else ("name",)
-        if variable and not self.environ.get(variable):
-            self.report(
-                owner,
-                path,
-                f"{variable} is not set; model {model.label()!r} will fail at run time",
-                hint=f"export {variable}=... or put it in .env",
-                severity="warning",
-            )
-        budget = agent.budget or self.project.config.defaults.budget
-        priced = model.provider in ("offline", "scripted") or price_for(model.label(), self.project.config.prices)
-        if budget and budget.max_cost_usd is not None and not priced:
-            self.report(
-                owner,
-                ("budget", "max_cost_usd") if agent.budget else path,
-                f"no known price for model {model.label()!r}; the cost budget cannot be enforced",
-                hint=f"add it to ca.yaml: prices: {{{model.label()!r}: {{input_per_mtok: ..., output_per_mtok: ...}}}}",
-                severity="warning",
-            )
-
     # -- workflows -------------------------------------------------------------
 
     def check_steps(self, owner: str, agent: WorkflowAgent) -> None:
         seen: dict[str, Path_] = {}
         self.step_ids = set(_step_ids(agent.steps))
+        saved = self.partial.get(owner)
+        self.lost_ids = saved.lost_ids if saved is not None else frozenset()
         self.walk_steps(owner, agent.steps, ("steps",), seen, set())
         if agent.output:
             self.check_template(owner, ("output",), agent.output, set(seen))
@@ -292,7 +339,7 @@ class _Checker:
             elif isinstance(step, RouterStep):
                 if is_template(step.router.on):
                     self.check_template(owner, (*path, "router", "on"), step.router.on, available)
-                elif step.router.on not in available:
+                elif step.router.on not in available and step.router.on not in self.lost_ids:
                     on = step.router.on
                     later = on in self.step_ids
                     self.report(
@@ -316,7 +363,7 @@ class _Checker:
                 inner = self.walk_steps(owner, step.loop.steps, (*path, "loop", "steps"), seen, available)
                 if step.loop.on is not None and is_template(step.loop.on):
                     self.check_template(owner, (*path, "loop", "on"), step.loop.on, available | inner)
-                elif step.loop.on is not None and step.loop.on not in inner:
+                elif step.loop.on is not None and step.loop.on not in inner and step.loop.on not in self.lost_ids:
                     self.report(
                         owner,
                         (*path, "loop", "on"),
@@ -328,8 +375,9 @@ class _Checker:
                 available.add(step.id)
         return available
 
-    @staticmethod
-    def earlier(available: set[str]) -> str:
+    def earlier(self, available: set[str]) -> str:
+        if self.lost_ids:  # steps with errors of their own are not in `available`
+            return f"earlier valid steps: {', '.join(sorted(available)) or 'none'} (steps with errors are left out)"
         return f"earlier steps: {', '.join(sorted(available))}" if available else "there is no earlier step"
 
     def check_template(self, owner: str, path: Path_, text: str, available: set[str]) -> None:
@@ -347,7 +395,7 @@ class _Checker:
                     or "use {{ input }}, {{ steps.ID.output }}, {{ request.message_id }} or {{ request.metadata.KEY }}",
                     offset=match.start(),
                 )
-            elif ref.group(1) not in available:
+            elif ref.group(1) not in available and ref.group(1) not in self.lost_ids:
                 step_id = ref.group(1)
                 if step_id in self.step_ids:
                     message = f"template refers to step {step_id!r}, which has not run at this point"
@@ -415,6 +463,22 @@ def _calls(agent: AgentSpec) -> Iterator[tuple[str, Path_]]:
     yield from _step_calls(agent.steps, ("steps",))
 
 
+def _tool_steps(steps: list[Any], base: Path_) -> Iterator[tuple[Path_, ToolStep]]:
+    """(key path, step) of every tool step, nested ones included."""
+    for i, step in enumerate(steps):
+        path = (*base, i)
+        if isinstance(step, ToolStep):
+            yield path, step
+        elif isinstance(step, ParallelStep):
+            yield from _tool_steps(step.parallel, (*path, "parallel"))
+        elif isinstance(step, RouterStep):
+            for j, route in enumerate(step.router.routes):
+                yield from _tool_steps(route.steps, (*path, "router", "routes", j, "steps"))
+            yield from _tool_steps(step.router.default, (*path, "router", "default"))
+        elif isinstance(step, LoopStep):
+            yield from _tool_steps(step.loop.steps, (*path, "loop", "steps"))
+
+
 def _step_calls(steps: list[Any], base: Path_) -> Iterator[tuple[str, Path_]]:
     for i, step in enumerate(steps):
         path = (*base, i)
@@ -437,14 +501,17 @@ def check_project(
     *,
     texts: Mapping[Path, str] | None = None,
     invalid: Mapping[str, Set[str]] | None = None,
+    partial: Mapping[str, Salvaged[Any]] | None = None,
 ) -> list[Diagnostic]:
     """Every cross-reference problem and warning among the files that validated.
 
     ``texts`` (file -> source) places problems inside a value exactly; ``invalid`` maps
     "agent" / "profile" / "skill" to names whose files have errors: references to those
-    are not reported as unknown a second time.
+    are not reported as unknown a second time; ``partial`` maps owners (``agent:NAME`` …) of
+    files with errors to what of them validated, checked too (``data`` holds that part).
     """
-    checker = _Checker(project, data, os.environ if environ is None else environ, texts or {}, invalid or {})
+    environ = os.environ if environ is None else environ
+    checker = _Checker(project, data, environ, texts or {}, invalid or {}, partial or {})
     checker.check_config()
     checker.check_cycles()
     return checker.out

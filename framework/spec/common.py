@@ -230,6 +230,21 @@ def _compile_regex(value: Any) -> re.Pattern[str]:
         ) from exc
 
 
+@functools.lru_cache(maxsize=1024)
+def text_glob(pattern: str) -> re.Pattern[str]:
+    """The regular expression for a text glob (profile rules, contracts): ``*`` any characters
+    (``/`` and newlines too), ``?`` one, the rest literal; it must match the whole text."""
+    parts = []
+    for char in pattern:
+        if char == "*":
+            parts.append(".*")
+        elif char == "?":
+            parts.append(".")
+        else:
+            parts.append(re.escape(char))
+    return re.compile("".join(parts), re.DOTALL)
+
+
 Regex = Annotated[
     re.Pattern[str],
     BeforeValidator(_compile_regex),
@@ -240,4 +255,4 @@ Regex = Annotated[
 PositiveInt = Annotated[int, Field(ge=1, le=1_000_000_000_000)]
 
 Action = Literal["allow", "ask", "deny"]
-CapabilityClass = Literal["fs.read", "fs.write", "shell", "network", "agent"]
+CapabilityClass = Literal["fs.read", "fs.write", "shell", "network", "agent", "mcp"]

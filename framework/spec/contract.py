@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
@@ -16,12 +17,35 @@ class ToolPattern(Spec):
     args: dict[str, str] = Field(default_factory=dict, description="Argument name -> glob on its value.")
 
 
+def _not_empty(pattern: re.Pattern[str] | None) -> re.Pattern[str] | None:
+    if pattern is not None and not pattern.pattern:
+        raise fail(
+            "contract",
+            "an empty `output_matches` matches every output",
+            hint="write the pattern the output must (not) contain, like '(?i)password\\s*[:=]'",
+        )
+    return pattern
+
+
 class MustNot(Spec):
     """Either a forbidden tool call (``tool`` + ``args``) or a forbidden output pattern."""
 
     tool: str | None = None
     args: dict[str, str] = Field(default_factory=dict)
     output_matches: Regex | None = None
+
+    @field_validator("output_matches")
+    @classmethod
+    def _forbids_something(cls, value: re.Pattern[str] | None) -> re.Pattern[str] | None:
+        value = _not_empty(value)
+        if value is not None and value.search(""):
+            raise fail(
+                "contract",
+                "must_not `output_matches` {pattern!r} matches an empty text, so it forbids every output",
+                pattern=value.pattern,
+                hint="make the pattern need at least one character (e.g. '+' instead of '*')",
+            )
+        return value
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
@@ -40,6 +64,8 @@ class MustAlways(Spec):
     before: Literal["complete"] = "complete"
     output_schema: dict[str, Any] | None = None
     output_matches: Regex | None = None
+
+    _output_matches_not_empty = field_validator("output_matches")(_not_empty)
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:

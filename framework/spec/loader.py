@@ -16,12 +16,13 @@ from typing import Any
 
 from framework.errors import Diagnostic, SpecError
 from framework.resources import shipped_dir
-from framework.spec.agent import AGENT_KINDS, AgentSpec
+from framework.spec.agent import AGENT_KINDS, AgentSpec, PartialLlmAgent, PartialWorkflowAgent
 from framework.spec.checks import check_project
 from framework.spec.common import did_you_mean
 from framework.spec.interpolate import Interpolator, load_dotenv
 from framework.spec.profile import Profile
 from framework.spec.project import Project, ProjectConfig
+from framework.spec.salvage import Salvaged, salvage
 from framework.spec.skill import SkillFile
 from framework.spec.source import LList, LMap, Loc, SourceError, diag, parse, read_text
 from framework.spec.validation import validate
@@ -44,6 +45,10 @@ class _Loader:
         self.environ = environ
         self.invalid: dict[str, set[str]] = {"agent": set(), "profile": set(), "skill": set()}
         """Names of agents, profiles and skills whose files have errors (references to them are not "unknown")."""
+        self.bases: set[Path] = set()
+        """Files reached only through ``extends:``: each is validated on its own as a partial agent."""
+        self.partial: dict[str, Salvaged[Any]] = {}
+        """Owner (``agent:NAME``, ``project`` …) -> what remained of a file with errors, checked across files too."""
 
     # -- files -----------------------------------------------------------------
 
@@ -90,6 +95,8 @@ class _Loader:
             dotenv = {}
         self.interpolate = Interpolator(dotenv, self.environ)
         config = self.load_config()
+        if config is None and any((self.root / name).is_file() for name in PROJECT_FILES):
+            self.invalid["project"] = {"ca.yaml"}  # its errors are reported; its names are not "unknown"
         profiles, profile_sources = self.load_named(self.profile_files(), Profile, "profile")
         skills, skill_sources = self.load_named(self.files("skills"), SkillFile, "skill", key="id")
         agents, agent_sources = self.load_agents()
@@ -114,7 +121,14 @@ class _Loader:
         )
         # An invalid ca.yaml does not stop the checks: agents are checked against the defaults.
         self.diagnostics.extend(
-            check_project(project, self.data, self.interpolate.variables, texts=self.texts, invalid=self.invalid)
+            check_project(
+                project,
+                self.data,
+                self.interpolate.variables,
+                texts=self.texts,
+                invalid=self.invalid,
+                partial=self.partial,
+            )
         )
         # A value whose ${VAR} is undefined still holds '${VAR}': what the models say about
         # that text is noise next to "variable is not set", so only the latter is reported.
@@ -137,6 +151,8 @@ class _Loader:
                 self.data["project"] = data
                 config, problems = validate(ProjectConfig, data, texts=self.texts)
                 self.diagnostics.extend(problems)
+                if config is None and (saved := salvage(ProjectConfig, data)) is not None:
+                    config, self.data["project"], self.partial["project"] = saved.spec, saved.data, saved
                 return config
         return ProjectConfig()
 
@@ -162,6 +178,9 @@ class _Loader:
                 continue
             spec, problems = validate(model, data, texts=self.texts)
             self.diagnostics.extend(problems)
+            saved = salvage(model, data) if spec is None else None
+            if saved is not None:
+                spec, data = saved.spec, saved.data
             if spec is None:
                 self.invalid[what].add(_name_in(data, key, path))
                 continue
@@ -172,6 +191,8 @@ class _Loader:
             specs[name] = spec
             sources[f"{what}:{name}"] = path
             self.data[f"{what}:{name}"] = data
+            if saved is not None:
+                self.partial[f"{what}:{name}"] = saved
         return specs, sources
 
     def duplicate(self, data: LMap, key: str, what: str, name: str, first: Path) -> None:
@@ -227,6 +248,10 @@ class _Loader:
                 continue
             spec, problems = validate(model, data, texts=self.texts)
             self.diagnostics.extend(problems)
+            # A file with errors is still checked against the others: what of it is valid.
+            saved = salvage(model, data) if spec is None else None
+            if saved is not None:
+                spec, data = saved.spec, saved.data
             if spec is None:
                 self.invalid["agent"].add(_name_in(data, "name", path))
                 continue
@@ -236,7 +261,36 @@ class _Loader:
             agents[spec.name] = spec
             sources[f"agent:{spec.name}"] = path
             self.data[f"agent:{spec.name}"] = data
+            if saved is not None:
+                self.partial[f"agent:{spec.name}"] = saved
+        for base in sorted(self.bases - set(self.files("agents", recursive=True))):
+            self.check_base(base)
         return agents, sources
+
+    def check_base(self, path: Path) -> None:
+        """An ``extends:`` base against the agent schema, no key required: an error a child hides
+        (by setting the same key) is still an error in the file."""
+        data = self.read(path)
+        if data is None:
+            return  # its syntax error is reported already, through the agent that extends it
+        kind = data.get("kind")
+        if kind is None:
+            workflow = "steps" in data or "output" in data
+        elif kind in AGENT_KINDS:
+            workflow = kind == "workflow"
+        else:
+            self.diagnostics.append(
+                diag(
+                    data.value_locs["kind"],
+                    f"unknown agent kind {kind!r}; kinds are: {', '.join(AGENT_KINDS)}",
+                    key_path="kind",
+                    hint=did_you_mean(kind, AGENT_KINDS) if isinstance(kind, str) else "",
+                )
+            )
+            return
+        model = PartialWorkflowAgent if workflow else PartialLlmAgent
+        _, problems = validate(model, data, texts=self.texts)
+        self.diagnostics.extend(problems)
 
     def read_with_extends(self, path: Path, chain: tuple[Path, ...]) -> LMap | None:
         data = self.read(path)
@@ -291,6 +345,7 @@ class _Loader:
                     )
                 )
                 return None
+            self.bases.add(base_path)
             base = self.read_with_extends(base_path, (*chain, path))
             if base is None:
                 return None

@@ -8,6 +8,9 @@ from pydantic import Field, model_validator
 
 from framework.spec.common import Action, CapabilityClass, Duration, Money, Name, Spec, Version, fail
 
+McpHint = Literal["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"]
+"""The boolean annotations an MCP server may give a tool."""
+
 
 class RuleMatch(Spec):
     """What a rule matches; every key given must match."""
@@ -16,13 +19,18 @@ class RuleMatch(Spec):
     capability: CapabilityClass | None = None
     args: dict[str, str] | None = Field(default=None, description="Argument name -> glob on its value.")
     cost_usd_over: Money | None = Field(default=None, description="Matches when the task has cost more than this.")
+    annotations: dict[McpHint, bool] | None = Field(
+        default=None,
+        description="MCP tool hints that must have these values, e.g. {readOnlyHint: true}; "
+        "a hint the server did not give does not match.",
+    )
 
     @model_validator(mode="after")
     def _not_empty(self) -> Self:
-        if all(v is None for v in (self.tool, self.capability, self.args, self.cost_usd_over)):
+        if all(v is None for v in (self.tool, self.capability, self.args, self.cost_usd_over, self.annotations)):
             raise fail(
                 "rule",
-                "a rule's match needs at least one of tool, capability, args, cost_usd_over "
+                "a rule's match needs at least one of tool, capability, args, cost_usd_over, annotations "
                 "(use the profile's `default` for everything else)",
             )
         return self

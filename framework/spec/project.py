@@ -5,16 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from framework.errors import Diagnostic
 from framework.spec.agent import AgentSpec
 from framework.spec.budget import Budget
 from framework.spec.capabilities import Capabilities, EnvName
 from framework.spec.common import Duration, Money, Name, Spec, Version, fail
+from framework.spec.mcp import McpServer
 from framework.spec.model import ModelConfig
 from framework.spec.profile import Profile
 from framework.spec.skill import SkillFile
@@ -67,12 +68,115 @@ class Price(Spec):
     output_per_mtok: Money = Field(description="US dollars per million output tokens.")
 
 
-class AuthConfig(Spec):
-    """Credentials are never written here, only the names of variables holding them."""
+Role = Literal["caller", "approver"]
+"""What a credential may do: a ``caller`` sends messages and sees its own tasks; an ``approver`` lists
+and decides every task's pending approvals and reads the whole audit."""
 
-    bearer_tokens_env: EnvName | None = Field(default=None, description="Variable with comma-separated tokens.")
-    api_keys_env: EnvName | None = Field(default=None, description="Variable with comma-separated API keys.")
+RESERVED_CALLERS = ("acp", "anonymous")
+"""Names the server gives callers that present no credential (the editor over ACP, a server without auth)."""
+
+
+def _only_caller() -> list[Role]:
+    return ["caller"]
+
+
+class Credential(Spec):
+    """One named caller of ``ca serve``: where its secret is, and what it may do."""
+
+    name: Name = Field(description="Who the caller is: the owner of its tasks and the name in the audit.")
+    token_env: EnvName | None = Field(
+        default=None, description="Variable holding its bearer token (comma-separated to rotate)."
+    )
+    api_key_env: EnvName | None = Field(
+        default=None, description="Variable holding its API key (comma-separated to rotate)."
+    )
+    roles: list[Role] = Field(default_factory=_only_caller, min_length=1, description="caller, approver.")
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> Self:
+        if (self.token_env is None) == (self.api_key_env is None):
+            raise fail("auth", "credential {name!r} needs exactly one of 'token_env' or 'api_key_env'", name=self.name)
+        return self
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A credential as the server checks it: the caller's name, the variable, the header kind, the roles."""
+
+    name: str
+    env: str
+    kind: Literal["bearer", "api_key"]
+    roles: tuple[Role, ...]
+    declared: str
+    """Where it is declared, for messages (``server.auth.credentials[0].token_env``)."""
+
+
+class AuthConfig(Spec):
+    """Credentials are never written here, only the names of variables holding them.
+
+    ``bearer_tokens_env`` and ``api_keys_env`` are the shared forms: every token (key) in the
+    variable is one caller named after the variable, with both roles.
+    """
+
+    credentials: list[Credential] = Field(default_factory=list, description="Named callers, each with roles.")
+    bearer_tokens_env: EnvName | None = Field(
+        default=None, description="Variable with comma-separated tokens: one caller named after it, both roles."
+    )
+    api_keys_env: EnvName | None = Field(
+        default=None, description="Variable with comma-separated API keys: one caller named after it, both roles."
+    )
     api_key_header: str = "X-API-Key"
+
+    @model_validator(mode="after")
+    def _named_once(self) -> Self:
+        if not self.credentials and self.bearer_tokens_env is None and self.api_keys_env is None:
+            raise fail(
+                "auth",
+                "server.auth declares no credential: add 'credentials' (name, token_env or api_key_env, roles)"
+                " or 'bearer_tokens_env' / 'api_keys_env'",
+            )
+        seen: set[str] = set()
+        for index, credential in enumerate(self.credentials):
+            where = ["credentials", index, "name"]
+            if credential.name in RESERVED_CALLERS:
+                raise fail(
+                    "auth",
+                    "credential name {name!r} is reserved for callers without a credential: choose another",
+                    name=credential.name,
+                    path=where,
+                )
+            if credential.name in seen:
+                raise fail("auth", "duplicate credential name {name!r}", name=credential.name, path=where)
+            seen.add(credential.name)
+        return self
+
+    def identities(self) -> list[Identity]:
+        """Every credential, the shared forms included (each a caller named after its variable)."""
+        both: tuple[Role, ...] = ("caller", "approver")
+        found = [
+            Identity(
+                c.name,
+                c.token_env or c.api_key_env or "",
+                "bearer" if c.token_env else "api_key",
+                tuple(dict.fromkeys(c.roles)),
+                f"credentials[{i}].{'token_env' if c.token_env else 'api_key_env'}",
+            )
+            for i, c in enumerate(self.credentials)
+        ]
+        if self.bearer_tokens_env:
+            found.append(Identity(self.bearer_tokens_env, self.bearer_tokens_env, "bearer", both, "bearer_tokens_env"))
+        if self.api_keys_env:
+            found.append(Identity(self.api_keys_env, self.api_keys_env, "api_key", both, "api_keys_env"))
+        return found
+
+
+def auth_variables(auth: AuthConfig) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every environment variable ``auth`` reads credentials from: (key path below ``server.auth``, name).
+
+    The one place that knows the shape of ``server.auth`` for checks such as "this variable is unset".
+    """
+    keys = ("bearer_tokens_env", "api_keys_env")
+    return [((key,), name) for key in keys if (name := getattr(auth, key)) is not None]
 
 
 class ServerConfig(Spec):
@@ -155,6 +259,20 @@ class ProjectConfig(Spec):
     registries: list[Registry] = Field(default_factory=list)
     remote: RemoteCalls = Field(default_factory=RemoteCalls)
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    mcp_servers: dict[Name, McpServer] = Field(
+        default_factory=dict, description="MCP servers by name; agents use them with `tools: [{mcp: NAME}]`."
+    )
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _not_client(cls, value: dict[str, McpServer]) -> dict[str, McpServer]:
+        if "client" in value:
+            raise fail(
+                "mcp_server",
+                "the MCP server name 'client' is reserved for the servers an editor passes (client.NAME.TOOL); "
+                "choose another name",
+            )
+        return value
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from ruamel.yaml.events import (
     SequenceEndEvent,
     SequenceStartEvent,
 )
+from ruamel.yaml.loader import SafeLoader
 from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.reader import ReaderError
 
@@ -47,6 +48,23 @@ class _Loader(CSafeLoader):
     processing_version = (1, 2)
     """The resolver implements YAML 1.2; tell the constructor, which otherwise applies 1.1
     rules (and prints a warning to stderr for a float such as ``1e3``)."""
+
+
+class _Yaml12Loader(SafeLoader):
+    """ruamel's own (pure Python) parser, for what libyaml refuses but YAML 1.2 allows.
+
+    libyaml follows YAML 1.1 inside ``{...}`` and ``[...]``: a plain value there may not
+    hold a ':' (``{url: https://host}``, ``{python: tools/lint.py:lint}``). YAML 1.2 allows
+    a ':' that no space follows, and ruamel's scanner implements that. It is several times
+    slower, so it reads only the files libyaml refused for this one reason.
+    """
+
+    processing_version = (1, 2)
+
+
+def _colon_in_flow(exc: MarkedYAMLError) -> bool:
+    """libyaml's YAML 1.1 refusal of a ':' inside a plain value of a '{' mapping or '[' list."""
+    return exc.problem == "found unexpected ':'" and (exc.context or "").startswith("while scanning a plain scalar")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +165,12 @@ def parse(path: Path, text: str, interpolate: Interpolate | None = None) -> Any:
     if all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
         raise SourceError(diag(Loc(path, 1, 1), "file has only comments", hint="add at least a `name:` key"))
     try:
-        return _Builder(path, text, interpolate).build()
+        try:
+            return _Builder(path, text, interpolate).build()
+        except MarkedYAMLError as exc:
+            if not _colon_in_flow(exc):
+                raise
+        return _Builder(path, text, interpolate, loader=_Yaml12Loader).build()
     except MarkedYAMLError as exc:
         raise SourceError(_syntax_error(path, text, exc)) from exc
     except ReaderError as exc:
@@ -297,11 +320,11 @@ class _Builder:
     arrive, so hostile files fail fast and in constant stack space.
     """
 
-    def __init__(self, path: Path, text: str, interpolate: Interpolate | None) -> None:
+    def __init__(self, path: Path, text: str, interpolate: Interpolate | None, *, loader: type[Any] = _Loader) -> None:
         self.path = path
         self.text = text
         self.interpolate = interpolate
-        self.loader = _Loader(text)
+        self.loader = loader(text)
         self.stack: list[_Frame] = []
         self.anchors: dict[str, tuple[Any, int]] = {}
         self.visited = 0

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, WithJsonSchema, field_validator, model_validator
 
 from framework.spec.common import Name, Spec, did_you_mean, fail
+from framework.spec.mcp import McpTool
 
 BUILTIN_TOOLS: dict[str, str] = {
     "fs.read": "fs.read",
@@ -123,10 +124,10 @@ def _tool_kind(value: Any) -> str | None:
     """The union member for raw YAML data (validation) or a model instance (serialisation)."""
     if isinstance(value, str | BuiltinTool):
         return "builtin"
-    if isinstance(value, PythonTool | AgentTool | AgentSelector):
-        return {PythonTool: "python", AgentTool: "agent", AgentSelector: "agents"}[type(value)]
+    if isinstance(value, PythonTool | AgentTool | AgentSelector | McpTool):
+        return {PythonTool: "python", AgentTool: "agent", AgentSelector: "agents", McpTool: "mcp"}[type(value)]
     if isinstance(value, dict):
-        for key in ("python", "agent", "agents"):
+        for key in ("python", "agent", "agents", "mcp"):
             if key in value:
                 return key
         if "builtin" in value:
@@ -138,24 +139,26 @@ ToolRef = Annotated[
     Annotated[BuiltinTool, Tag("builtin"), WithJsonSchema({"type": "string", "enum": list(BUILTIN_TOOLS)})]
     | Annotated[PythonTool, Tag("python")]
     | Annotated[AgentTool, Tag("agent")]
-    | Annotated[AgentSelector, Tag("agents")],
+    | Annotated[AgentSelector, Tag("agents")]
+    | Annotated[McpTool, Tag("mcp")],
     Discriminator(
         _tool_kind,
         custom_error_type="tool",
         custom_error_message=(
             "a tool is a builtin name (fs.read), {python: file.py:func}, {agent: NAME or URL} "
-            "or {agents: {tags: [...]}}"
+            "{agents: {tags: [...]}} or {mcp: SERVER}"
         ),
     ),
 ]
 
-ToolKind = Literal["builtin", "python", "agent", "agents"]
+ToolKind = Literal["builtin", "python", "agent", "agents", "mcp"]
 
 __all__ = [
     "BUILTIN_TOOLS",
     "AgentSelector",
     "AgentTool",
     "BuiltinTool",
+    "McpTool",
     "Name",
     "PythonTool",
     "ToolKind",

@@ -224,6 +224,11 @@ def _members(tp: Any, tag: str | None = None) -> list[tuple[str | None, Any]]:
     return [(tag, tp)]
 
 
+def resolve_path(model: type[BaseModel], loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """Pydantic's ``loc`` of an error as a path in the user's data (union tags left out)."""
+    return _resolve(model, loc)[0]
+
+
 def _resolve(model: type[BaseModel], loc: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], list[str]]:
     """Walk the model's types along pydantic's ``loc``.
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CA, REPO, ProjectFactory, run_ca
+from tests.conftest import CA, NAPPER, REPO, ProjectFactory, run_ca
 
 NAP_MARKED = '''
     import asyncio
@@ -30,17 +30,8 @@ NAP_MARKED = '''
         return "rested"
 '''
 
-SLOW_WRITER = """
-name: slow
-profile: manual
-model:
-  provider: scripted
-  replies:
-    - tool_calls: [{name: nap, args: {seconds: 20}}]
-    - rested
-tools:
-  - python: tools/nap.py:nap
-"""
+SLOW_WRITER = NAPPER.replace("name: napper", "name: slow").replace("profile: autonomous", "profile: manual")
+"""The napper under the manual profile: its nap waits for an approval."""
 
 
 def _task(root: Path, task_id: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ BROKEN = {
 def test_valid_project_prints_one_line_summary_and_exits_0() -> None:
     result = run_ca("validate", str(REPO))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok: 4 agents (3 llm, 1 workflow), 3 profiles, 0 skills in ."
+    assert result.stdout.strip() == "ok: 5 agents (4 llm, 1 workflow), 3 profiles, 0 skills in ."
 
 
 def test_invalid_project_prints_every_error_with_source_and_caret(make_project: ProjectFactory) -> None:
@@ -88,3 +88,63 @@ def test_validate_imports_neither_langgraph_nor_starlette() -> None:
     assert "framework.spec.loader" in imported  # the check sees real import lines
     heavy = sorted(m for m in imported if m.split(".")[0] in {"langgraph", "langchain_core", "starlette", "a2a"})
     assert heavy == []
+
+
+def test_cross_file_errors_come_in_the_same_run_as_the_errors_of_each_file(make_project: ProjectFactory) -> None:
+    root = make_project(
+        {
+            "ca.yaml": "default_agent: asistant\nserver: {port: 0}\n",
+            "agents/writer.yaml": """
+                name: writer
+                instuctions: Draft the notes
+                tools: [fs.reed, {agent: editor}, {python: tools/lint.py:lnt}]
+            """,
+            "agents/editor.yaml": "name: editor\nbudget: {max_turns: none}\ntools: [{agent: writer}]\n",
+            "agents/release.yaml": """
+                name: release
+                kind: workflow
+                steps:
+                  - {id: check, gate: {mesage: Publish}}
+                  - {id: draft, agent: writter}
+            """,
+            "tools/lint.py": "def lint(path: str) -> str:\n    return path\n",
+        }
+    )
+    result = run_ca("validate", "--json", cwd=root)
+    assert result.returncode == 2
+    errors = [(p["file"], p["key_path"], p["message"]) for p in json.loads(result.stdout) if p["severity"] == "error"]
+    assert errors == [
+        ("agents/editor.yaml", "budget.max_turns", "expected an integer, got 'none'"),
+        ("agents/release.yaml", "steps[0].gate.message", "missing required key 'message'"),
+        ("agents/release.yaml", "steps[0].gate.mesage", "unknown key 'mesage'"),
+        ("agents/release.yaml", "steps[1].agent", "unknown agent 'writter'"),
+        ("agents/writer.yaml", "instuctions", "unknown key 'instuctions'"),
+        (
+            "agents/writer.yaml",
+            "tools[0]",
+            "unknown builtin tool 'fs.reed'; builtins are fs.read, fs.write, fs.list, fs.search, shell, http.get",
+        ),
+        ("agents/writer.yaml", "tools[1].agent", "agent call cycle: editor -> writer -> editor"),
+        ("agents/writer.yaml", "tools[2].python", "function 'lnt' not found in tools/lint.py"),
+        ("ca.yaml", "default_agent", "unknown agent 'asistant'"),
+        ("ca.yaml", "server.port", "value 0 is out of range: must be >= 1"),
+    ]
+
+
+def test_warnings_about_ca_yaml_settings_point_at_ca_yaml(make_project: ProjectFactory) -> None:
+    root = make_project(
+        {
+            "ca.yaml": "defaults:\n  model: openai:gpt-4o-mini\nserver:\n  auth: {bearer_tokens_env: CA_TOKENS}\n",
+            "agents/a.yaml": "name: a\ntools: [shell]\ncapabilities: {fs: {read: ['**']}}\n",
+            "agents/b.yaml": "name: b\n",
+        }
+    )
+    result = run_ca("validate", cwd=root, env={"OPENAI_API_KEY": "", "CA_TOKENS": ""})
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if ": warning: " in line]
+    assert warnings == [
+        "agents/a.yaml:2:9: warning: tool 'shell' can never run: the agent's capabilities allow no commands",
+        "ca.yaml:2:10: warning: OPENAI_API_KEY is not set; model 'openai:gpt-4o-mini' will fail at run time",
+        "ca.yaml:4:29: warning: CA_TOKENS is not set; `ca serve` refuses to start until it holds the credentials",
+    ]
+    assert result.stdout.startswith("ok: 2 agents (2 llm), 3 profiles, 0 skills, 3 warnings")

@@ -15,11 +15,16 @@ def test_card_carries_skills_interfaces_and_extension() -> None:
     card = card_to_json(bundle.card("reviewer"))
     assert card["name"] == "reviewer"
     assert card["description"] == "Reviews a change and points out bugs"
-    assert [i["url"] for i in card["supportedInterfaces"]] == [
-        "https://agents.example.com/agents/reviewer/",
-        "https://agents.example.com/agents/reviewer/rest",
+    rpc, rest = "https://agents.example.com/agents/reviewer/", "https://agents.example.com/agents/reviewer/rest"
+    assert [(i["url"], i["protocolBinding"], i["protocolVersion"]) for i in card["supportedInterfaces"]] == [
+        (rpc, "JSONRPC", "1.0"),
+        (rest, "HTTP+JSON", "1.0"),
+        (rpc, "JSONRPC", "0.3.0"),
+        (rest, "HTTP+JSON", "0.3.0"),
     ]
-    assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == ["JSONRPC", "HTTP+JSON"]
+    # The v0.3 fields, for v0.3 clients: the same endpoints, answered in v0.3 without A2A-Version.
+    assert (card["url"], card["preferredTransport"], card["protocolVersion"]) == (rpc, "JSONRPC", "0.3.0")
+    assert card["additionalInterfaces"] == [{"url": rest, "transport": "HTTP+JSON"}]
     assert card["skills"][0]["id"] == "review" and card["skills"][0]["tags"] == ["code", "review"]
     assert card["capabilities"]["streaming"] is True
     [extension] = card["capabilities"]["extensions"]

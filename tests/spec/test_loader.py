@@ -15,7 +15,7 @@ from tests.conftest import REPO, ProjectFactory
 
 def test_repository_root_is_a_valid_project() -> None:
     project = load_project(REPO, environ={})
-    assert sorted(project.agents) == ["assistant", "release", "reviewer", "summarizer"]
+    assert sorted(project.agents) == ["assistant", "notetaker", "release", "reviewer", "summarizer"]
     assert sorted(project.profiles) == ["autonomous", "manual", "supervised"]
     assert isinstance(project.agents["release"], WorkflowAgent)
     assert project.default_agent == "assistant"
@@ -135,7 +135,7 @@ def test_tool_references_of_every_kind(make_project: ProjectFactory) -> None:
                   - agent: https://agents.example.com/agents/writer/
                   - agents: {tags: [review]}
             """,
-            "agents/b.yaml": "name: b\n",
+            "agents/b.yaml": "name: b\nskills: [{id: check, tags: [review]}]\n",
         }
     )
     agent = load_project(root, environ={}).agents["a"]
@@ -226,3 +226,28 @@ def test_parallel_branches_cannot_see_each_other(make_project: ProjectFactory) -
     with pytest.raises(SpecError) as info:
         load_project(root, environ={})
     assert [e.message for e in info.value.errors] == ["template refers to step 'left', which has not run at this point"]
+
+
+def test_plain_values_in_flow_mappings_may_hold_a_colon_as_yaml_1_2_allows(make_project: ProjectFactory) -> None:
+    root = make_project(
+        {
+            "ca.yaml": "registries:\n  - {name: team, url: https://agents.example.com:8443}\n",
+            "tools/lint.py": "def lint(path: str) -> str:\n    return path\n",
+            "agents/a.yaml": "name: a\ntools: [{python: tools/lint.py:lint}, {agent: http://127.0.0.1:9/agents/w/}]\n",
+        }
+    )
+    project = load_project(root, environ={})
+    assert project.config.registries[0].url == "https://agents.example.com:8443"
+    agent = project.agents["a"]
+    assert isinstance(agent, LlmAgent)
+    python, remote = agent.tools
+    assert isinstance(python, PythonTool) and python.python == "tools/lint.py:lint"
+    assert isinstance(remote, AgentTool) and remote.agent == "http://127.0.0.1:9/agents/w/"
+
+
+def test_a_syntax_error_in_a_flow_mapping_with_a_colon_is_still_placed(make_project: ProjectFactory) -> None:
+    root = make_project({"agents/a.yaml": "name: a\ntools: [{python: tools/lint.py:lint]\n"})
+    with pytest.raises(SpecError) as info:
+        load_project(root, environ={})
+    [problem] = info.value.diagnostics
+    assert (problem.line, problem.message) == (2, "invalid YAML: expected ',' or '}' here")

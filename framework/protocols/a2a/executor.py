@@ -33,9 +33,11 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import Message, Part, Task, TaskState, TaskStatus
+from starlette.authentication import AuthCredentials
 
 from framework.compiler.workflow import replies_with_message
-from framework.errors import CAError, Failure, RunError
+from framework.errors import CAError, Failure, PolicyDenied, RunError
+from framework.protocols.a2a.auth import DECIDED_BY
 from framework.protocols.a2a.statuses import (
     REPLY_ARTIFACT,
     agent_message,
@@ -158,8 +160,9 @@ class CleverAgentExecutor(AgentExecutor):
                 except CAError as exc:  # a wrong answer changes nothing: the task still waits, and says why
                     await updater.requires_input(_still_waiting(current, task_id, context_id, str(exc)))
                     return
-                events = self.runtime.decide(task_id, answer, request=request)
+                events = self.runtime.decide(task_id, answer, request=request, by=_decider(context))
             else:
+                _may_send(context)
                 text = context.get_user_input() if message is not None else ""
                 caps, depth, parent, chain = _caller_limits(message)
                 events = self.runtime.send(
@@ -173,6 +176,7 @@ class CleverAgentExecutor(AgentExecutor):
                     parent=parent,
                     chain=chain,
                     request=request,
+                    caller=context.call_context.user.user_name,
                 )
             if deferred:
                 seen, reply = await _settle(events)
@@ -370,6 +374,23 @@ def _request(message: Message | None) -> dict[str, Any]:
 
     metadata = json_format.MessageToDict(message.metadata) if message.HasField("metadata") else {}
     return {"message_id": message.message_id, "metadata": metadata}
+
+
+def _may_send(context: RequestContext) -> None:
+    """A new task needs the ``caller`` role (an approver-only credential lists and decides approvals)."""
+    auth = context.call_context.state.get("auth")  # the request's AuthCredentials (a2a-sdk copies it here)
+    if isinstance(auth, AuthCredentials) and "caller" not in auth.scopes:
+        raise PolicyDenied(
+            f"credential {context.call_context.user.user_name!r} has no role 'caller': it may list and decide"
+            " approvals, not send messages; add 'caller' to its roles in server.auth.credentials"
+        )
+
+
+def _decider(context: RequestContext) -> str:
+    """Who decides: an approver deciding through ``_cleveragents/approvals/decide`` (which sends the
+    decision as the task's owner), else the caller who sent the reply (the task's owner)."""
+    by = context.call_context.state.get(DECIDED_BY)
+    return by if isinstance(by, str) and by else context.call_context.user.user_name
 
 
 def _still_waiting(current: Task, task_id: str, context_id: str, why: str) -> Message:

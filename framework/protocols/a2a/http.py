@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from a2a.auth.user import User
 from a2a.helpers.proto_helpers import new_data_part
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
@@ -33,6 +34,7 @@ from a2a.types import AgentCard, Message, Role, SendMessageRequest, TaskState, T
 from google.protobuf import json_format
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -40,14 +42,20 @@ from starlette.types import Receive, Scope, Send
 
 from framework.compiler.card import public_card
 from framework.errors import AgentNotFound, Failure, RunError
-from framework.protocols.a2a.auth import AuthMiddleware, Credentials
+from framework.protocols.a2a.auth import ANONYMOUS, DECIDED_BY, AuthMiddleware, Caller, CallerBackend, Credentials
 from framework.protocols.a2a.executor import CleverAgentExecutor
-from framework.protocols.a2a.platform import Platform, PlatformMiddleware
+from framework.protocols.a2a.gate import RequestGate
+from framework.protocols.a2a.platform import Platform, PlatformMiddleware, declare_methods
+from framework.protocols.a2a.request_metrics import RequestMetrics
 from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
+from framework.protocols.a2a.tracing import TraceContext
 from framework.protocols.jsonrpc import error_for
+from framework.runtime import telemetry
+from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
+from framework.runtime.tasks import Task as Record
 
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
@@ -127,9 +135,14 @@ def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def full_card(runtime: Runtime, name: str) -> AgentCard:
+    """The agent's whole card: the compiled one, declaring the platform methods."""
+    return declare_methods(runtime.bundle.card(name))
+
+
 def served_card(runtime: Runtime, name: str) -> AgentCard:
     """The card anyone may fetch: the full one, or a minimal one when auth is on."""
-    card = runtime.bundle.card(name)
+    card = full_card(runtime, name)
     return public_card(card) if runtime.bundle.project.config.server.auth else card
 
 
@@ -140,7 +153,7 @@ def request_handler(runtime: Runtime, name: str, store: WriteBehindTaskStore) ->
         CleverAgentExecutor(runtime, name),
         AgentTaskStore(store, name),
         served_card(runtime, name),
-        extended_agent_card=runtime.bundle.card(name) if authed else None,
+        extended_agent_card=full_card(runtime, name) if authed else None,
     )
 
 
@@ -152,7 +165,7 @@ def agent_routes(runtime: Runtime, name: str, handler: DefaultRequestHandler, pr
         *create_jsonrpc_routes(handler, rpc_url=f"{prefix}/", enable_v0_3_compat=True),
     ]
     # The REST routes end in a catch-all tenant mount: keep them inside their own prefix.
-    routes.append(Mount(f"{prefix}/rest", routes=create_rest_routes(handler)))
+    routes.append(Mount(f"{prefix}/rest", routes=create_rest_routes(handler, enable_v0_3_compat=True)))
     return routes
 
 
@@ -191,7 +204,7 @@ class AgentsApp:
             return request_handler(runtime, name, store)
         handler._agent_card = served_card(runtime, name)  # a2a-sdk reads its capabilities
         auth = runtime.bundle.project.config.server.auth
-        handler.extended_agent_card = runtime.bundle.card(name) if auth else None
+        handler.extended_agent_card = full_card(runtime, name) if auth else None
         return handler
 
 
@@ -236,7 +249,7 @@ class Server:
 
 
 def build_app(runtime: Runtime) -> Starlette:
-    """The whole server: authentication, then the size limit and platform methods, then health and the agents."""
+    """The whole server: authentication, then the request gate and platform methods, then health and the agents."""
     return build_server(runtime).app
 
 
@@ -245,19 +258,29 @@ def build_server(runtime: Runtime) -> Server:
     _quiet_client_errors()
     store = task_store(runtime)
     agents = Agents(runtime, store)
+    config = runtime.bundle.project.config  # its server settings stay as they are now (reload pins them)
+    credentials = Credentials(config.server.auth, runtime.bundle.environ) if config.server.auth else None
+    from framework.protocols.mcp.http import MCP_PATH, McpEndpoint  # the mcp SDK loads on the first /mcp request
+
+    mcp = McpEndpoint(runtime)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await store.initialize()
+        if credentials is None and runtime.source == "a2a-http":
+            await adopt_unowned(runtime, store)
         await fail_interrupted(runtime, store)
         try:
             yield
         finally:
+            await mcp.close()
             await store.close()
 
-    async def decide(agent: str, task_id: str, decision: dict[str, Any]) -> dict[str, Any]:
-        """A decision travels as a message to the paused task, so the A2A task store sees it too."""
-        task = runtime.tasks.get(task_id)
+    async def decide(task: Record, decision: dict[str, Any], by: Caller) -> dict[str, Any]:
+        """A decision travels as a message to the paused task, so the A2A task store sees it too.
+
+        It is sent as the task's owner (the A2A store scopes tasks by owner) on behalf of ``by``,
+        who decided (an approver may decide another caller's task: the audit names ``by``)."""
         message = Message(
             message_id=uuid.uuid4().hex,
             role=Role.ROLE_USER,
@@ -265,26 +288,55 @@ def build_server(runtime: Runtime) -> Server:
             context_id=task.conversation,
             parts=[new_data_part({k: v for k, v in decision.items() if v is not None})],
         )
-        handler = agents.current.handlers.get(agent)
+        handler = agents.current.handlers.get(task.agent)
         if handler is None:
-            raise AgentNotFound(f"agent {agent!r} is no longer served")
-        answer = await handler.on_message_send(SendMessageRequest(message=message), ServerCallContext())
+            raise AgentNotFound(f"agent {task.agent!r} is no longer served")
+        context = ServerCallContext(user=TaskOwner(task.caller), state={DECIDED_BY: by.name})
+        answer = await handler.on_message_send(SendMessageRequest(message=message), context)
         return dict(json_format.MessageToDict(answer))
 
-    config = runtime.bundle.project.config  # its server settings stay as they are now (reload pins them)
     layers = [
-        Middleware(PlatformMiddleware, platform=Platform(runtime, decide), max_bytes=config.server.max_request_bytes)
+        # Every request gets its user (Caller): a2a-sdk makes it the owner of the tasks it sends.
+        Middleware(AuthenticationMiddleware, backend=CallerBackend(credentials)),
+        Middleware(RequestGate, max_bytes=config.server.max_request_bytes),
+        Middleware(PlatformMiddleware, platform=Platform(runtime, decide)),
     ]
-    if config.server.auth is not None:
-        # Outermost: a request is refused from its headers before the size limit buffers its body.
-        credentials = Credentials(config.server.auth, runtime.bundle.environ)
+    metrics = Metrics(runtime.tasks, config.prices)
+    runtime.metrics = metrics
+    runtime.audit.observers.append(metrics.audited)
+    if telemetry.tracing() is not None:
+        layers.insert(0, Middleware(TraceContext))
+    if credentials is not None:
+        # Outermost: a request is refused from its headers before the gate buffers its body.
         layers.insert(0, Middleware(AuthMiddleware, credentials=credentials, public=lambda p: public_path(runtime, p)))
+    # Outside even that: refused requests are counted too (it reads no body, only the first chunk read).
+    layers.insert(0, Middleware(RequestMetrics, metrics=metrics))
     app = Starlette(
-        routes=[Route("/healthz", _health(runtime), methods=["GET"]), Mount("", app=agents)],
+        routes=[
+            Route("/healthz", _health(runtime), methods=["GET"]),
+            Route("/metrics", _metrics(metrics), methods=["GET"]),
+            Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]),
+            Mount("", app=agents),
+        ],
         middleware=layers,
         lifespan=lifespan,
     )
     return Server(app, agents.stop)
+
+
+class TaskOwner(User):
+    """The owner of a task, as a2a-sdk's task store scopes it (``user_name``), for a call made on its behalf."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return self.name
 
 
 def public_path(runtime: Runtime, path: str) -> bool:
@@ -316,6 +368,14 @@ def _no_agent(runtime: Runtime) -> Endpoint:
     return no_agent
 
 
+async def adopt_unowned(runtime: Runtime, store: WriteBehindTaskStore) -> None:
+    """On a server without ``server.auth``, the tasks recorded before tasks had callers are
+    :data:`ANONYMOUS`'s, the one caller such a server has: it keeps seeing them after an upgrade.
+    (With ``server.auth`` they stay without an owner: only approvers see them.)"""
+    runtime.tasks.adopt(ANONYMOUS.name, runtime.source)
+    await store.adopt_unowned(ANONYMOUS.name)
+
+
 async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> None:
     """End ``failed``, with a reason, the tasks a previous ``ca serve`` was running when it died.
 
@@ -328,10 +388,10 @@ async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> Non
     """
     if runtime.source != "a2a-http":
         return
-    context = ServerCallContext()
     for task in runtime.tasks.list(limit=1_000_000):
         if task.source != runtime.source or task.state not in ("submitted", "working") or task.owner_pid:
             continue
+        context = ServerCallContext(user=TaskOwner(task.caller))  # the A2A store scopes rows by owner
         await runtime.tasks.aupdate(task.id, state="failed", error=INTERRUPTED, pending=())
         await runtime.audit.aappend(
             "task.state",
@@ -348,6 +408,20 @@ async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> Non
         stored.status.CopyFrom(TaskStatus(state=state, message=message))
         stored.status.timestamp.GetCurrentTime()
         await store.save(stored, context)
+
+
+def _metrics(metrics: Metrics) -> Endpoint:
+    async def exposition(request: Request) -> Response:
+        # Behind server.auth, and for approvers only: the figures span every caller's tasks.
+        user = request.user
+        if not (isinstance(user, Caller) and user.approver):
+            return JSONResponse(
+                {"error": "the metrics span every caller's tasks: they need a credential with the approver role"},
+                status_code=403,
+            )
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
+    return exposition
 
 
 def _health(runtime: Runtime) -> Endpoint:

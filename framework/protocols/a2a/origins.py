@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import httpx
 from langchain_core.tools import ToolException
 
+from framework.runtime import telemetry
 from framework.spec.project import Registry
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class _Pin:
                 "address, " + TRUST
             )
         request.headers.update(self.credentials())
+        telemetry.inject(request.headers)  # one trace across the call, when tracing is on
 
 
 def pinned_client(origin: Origin, credentials: Credentials, *, timeout: httpx.Timeout) -> httpx.AsyncClient:

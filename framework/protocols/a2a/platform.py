@@ -3,28 +3,39 @@
 They answer on every agent's JSON-RPC endpoint (HTTP and stdio alike), next to the A2A
 methods, declared in each card under ``urn:cleveragents:extensions:v1``. Results are
 documented in docs/a2a.md. An ASGI middleware picks them out of the request stream
-before a2a-sdk's dispatcher sees the request; it also enforces the request size limit.
+before a2a-sdk's dispatcher sees the request (after the request gate: size, JSON, envelope).
+
+Each call is made by the request's :class:`~framework.protocols.a2a.auth.Caller`. A caller sees
+and decides the approvals, budgets and audit records of its own tasks only: another caller's task
+is "task not found" (-32001), as over A2A, so task ids do not leak. An ``approver`` lists and
+decides every task's pending approvals, and reads every task's budget and audit records.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
+from a2a.types import AgentCard
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from framework.compiler.card import agent_skills, card_to_json
+from framework.compiler.card import EXTENSION_URI, agent_skills, card_to_json
 from framework.errors import CAError, RunError, TaskNotWaiting
+from framework.protocols.a2a.auth import ANONYMOUS, Caller
 from framework.protocols.a2a.wire import to_wire
 from framework.protocols.jsonrpc import Code, JsonRpcError, Request, error, error_for, parse_request, result
 from framework.runtime.runtime import Runtime
+from framework.runtime.tasks import Task
 
 PREFIX = "_cleveragents/"
-Decider = Callable[[str, str, dict[str, Any]], Awaitable[dict[str, Any]]]
-"""(agent, task id, decision) -> the task after the decision, as A2A JSON."""
+TASK_NOT_FOUND = -32001
+"""A2A's TaskNotFoundError: the answer for a task that does not exist or is another caller's."""
+Decider = Callable[[Task, dict[str, Any], Caller], Awaitable[dict[str, Any]]]
+"""(task, decision, who decides) -> the task after the decision, as A2A JSON."""
 
 
 class _Params(BaseModel):
@@ -59,6 +70,50 @@ class AuditParams(_Params):
     limit: int = Field(default=100, ge=1, le=1000)
 
 
+METHODS: Mapping[str, tuple[type[_Params] | None, str]] = {
+    "registry/list": (None, "registry_list"),
+    "registry/get": (NameParams, "registry_get"),
+    "approvals/list": (ApprovalsListParams, "approvals_list"),
+    "approvals/decide": (DecideParams, "approvals_decide"),
+    "budget/status": (BudgetParams, "budget_status"),
+    "audit/query": (AuditParams, "audit_query"),
+    "diagnostics": (None, "diagnostics"),
+}
+"""Every platform method: its name after ``_cleveragents/``, its params model (None: takes none) and
+the :class:`Platform` method that answers it. The one list: dispatch and the card are made from it."""
+
+
+@functools.cache
+def method_catalog() -> list[dict[str, Any]]:
+    """The platform methods as the card's extension params list them: each name and the JSON Schema
+    of its params (by name, unknown ones refused), so a client learns them without probing."""
+    catalog = []
+    for name, (model, _) in METHODS.items():
+        schema: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+        if model is not None:
+            full = model.model_json_schema(by_alias=True)
+            schema["properties"] = {key: _untitled(value) for key, value in full.get("properties", {}).items()}
+            if full.get("required"):
+                schema["required"] = full["required"]
+        catalog.append({"method": PREFIX + name, "params": schema})
+    return catalog
+
+
+def _untitled(schema: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in schema.items() if key != "title"}
+
+
+def declare_methods(card: AgentCard) -> AgentCard:
+    """``card`` with :func:`method_catalog` in its CleverAgents extension's params (a copy; a card
+    whose extension has no params, the public one under ``server.auth``, is returned as it is)."""
+    out = AgentCard()
+    out.CopyFrom(card)
+    for extension in out.capabilities.extensions:
+        if extension.uri == EXTENSION_URI and extension.HasField("params"):
+            extension.params.update({"methods": method_catalog()})
+    return out
+
+
 class Platform:
     """The ``_cleveragents/*`` methods of one Runtime."""
 
@@ -66,23 +121,17 @@ class Platform:
         self.runtime = runtime
         self.decide_via = decide
         self.methods: dict[str, tuple[type[_Params] | None, Callable[..., Awaitable[Any]]]] = {
-            "registry/list": (None, self.registry_list),
-            "registry/get": (NameParams, self.registry_get),
-            "approvals/list": (ApprovalsListParams, self.approvals_list),
-            "approvals/decide": (DecideParams, self.approvals_decide),
-            "budget/status": (BudgetParams, self.budget_status),
-            "audit/query": (AuditParams, self.audit_query),
-            "diagnostics": (None, self.diagnostics),
+            name: (model, getattr(self, handler)) for name, (model, handler) in METHODS.items()
         }
 
-    async def call(self, method: str, params: Mapping[str, Any]) -> Any:
-        """The result of a platform method; an error of the tree answers with its code's number."""
+    async def call(self, method: str, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> Any:
+        """The result of a platform method called by ``caller``; an error of the tree answers with its code's number."""
         try:
-            return await self._call(method, params)
+            return await self._call(method, params, caller)
         except CAError as exc:
             raise error_for(exc) from exc
 
-    async def _call(self, method: str, params: Mapping[str, Any]) -> Any:
+    async def _call(self, method: str, params: Mapping[str, Any], caller: Caller) -> Any:
         name = method.removeprefix(PREFIX)
         if name not in self.methods:
             known = ", ".join(PREFIX + m for m in self.methods)
@@ -92,12 +141,29 @@ class Platform:
             if params:
                 raise JsonRpcError(Code.INVALID_PARAMS, f"{method} takes no params")
             return await handler()
+        if name in _SCOPED:
+            return await handler(self._parse(method, model, params), caller)
+        return await handler(self._parse(method, model, params))
+
+    @staticmethod
+    def _parse(method: str, model: type[_Params], params: Mapping[str, Any]) -> Any:
         try:
             parsed = model.model_validate(params)
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}" for e in exc.errors())
             raise JsonRpcError(Code.INVALID_PARAMS, f"invalid params for {method}: {problems}") from exc
-        return await handler(parsed)
+        return parsed
+
+    def _task(self, task_id: str, caller: Caller, *, approving: bool = False) -> Task:
+        """The task ``task_id`` as ``caller`` may see it: its own, or any task for an approver
+        (``approving``: a decision or what it needs); another caller's task is not found."""
+        try:
+            task = self.runtime.tasks.get(task_id)
+        except RunError as exc:
+            raise JsonRpcError(TASK_NOT_FOUND, str(exc)) from exc
+        if task.caller != caller.name and not (approving and caller.approver):
+            raise JsonRpcError(TASK_NOT_FOUND, f"task {task_id!r} not found")
+        return task
 
     # -- registry ----------------------------------------------------------------
 
@@ -105,13 +171,12 @@ class Platform:
         bundle = self.runtime.bundle
         agents = []
         for name, spec in sorted(bundle.agents.items()):
-            card = card_to_json(bundle.card(name))
             agents.append(
                 {
                     "name": name,
                     "kind": spec.kind,
                     "description": spec.description,
-                    "url": card["supportedInterfaces"][0]["url"],
+                    "url": bundle.card(name).supported_interfaces[0].url,
                     "source": "project",
                     "tags": sorted({t for s in agent_skills(spec, bundle.project) for t in s.tags}),
                     "skills": [
@@ -128,19 +193,20 @@ class Platform:
                     "description": remote.description,
                     "url": remote.url,
                     "source": f"registry:{remote.registry}",
-                    "skills": [],
-                    "tags": list(remote.tags),
+                    "skills": [{"id": s.id, "name": s.name or s.id, "tags": list(s.tags)} for s in remote.skills],
+                    "tags": sorted(set(remote.tags)),
                 }
             )
         return {"agents": agents}
 
     async def registry_get(self, params: NameParams) -> dict[str, Any]:
-        return {"card": card_to_json(self.runtime.bundle.card(params.name))}  # AgentNotFound: -32084
+        card = declare_methods(self.runtime.bundle.card(params.name))  # AgentNotFound: -32084
+        return {"card": card_to_json(card)}
 
     # -- approvals ---------------------------------------------------------------
 
-    async def approvals_list(self, params: ApprovalsListParams) -> dict[str, Any]:
-        tasks = self.runtime.tasks.list(pending_only=True, limit=500)
+    async def approvals_list(self, params: ApprovalsListParams, caller: Caller) -> dict[str, Any]:
+        tasks = self.runtime.tasks.list(pending_only=True, limit=500, caller=None if caller.approver else caller.name)
         out = []
         for task in tasks:
             if params.agent and task.agent != params.agent:
@@ -150,6 +216,7 @@ class Platform:
                     "taskId": task.id,
                     "contextId": task.conversation,
                     "agent": task.agent,
+                    "caller": task.caller,
                     "pending": [
                         {
                             **to_wire(p.payload),
@@ -164,39 +231,43 @@ class Platform:
             )
         return {"approvals": out}
 
-    async def approvals_decide(self, params: DecideParams) -> dict[str, Any]:
-        try:
-            task = self.runtime.tasks.get(params.task_id)
-        except RunError as exc:
-            raise JsonRpcError(-32001, str(exc)) from exc
+    async def approvals_decide(self, params: DecideParams, caller: Caller) -> dict[str, Any]:
+        task = self._task(params.task_id, caller, approving=True)
         if task.state != "input-required":
             raise TaskNotWaiting(f"task {task.id} is {task.state}, not waiting for a decision")
         decision = {"decision": params.decision, "reason": params.reason, "args": params.args, "text": params.text}
         if self.decide_via is None:
             raise JsonRpcError(Code.INTERNAL_ERROR, "decisions are not available on this transport")
-        return {"task": await self.decide_via(task.agent, task.id, decision)}
+        return {"task": await self.decide_via(task, decision, caller)}
 
     # -- budget, audit, diagnostics -------------------------------------------------
 
-    async def budget_status(self, params: BudgetParams) -> dict[str, Any]:
-        try:
-            task = self.runtime.tasks.get(params.task_id)
-        except RunError as exc:
-            raise JsonRpcError(-32001, str(exc)) from exc
+    async def budget_status(self, params: BudgetParams, caller: Caller) -> dict[str, Any]:
+        task = self._task(params.task_id, caller, approving=True)  # an approver deciding a budget ask reads it
         spec = self.runtime.bundle.project.agents.get(task.agent)
         budget = getattr(spec, "budget", None) or self.runtime.bundle.project.config.defaults.budget
         caps = budget.model_dump(mode="json", exclude_none=True) if budget is not None else {}
         return {"taskId": task.id, "state": task.state, "usage": to_wire(task.usage), "budget": caps}
 
-    async def audit_query(self, params: AuditParams) -> dict[str, Any]:
-        records = await self.runtime.audit.aquery(
-            task_id=params.task_id,
-            conversation_id=params.conversation_id,
-            kind=params.kind,
-            since_seq=params.since_seq,
-            limit=params.limit,
-        )
-        return {"records": [asdict(r) for r in records]}
+    async def audit_query(self, params: AuditParams, caller: Caller) -> dict[str, Any]:
+        """The records matching the filters; a caller's only those of its own tasks (an approver's, all)."""
+        if params.task_id is not None:
+            self._task(params.task_id, caller, approving=True)
+        query = self.runtime.audit.aquery
+        filters = {"task_id": params.task_id, "conversation_id": params.conversation_id, "kind": params.kind}
+        if caller.approver:
+            records = await query(**filters, since_seq=params.since_seq, limit=params.limit)
+            return {"records": [asdict(r) for r in records]}
+        mine = {t.id for t in self.runtime.tasks.list(limit=1_000_000, caller=caller.name)}
+        found: list[Any] = []
+        since = params.since_seq
+        while len(found) < params.limit:
+            batch = await query(**filters, since_seq=since, limit=1000)
+            found.extend(r for r in batch if r.task_id in mine)
+            if len(batch) < 1000:
+                break
+            since = batch[-1].seq
+        return {"records": [asdict(r) for r in found[: params.limit]]}
 
     async def diagnostics(self) -> dict[str, Any]:
         bundle = self.runtime.bundle
@@ -209,45 +280,38 @@ class Platform:
         }
 
 
-class PlatformMiddleware:
-    """ASGI middleware: answers ``_cleveragents/*`` JSON-RPC calls and limits request size.
+_SCOPED = frozenset({"approvals/list", "approvals/decide", "budget/status", "audit/query"})
+"""The methods whose answer depends on who calls (see the module doc)."""
 
-    It reads the whole body, so it sits behind ``AuthMiddleware``: only authenticated requests are buffered.
+
+class PlatformMiddleware:
+    """ASGI middleware: answers ``_cleveragents/*`` JSON-RPC calls.
+
+    It sits behind ``RequestGate`` (``framework.protocols.a2a.gate``): bodies reaching it are within
+    the size limit and, on JSON-RPC paths, valid JSON-RPC requests.
     """
 
-    def __init__(self, app: ASGIApp, platform: Platform, *, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, platform: Platform) -> None:
         self.app = app
         self.platform = platform
-        self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
-        size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
-            body = message.get("body", b"")
-            size += len(body)
-            if size > self.max_bytes:
-                await _json(
-                    send,
-                    413,
-                    error(
-                        None, JsonRpcError(Code.INVALID_REQUEST, f"request body is larger than {self.max_bytes} bytes")
-                    ),
-                )
-                return
-            chunks.append(body)
+            chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
         raw = b"".join(chunks)
         call = _platform_call(raw) if scope["path"].endswith("/") else None
         if call is not None:
-            await _json(send, 200, await self._answer(call))
+            user = scope.get("user")
+            await _json(send, 200, await self._answer(call, user if isinstance(user, Caller) else None))
             return
         replayed = False
 
@@ -260,10 +324,12 @@ class PlatformMiddleware:
 
         await self.app(scope, replay, send)
 
-    async def _answer(self, obj: dict[str, Any]) -> dict[str, Any]:
+    async def _answer(self, obj: dict[str, Any], caller: Caller | None) -> dict[str, Any]:
         try:
             request: Request = parse_request(obj)
-            return result(request.id, await self.platform.call(request.method, request.params))
+            if caller is None:  # behind CallerBackend every request has one: a public path is no endpoint
+                raise JsonRpcError(Code.AUTHENTICATION_REQUIRED, "authentication required")
+            return result(request.id, await self.platform.call(request.method, request.params, caller))
         except JsonRpcError as exc:
             return error(obj.get("id") if isinstance(obj.get("id"), str | int) else None, exc)
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from a2a.types import AgentCard
 
-from framework.compiler.bundle import RemoteAgent
+from framework.compiler.bundle import RemoteAgent, RemoteSkill
 from framework.runtime.remote import Discovery
 from framework.spec.project import Registry
 
@@ -38,11 +38,22 @@ async def _from_server(http: HttpFor, name: str, url: str) -> list[RemoteAgent] 
     found = []
     for agent in agents:
         if isinstance(agent, dict) and isinstance(agent.get("url"), str):
-            tags = tuple(t for s in agent.get("skills", []) for t in s.get("tags", []))
-            found.append(
-                RemoteAgent(str(agent.get("name", "")), agent["url"], str(agent.get("description", "")), tags, name)
-            )
+            listed = agent.get("skills")
+            skills = tuple(_skill(s) for s in listed if isinstance(s, dict)) if isinstance(listed, list) else ()
+            tags = tuple(t for s in skills for t in s.tags)
+            description = str(agent.get("description") or "")
+            found.append(RemoteAgent(str(agent.get("name", "")), agent["url"], description, tags, name, skills))
     return found
+
+
+def _skill(listed: dict[str, Any]) -> RemoteSkill:
+    """A skill as ``_cleveragents/registry/list`` lists it (``{id, name, tags}``); odd values are dropped."""
+    tags = listed.get("tags")
+    return RemoteSkill(
+        str(listed.get("id", "")),
+        str(listed.get("name") or listed.get("id", "")),
+        tuple(t for t in tags if isinstance(t, str)) if isinstance(tags, list) else (),
+    )
 
 
 async def _one(http: HttpFor, card_at: CardAt, name: str, url: str) -> list[RemoteAgent]:
@@ -50,8 +61,9 @@ async def _one(http: HttpFor, card_at: CardAt, name: str, url: str) -> list[Remo
     if agents is not None:
         return agents
     card = await card_at(url)
-    tags = tuple(t for skill in card.skills for t in skill.tags)
-    return [RemoteAgent(card.name, url + "/", card.description, tags, name)]
+    skills = tuple(RemoteSkill(s.id, s.name or s.id, tuple(s.tags)) for s in card.skills)
+    tags = tuple(t for skill in skills for t in skill.tags)
+    return [RemoteAgent(card.name, url + "/", card.description, tags, name, skills)]
 
 
 async def discover(registries: Sequence[Registry], http: HttpFor, card_at: CardAt) -> Discovery:

@@ -66,13 +66,16 @@ def waiting_message(task_id: str, context_id: str, pauses: Sequence[tuple[str, M
 
 
 FAILURE_STATES: Mapping[FailureCode, TaskState] = {"cancelled": TaskState.TASK_STATE_CANCELED}
-"""The A2A task state a failure ends its task in: FAILED unless listed here."""
+"""The A2A task state a failure ends its task in: FAILED unless listed here, or REJECTED when its
+error class says a person rejected it (``Failure.rejected``)."""
 
 
 def failure_status(failure: Failure, task_id: str, context_id: str) -> tuple[TaskState, Message]:
     """The A2A end of a failed run: its state, and a status message with the reason as text and
     ``{"error": {"code": CODE, "reason": TEXT}}`` as data (the code is the failure's, never guessed)."""
     state = FAILURE_STATES.get(failure.code, TaskState.TASK_STATE_FAILED)
+    if failure.rejected:  # a person said no: A2A's REJECTED, the code still approval_rejected
+        state = TaskState.TASK_STATE_REJECTED
     error = {"code": failure.code, "reason": failure.message}
     return state, agent_message(task_id, context_id, [new_text_part(failure.message), new_data_part({"error": error})])
 
@@ -91,7 +94,7 @@ def derived(task: Task, record: Record | None) -> Task:
     message: Message | None = None
     if record.state == "input-required":
         message = waiting_message(task.id, task.context_id, [(p.interrupt_id, p.payload) for p in record.pending])
-    elif record.state == "failed":
+    elif record.state in ("failed", "rejected"):
         state, message = failure_status(record.failure or Failure.of(RunError(record.error)), task.id, task.context_id)
     elif record.state == "completed":
         kept = [a for a in out.artifacts if a.artifact_id != REPLY_ARTIFACT]

@@ -4,16 +4,20 @@ Each request line goes to the same Starlette app ``ca serve`` runs, in process (
 httpx's ASGI transport), so every operation, error and result is the one HTTP gives:
 
 * v1.0 method names (``SendMessage``, ``GetTask`` …) and v0.3 names (``message/send`` …);
-* the aliases ``agent/discover`` (the agent's card) and ``tasks/send`` (= ``message/send``);
+* the aliases ``agent/discover`` (the agent's card, without its HTTP interfaces) and ``tasks/send``
+  (= ``message/send``), and the seed's request shapes (:mod:`.stdio_shapes`);
 * the ``_cleveragents/*`` platform methods.
 
 Streaming methods (``SendStreamingMessage``, ``message/stream``, ``SubscribeToTask``,
 ``tasks/resubscribe``) send each event as a notification
 ``{"method": "_cleveragents/stream", "params": {"id": REQUEST_ID, "event": EVENT}}`` and end
 with the response to the request, whose result is the last event. Requests run
-concurrently (a cancel can overtake a send). A malformed line gets -32700 and the loop
-goes on. At end of input, requests in flight finish (and tasks a non-blocking send left
-running), then the process exits; every task is in the stores. Nothing but protocol is
+concurrently (a cancel can overtake a send). Input is read as bytes and each line decoded on
+its own, as the HTTP gate decodes a body (``framework.protocols.a2a.gate``): a malformed line
+gets its error (-32700 for invalid JSON or UTF-8) and the loop goes on; blank lines are
+skipped; a notification (no ``id``) runs and gets no answer; a line longer than
+``server.max_request_bytes`` is refused unread. At end of input, requests in flight finish
+(and tasks a non-blocking send left running), then the process exits; every task is in the stores. Nothing but protocol is
 written to stdout. The caller is the local user who started the process, so ``server.auth``
 asks it for no credentials.
 """
@@ -25,14 +29,26 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import httpx
 from starlette.types import Receive, Scope, Send
 
 from framework.protocols.a2a.auth import LOCAL_CALLER
+from framework.protocols.a2a.gate import V1_METHODS
 from framework.protocols.a2a.http import build_app
-from framework.protocols.jsonrpc import Code, JsonRpcError, error, result
+from framework.protocols.a2a.stdio_shapes import CARD_METHODS, stdio_card, translate
+from framework.protocols.jsonrpc import (
+    Code,
+    JsonRpcError,
+    Request,
+    answer_id,
+    error,
+    parse_request,
+    read_message,
+    result,
+)
+from framework.protocols.jsontext import read_line
 from framework.runtime.runtime import Runtime
 
 JSON = {"content-type": "application/json"}
@@ -40,19 +56,6 @@ SENDS = {"SendMessage", "message/send"}
 RUNNING = {"TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "submitted", "working"}
 STREAMING = {"SendStreamingMessage", "message/stream", "SubscribeToTask", "tasks/resubscribe"}
 ALIASES = {"tasks/send": "message/send", "tasks/sendSubscribe": "message/stream"}
-V1_METHODS = {
-    "SendMessage",
-    "SendStreamingMessage",
-    "GetTask",
-    "ListTasks",
-    "CancelTask",
-    "SubscribeToTask",
-    "CreateTaskPushNotificationConfig",
-    "GetTaskPushNotificationConfig",
-    "ListTaskPushNotificationConfigs",
-    "DeleteTaskPushNotificationConfig",
-    "GetExtendedAgentCard",
-}
 
 
 class StdioServer:
@@ -71,48 +74,59 @@ class StdioServer:
             self.out.write(json.dumps(message, ensure_ascii=False) + "\n")
             self.out.flush()
 
-    async def handle_line(self, line: str) -> None:
+    async def handle_line(self, line: bytes) -> None:
+        obj = None
         try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            await self.write(error(None, JsonRpcError(Code.PARSE_ERROR, f"invalid JSON: {exc}")))
-            return
-        request_id = obj.get("id") if isinstance(obj, dict) else None
-        try:
-            await self._dispatch(obj, line)
-        except Exception as exc:  # a bug here must not leave the caller waiting for an answer forever
-            if request_id is None:
-                sys.stderr.write(f"error: request failed: {type(exc).__name__}: {exc}\n")
+            obj = read_message(line)
+            request = parse_request(obj)
+        except JsonRpcError as exc:
+            if exc.code == Code.INVALID_PARAMS and isinstance(obj, dict) and "id" not in obj:
+                sys.stderr.write(f"dropped a notification: {exc.code} {exc.message}\n")
                 return
-            failure = JsonRpcError(Code.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
-            await self.write(error(request_id if isinstance(request_id, str | int) else None, failure))
-
-    async def _dispatch(self, obj: Any, line: str) -> None:
-        if not isinstance(obj, dict):  # batches and other non-objects: the app answers as over HTTP
-            response = await self.client.post(self.path, content=line.encode(), headers=JSON)
-            await self.write(_decode(response.content, None))
+            sys.stderr.write(f"refused a request: {exc.code} {exc.message}\n")
+            await self.write(error(answer_id(obj), exc))  # null when the id is what is invalid
             return
-        method = obj.get("method")
-        name = method if isinstance(method, str) else ""
-        request_id = obj.get("id")
+        try:
+            await self._dispatch(obj, request, line)
+        except Exception as exc:  # a bug here must not leave the caller waiting for an answer forever
+            sys.stderr.write(f"error: request failed: {type(exc).__name__}: {exc}\n")
+            if not request.notification:
+                failure = JsonRpcError(Code.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+                await self.write(error(request.id, failure))
+
+    async def _dispatch(self, obj: dict[str, Any], request: Request, line: bytes) -> None:
+        name, request_id = request.method, request.id
+        body = line
+        try:
+            translated = translate(obj)  # the seed's shapes, as their A2A requests
+        except JsonRpcError as exc:
+            if not request.notification:
+                await self.write(error(request_id, exc))
+            return
+        if translated != obj:
+            obj, name = translated, str(translated["method"])
+            body = json.dumps(obj, ensure_ascii=False).encode()
         if name == "agent/discover":
-            card = await self.client.get(f"{self.path}.well-known/agent-card.json")
-            await self.write(result(request_id, card.json()))
+            if not request.notification:
+                card = await self.client.get(f"{self.path}.well-known/agent-card.json")
+                await self.write(result(request_id, stdio_card(card.json())))
             return
         if name in ALIASES:
             name = ALIASES[name]
-            obj = {**obj, "method": name}
+            body = json.dumps({**obj, "method": name}, ensure_ascii=False).encode()
         headers = {**JSON, "A2A-Version": "1.0"} if name in V1_METHODS else JSON
-        body = json.dumps(obj).encode()
-        if name in STREAMING:
+        if name in STREAMING and not request.notification:
             await self._stream(body, headers, request_id)
             return
         response = await self.client.post(self.path, content=body, headers=headers)
-        if request_id is not None or response.status_code >= 400:
-            answer = _decode(response.content, request_id)
-            if name in SENDS:
-                self._track(answer)
-            await self.write(answer)
+        if response.status_code == 204:  # a notification: run, not answered
+            return
+        answer = _decode(response.content, request_id)
+        if name in SENDS:
+            self._track(answer)
+        if name in CARD_METHODS and isinstance(answer.get("result"), dict):
+            answer["result"] = stdio_card(answer["result"])
+        await self.write(answer)
 
     def _track(self, answer: dict[str, Any]) -> None:
         """Remember a task a send left running (``returnImmediately``): end of input waits for it."""
@@ -185,23 +199,32 @@ async def in_process_client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient
 
 
 async def serve_stdio(
-    runtime: Runtime, agent: str, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout, first_line: str = ""
+    runtime: Runtime, agent: str, stdin: BinaryIO | None = None, stdout: TextIO = sys.stdout, first_line: bytes = b""
 ) -> None:
     """Read requests until end of input; answer each; finish what is in flight.
 
-    ``first_line`` is a line already read (to choose the protocol) and still to answer.
+    ``stdin`` is read as bytes (default: the process's); ``first_line`` is a line already read
+    (to choose the protocol) and still to answer.
     """
+    source = sys.stdin.buffer if stdin is None else stdin
     runtime.bundle.agent(agent)
     loop = asyncio.get_running_loop()
     async with in_process_client(runtime) as client:
         server = StdioServer(client, agent, stdout)
         in_flight: set[asyncio.Task[None]] = set()
+        limit = runtime.bundle.project.config.server.max_request_bytes
         pending_first = first_line
         while True:
+            line: bytes | int
             if pending_first:
-                line, pending_first = pending_first, ""
+                line, pending_first = pending_first, b""
             else:
-                line = await loop.run_in_executor(None, stdin.readline)
+                line = await loop.run_in_executor(None, read_line, source, limit)
+            if isinstance(line, int):
+                message = f"a line of {line} bytes is longer than server.max_request_bytes ({limit} bytes)"
+                sys.stderr.write(f"refused a request: {message}\n")
+                await server.write(error(None, JsonRpcError(Code.INVALID_REQUEST, message)))
+                continue
             if not line:
                 break
             if not line.strip():

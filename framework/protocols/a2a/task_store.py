@@ -171,6 +171,18 @@ class WriteBehindTaskStore(TaskStore):
         self._live.pop((self._owner(context), task_id), None)
         await self.store.delete(task_id, context)
 
+    async def adopt_unowned(self, owner: str) -> int:
+        """Give ``owner`` every task row recorded before tasks had owners (owner ``''``); how many."""
+        from sqlalchemy import or_, update
+
+        model = self.store.task_model
+        await self.store._ensure_initialized()
+        async with self.store.async_session_maker.begin() as session:
+            result = await session.execute(
+                update(model).where(or_(model.owner == "", model.owner.is_(None))).values(owner=owner)
+            )
+        return int(getattr(result, "rowcount", 0) or 0)
+
     async def flush(self) -> None:
         """Write every task whose latest version is not in the database yet."""
         for live in list(self._live.values()):

@@ -86,7 +86,7 @@ def initialize_result(params: Any, root: Path, agent: str | None) -> dict[str, A
         "agentCapabilities": {
             "loadSession": True,
             "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
-            "mcpCapabilities": {"http": False, "sse": False},
+            "mcpCapabilities": {"http": True, "sse": True},  # stdio needs no flag
         },
         "authMethods": auth,
         "agentInfo": {"name": "cleveragents", "title": "CleverAgents", "version": __version__},
@@ -97,6 +97,8 @@ def answer_first(message: Any, out: TextIO, root: Path, agent: str | None) -> bo
     """Answer the first message if it is ``initialize``; True when answered."""
     if not (isinstance(message, dict) and message.get("method") == "initialize" and "id" in message):
         return False
+    if isinstance(message["id"], bool) or not isinstance(message["id"], str | int):
+        return False  # the server answers the invalid id (-32600, id null)
     reply = {"jsonrpc": "2.0", "id": message["id"], "result": initialize_result(message.get("params"), root, agent)}
     out.write(json.dumps(reply) + "\n")
     out.flush()

@@ -27,7 +27,8 @@ from typing import Any, TextIO
 from framework.errors import CAError, ModelError, SpecError
 from framework.protocols.acp.hello import initialize_result
 from framework.protocols.acp.session import Session
-from framework.protocols.jsonrpc import Code, JsonRpcError, error_for
+from framework.protocols.jsonrpc import Code, JsonRpcError, answer_id, error_for, parse_request, read_message
+from framework.protocols.jsontext import read_line
 from framework.spec.common import shown
 
 AUTH_REQUIRED = -32000
@@ -95,14 +96,14 @@ class AcpServer:
         finally:
             self.waiting.pop(request_id, None)
 
-    async def handle(self, line: str) -> None:
+    async def handle(self, line: bytes | str) -> None:
         try:
-            message = json.loads(line)
-        except ValueError as exc:
-            self.send({"id": None, "error": {"code": Code.PARSE_ERROR, "message": f"invalid JSON: {exc}"}})
+            message = read_message(line)  # invalid JSON or UTF-8: -32700, id null (there is no id to read)
+        except JsonRpcError as exc:
+            self._refuse(None, exc)
             return
         if not isinstance(message, dict):
-            self.send({"id": None, "error": {"code": Code.INVALID_REQUEST, "message": "expected a JSON object"}})
+            self._refuse(None, JsonRpcError(Code.INVALID_REQUEST, "expected a JSON object"))
             return
         if "method" not in message and "id" in message:
             future = self.waiting.get(message["id"]) if isinstance(message["id"], int) else None
@@ -112,13 +113,25 @@ class AcpServer:
                 except JsonRpcError as exc:
                     future.set_exception(exc)
             return
+        try:
+            parse_request(message)  # the envelope and values no output could carry; each method checks its params
+        except JsonRpcError as exc:
+            if exc.code == Code.INVALID_REQUEST or "id" in message:
+                self._refuse(answer_id(message), exc)  # null when the id is what is invalid
+            return
         await self.dispatch(message)
+
+    def _refuse(self, request_id: Any, exc: JsonRpcError) -> None:
+        print(f"refused a message: {exc.code} {exc.message}", file=sys.stderr)
+        self.send({"id": request_id, "error": exc.to_json()})
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         method, request_id = message.get("method"), message.get("id")
         params = message.get("params") or {}
         if method == "session/cancel":
             self.cancel(params)
+            if request_id is not None:  # a notification in ACP; sent as a request, it gets its answer
+                self.send({"id": request_id, "result": None})
             return
         try:
             if not isinstance(method, str) or method not in self.methods:
@@ -157,6 +170,7 @@ class AcpServer:
     async def _load(self) -> None:
         from framework.protocols.a2a import open_remote
         from framework.protocols.acp.sessions import SessionStore
+        from framework.protocols.mcp import open_mcp
         from framework.runtime.runtime import Runtime
         from framework.spec import load_project
 
@@ -165,7 +179,7 @@ class AcpServer:
         except SpecError as exc:
             self.load_error = exc
             return
-        self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote)
+        self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote, mcp=open_mcp)
         self.rows = SessionStore.open(project.root, lock_timeout=project.config.store.lock_timeout)
         self.stack.callback(self.rows.close)
         self.agent_name = self.agent_name or project.default_agent
@@ -249,7 +263,7 @@ class AcpServer:
         _require(params, "mcpServers", list)
         await self.loaded()
         self._check_model()
-        session = Session(uuid.uuid4().hex, params["cwd"], self._default_mode())
+        session = Session(uuid.uuid4().hex, params["cwd"], self._default_mode(), mcp=_editor_mcp(params))
         self.sessions[session.id] = session
         self.runtime.profiles[session.id] = session.mode
         await self.rows.asave(session.id, self.agent_name, session.mode or "", session.cwd)
@@ -267,7 +281,7 @@ class AcpServer:
             raise JsonRpcError(-32002, f"session {session_id!r} not found")
         if saved["agent"] != self.agent_name:
             raise JsonRpcError(Code.INVALID_PARAMS, f"session {session_id!r} belongs to agent {saved['agent']!r}")
-        session = Session(session_id, params["cwd"], saved["mode"] or self._default_mode())
+        session = Session(session_id, params["cwd"], saved["mode"] or self._default_mode(), mcp=_editor_mcp(params))
         self.sessions[session_id] = session
         self.runtime.profiles[session_id] = session.mode
         from framework.protocols.acp.replay import replay
@@ -305,13 +319,16 @@ class AcpServer:
         turn = PromptTurn(self, session, blocks)
         session.cancelled = False
         from framework.compiler.builtin_tools import CLIENT_FS
+        from framework.compiler.mcp_tools import CLIENT_MCP
 
-        # fs tools use the editor's files (unsaved buffers included) when it offers them; the
-        # prompt's task inherits this context.
+        # fs tools use the editor's files (unsaved buffers included) when it offers them, and its
+        # MCP servers are tools of agents that take them; the prompt's task inherits this context.
         token = CLIENT_FS.set(self._client_files(session))
+        servers = CLIENT_MCP.set(session.mcp)
         try:
             session.prompt = asyncio.create_task(turn.run())
         finally:
+            CLIENT_MCP.reset(servers)
             CLIENT_FS.reset(token)
         try:
             return await asyncio.shield(session.prompt)
@@ -369,6 +386,12 @@ def _result_of(answer: dict[str, Any]) -> Any:
     return answer["result"]
 
 
+def _editor_mcp(params: dict[str, Any]) -> tuple[Any, ...]:
+    from framework.protocols.acp.mcp_servers import client_servers
+
+    return client_servers(params.get("mcpServers") or [])
+
+
 def _require(params: dict[str, Any], name: str, kind: type) -> Any:
     value = params.get(name)
     if not isinstance(value, kind):
@@ -376,21 +399,30 @@ def _require(params: dict[str, Any], name: str, kind: type) -> Any:
     return value
 
 
+LINE_LIMIT = 64 * 1024 * 1024
+"""Bytes one ACP message may have (a prompt can embed files); a longer line is refused and skipped."""
+
+
 async def _serve(
-    root: Path, agent: str | None, out: TextIO, first_answered: bool, first: str, reload: bool = False
+    root: Path, agent: str | None, out: TextIO, first_answered: bool, first: bytes, reload: bool = False
 ) -> None:
     server = AcpServer(root, agent, out, initialized=first_answered, reload=reload)
     server.start_loading()
     loop = asyncio.get_running_loop()
     in_flight: set[asyncio.Task[None]] = set()
     if first_answered:  # acp_hello answered initialize: keep what the client offers (fs, terminal)
-        params = json.loads(first).get("params")
+        params = read_message(first).get("params")
         server.client_caps = (params.get("clientCapabilities") if isinstance(params, dict) else None) or {}
     elif first.strip():  # the raw line: invalid JSON gets its -32700 too
         await server.handle(first)
     async with server.stack:
         while True:
-            line = await loop.run_in_executor(None, sys.stdin.readline)
+            line = await loop.run_in_executor(None, read_line, sys.stdin.buffer, LINE_LIMIT)
+            if isinstance(line, int):
+                server._refuse(
+                    None, JsonRpcError(Code.INVALID_REQUEST, f"a line of {line} bytes is longer than {LINE_LIMIT}")
+                )
+                continue
             if not line:
                 break
             if line.strip():
@@ -408,7 +440,7 @@ async def _serve(
 
 
 def run_acp(
-    root: Path, agent: str | None, out: TextIO, *, first_answered: bool, first: str, reload: bool = False
+    root: Path, agent: str | None, out: TextIO, *, first_answered: bool, first: bytes, reload: bool = False
 ) -> int:
     """Serve ACP until the client closes stdin."""
     try:

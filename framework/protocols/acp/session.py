@@ -23,6 +23,8 @@ class Session:
     """The permission request a prompt waits on; session/cancel answers it "cancelled"."""
     cancelled: bool = False
     plan: list[dict[str, Any]] = field(default_factory=list)
+    mcp: tuple[Any, ...] = ()
+    """The MCP servers the editor passed (``ClientServer``), for agents whose capabilities take them."""
 
 
 class Connection(Protocol):

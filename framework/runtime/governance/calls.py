@@ -10,7 +10,7 @@ from framework.spec.common import Action
 from framework.spec.common import shown as shown  # re-exported: every reason quotes with it
 from framework.spec.tools import BUILTIN_TOOLS
 
-CallCapability = Literal["fs.read", "fs.write", "shell", "network", "python", "agent"]
+CallCapability = Literal["fs.read", "fs.write", "shell", "network", "python", "agent", "mcp"]
 """What a call touches: the capability classes of the spec plus ``python`` (declared code)."""
 
 CALL_CAPABILITIES: frozenset[str] = frozenset(get_args(CallCapability))
@@ -23,12 +23,16 @@ class ToolCall:
     ``tool`` is the spec name: a builtin (``fs.read``, ``shell``, ``http.get``), a python tool's
     name, or, for an agent call, the callee's name or the URL of a remote agent. ``capability``
     is the class the tool belongs to (the ``capability`` metadata of every built tool) and
-    ``args`` the arguments the model gave, unvalidated.
+    ``args`` the arguments the model gave, unvalidated. An MCP tool (``SERVER.TOOL``) also
+    carries the hints its server gave (``annotations``: ``readOnlyHint`` ...) and how it stands
+    against ``ca.mcp.lock`` (``pin``: unlocked, locked, changed, new).
     """
 
     tool: str
     capability: CallCapability
     args: Mapping[str, Any] = field(default_factory=dict)
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+    pin: str = ""
 
     @classmethod
     def builtin(cls, name: str, **args: Any) -> ToolCall:

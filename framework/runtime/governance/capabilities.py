@@ -11,6 +11,8 @@ One entry point, :func:`check_capabilities`, dispatching on the call's capabilit
   (:mod:`.network`);
 * ``agent``: a callee of the project must be named in ``capabilities.agents``; a remote agent
   (``tool`` is its ``http(s)://`` URL) must have its host in ``capabilities.network.allow``;
+* ``mcp``: the tool (``SERVER.TOOL``) must match a glob of ``capabilities.mcp.allow``
+  (:mod:`.mcp`), and be as reviewed in ``ca.mcp.lock`` when the project has one;
 * ``python``: allowed. A python tool is code the author declared in the agent's ``tools:``
   list; declaring it is the grant, and no capability key could narrow what it does.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from framework.runtime.governance.calls import Decision, ToolCall, allow, deny
+from framework.runtime.governance.mcp import check_mcp
 from framework.runtime.governance.network import check_url
 from framework.runtime.governance.paths import check_fs
 from framework.runtime.governance.shell import check_shell
@@ -56,6 +59,8 @@ def check_capabilities(call: ToolCall, caps: Capabilities | None, *, root: Path)
             return check_url(call.args.get("url"), allowed, what=call.tool)
         case "agent":
             return check_agent(call.tool, caps)
+        case "mcp":
+            return check_mcp(call, caps)
         case "python":
             return allow(f"python tool {call.tool!r} is declared code in the agent's tools", "capabilities.python")
     return deny(f"unknown capability class {call.capability!r}; nothing unlisted is allowed", "capabilities")

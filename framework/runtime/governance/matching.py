@@ -20,7 +20,6 @@ Any other value is matched as its text: a string as it is, anything else as comp
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import posixpath
 import re
@@ -29,22 +28,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from framework.runtime.governance.calls import ToolCall
+from framework.spec.common import text_glob
 
 _BLANKS = re.compile(r"[ \t]+")
-
-
-@functools.lru_cache(maxsize=1024)
-def text_glob(pattern: str) -> re.Pattern[str]:
-    """The regular expression for a text glob: ``*`` any characters, ``?`` one, the rest literal."""
-    parts = []
-    for char in pattern:
-        if char == "*":
-            parts.append(".*")
-        elif char == "?":
-            parts.append(".")
-        else:
-            parts.append(re.escape(char))
-    return re.compile("".join(parts), re.DOTALL)
 
 
 def glob_matches(pattern: str, text: str) -> bool:

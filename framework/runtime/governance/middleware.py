@@ -153,7 +153,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             return
         record = {
             "source": context.source
-            if context.source in ("cli", "a2a-http", "a2a-stdio", "acp", "agent-call")
+            if context.source in ("cli", "a2a-http", "a2a-stdio", "acp", "agent-call", "mcp")
             else "cli",
             "task_id": context.task_id,
             "conversation_id": context.conversation_id,
@@ -530,9 +530,18 @@ def _spec_name(request: ToolCallRequest) -> str:
 
 def _tool_call(request: ToolCallRequest) -> ToolCall:
     tool = request.tool
-    capability = str((tool.metadata or {}).get("capability", "python")) if tool is not None else "python"
+    meta = (tool.metadata or {}) if tool is not None else {}
+    capability = str(meta.get("capability", "python"))
     args = request.tool_call.get("args") or {}
-    return ToolCall(_spec_name(request), capability, dict(args))  # type: ignore[arg-type]
+    hints = meta.get("annotations")
+    annotations: dict[str, Any] = hints if isinstance(hints, dict) else {}
+    return ToolCall(
+        _spec_name(request),
+        capability,  # type: ignore[arg-type]
+        dict(args),
+        annotations=annotations,
+        pin=str(meta.get("mcp_pin", "")),
+    )
 
 
 def _refused(request: ToolCallRequest, refusal: CAError) -> ToolMessage:

@@ -10,7 +10,9 @@ it gives fits:
 * ``args`` — every listed argument is present and its value matches the glob, in any of its
   readings (see :mod:`.matching`: ``./x/../.env`` is read as ``.env``, ``'git' push`` as
   ``git push``); a missing argument does not match;
-* ``cost_usd_over`` — the task has cost strictly more than the amount so far.
+* ``cost_usd_over`` — the task has cost strictly more than the amount so far;
+* ``annotations`` — every listed hint of an MCP tool has the given value (``{readOnlyHint:
+  true}``); a hint the server did not give does not match, and a call of any other tool has none.
 
 Profiles run after capabilities and contracts: an ``allow`` here never widens what those allow.
 """
@@ -32,6 +34,8 @@ def rule_matches(match: RuleMatch, call: ToolCall, cost_usd: Decimal) -> bool:
         return False
     if match.cost_usd_over is not None and not cost_usd > match.cost_usd_over:
         return False
+    if match.annotations is not None and any(call.annotations.get(k) is not v for k, v in match.annotations.items()):
+        return False
     return call_matches(match.tool, match.args, call)
 
 
@@ -43,6 +47,9 @@ def describe_match(match: RuleMatch) -> str:
         extra.append(f"capability: {match.capability!r}")
     if match.cost_usd_over is not None:
         extra.append(f"cost_usd_over: {match.cost_usd_over}")
+    if match.annotations is not None:
+        hints = ", ".join(f"{k}: {str(v).lower()}" for k, v in match.annotations.items())
+        extra.append(f"annotations: {{{hints}}}")
     return "{" + ", ".join([p for p in [text] if p] + extra) + "}"
 
 

@@ -4,7 +4,8 @@ A value is secret when it comes from a variable whose name looks secret (``*KEY*
 ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, …) — in the project's ``.env``, in the process
 environment, or interpolated into the YAML as ``${VAR}`` — or from a variable the project
 names as holding a credential whatever its name: ``server.auth`` tokens and keys, registry
-``headers_env``, a model's ``api_key_env``.
+``headers_env`` (of registries and MCP servers), a model's ``api_key_env``, the secret-named
+``env`` of an MCP server.
 
 :data:`KNOWN` is the process's one set of them: the runtime adds a project's values when it
 opens or reloads it, and every way out masks through it — the run events every transport
@@ -139,10 +140,15 @@ def project_secrets(project: Project, environ: Mapping[str, str], dotenv: Mappin
     config = project.config
     auth = config.server.auth
     if auth is not None:
-        found.update(_named(environ, auth.bearer_tokens_env), _named(environ, auth.api_keys_env))
+        for identity in auth.identities():
+            found.update(_named(environ, identity.env))
     for registry in config.registries:
         for variable in registry.headers_env.values():
             found.update(_named(environ, variable))
+    for server in config.mcp_servers.values():  # an MCP server's credentials: its headers, its secret-named env
+        for variable in server.headers_env.values():
+            found.update(_named(environ, variable))
+        found |= {value for name, value in server.env.items() if SECRET_NAME.search(name)}
     models = [config.defaults.model, *(getattr(a, "model", None) for a in project.agents.values())]
     for model in models:
         if model is not None and model.api_key_env:

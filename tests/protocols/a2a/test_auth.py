@@ -71,11 +71,14 @@ def server(project: Path) -> Iterator[ServerProcess]:
 
 
 def refused(response: httpx.Response) -> str:
-    """The message of a 401 answer (after checking its shape)."""
+    """The message of a 401 answer (after checking its shape: REST-shaped under the REST binding)."""
     assert response.status_code == 401, (response.status_code, response.text)
     assert response.headers["www-authenticate"].startswith("Bearer")
     body = response.json()
-    assert body["jsonrpc"] == "2.0" and body["error"]["code"] == -32086
+    if "/rest" in response.request.url.path:
+        assert (body["error"]["code"], body["error"]["status"]) == (401, "UNAUTHENTICATED"), body
+    else:
+        assert body["jsonrpc"] == "2.0" and body["error"]["code"] == -32086
     message: str = body["error"]["message"]
     return message
 
@@ -147,8 +150,13 @@ def test_every_rpc_without_credentials_is_refused(server: ServerProcess, method:
         assert message.startswith("authentication required")
 
 
-def test_the_rest_binding_is_refused_too(server: ServerProcess) -> None:
-    refused(httpx.get(f"{server.url}/agents/echo/rest/tasks", headers={"A2A-Version": "1.0"}))
+def test_the_rest_binding_is_refused_too_with_a_rest_shaped_body(server: ServerProcess) -> None:
+    response = httpx.get(f"{server.url}/agents/echo/rest/tasks", headers={"A2A-Version": "1.0"})
+    assert response.status_code == 401 and response.headers["www-authenticate"].startswith("Bearer")
+    error = response.json()["error"]  # as a2a-sdk's REST errors: google.rpc.Status with an ErrorInfo
+    assert (error["code"], error["status"]) == (401, "UNAUTHENTICATED")
+    assert error["message"].startswith("authentication required")
+    assert error["details"][0]["reason"] == "UNAUTHENTICATED"
 
 
 @pytest.mark.parametrize(
@@ -296,3 +304,15 @@ def test_stdio_needs_no_credentials(project: Path) -> None:
         assert code == 0
     finally:
         peer.kill()
+
+
+def test_the_shared_forms_are_one_caller_named_after_the_variable(server: ServerProcess) -> None:
+    """Every token of ``bearer_tokens_env`` is the caller ``T_TOKENS`` (they share their tasks); the keys
+    of ``api_keys_env`` are another caller, ``T_KEYS``, who does not see them."""
+    task = result_of(server.rpc("SendMessage", {"message": user_message("shared")}, headers=BEARER))["task"]
+    other_token = {"Authorization": "Bearer token-one"}
+    assert result_of(server.rpc("GetTask", {"id": task["id"]}, headers=other_token))["id"] == task["id"]
+    assert server.rpc("GetTask", {"id": task["id"]}, headers=API_KEY)["error"]["code"] == -32001
+    query = {"taskId": task["id"], "kind": "task.state"}
+    records = result_of(server.rpc("_cleveragents/audit/query", query, headers=other_token))["records"]
+    assert [r["data"]["by"] for r in records if r["data"]["state"] == "submitted"] == ["T_TOKENS"]

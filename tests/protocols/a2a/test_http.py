@@ -209,10 +209,19 @@ def ctx() -> str:
 # -- cards --------------------------------------------------------------------------------
 
 
+V03_FIELDS = ("url", "preferredTransport", "protocolVersion", "additionalInterfaces")
+"""The v0.3 top-level fields served beside v1.0's, for v0.3 clients (test_interop_v03 reads them)."""
+
+
 def parse_card(data: dict[str, Any]) -> AgentCard:
-    """The served JSON as a2a's AgentCard: no field it does not know, and ParseDict → MessageToDict is lossless."""
-    card: AgentCard = ParseDict(data, AgentCard())  # strict: an unknown field raises
-    assert MessageToDict(card) == data, "the card lost or changed a field"
+    """The served JSON as a2a's AgentCard: no field it does not know besides the v0.3 ones, and
+    ParseDict → MessageToDict is lossless."""
+    v1 = {key: value for key, value in data.items() if key not in V03_FIELDS}
+    card: AgentCard = ParseDict(v1, AgentCard())  # strict: an unknown field raises
+    for extension in v1.get("capabilities", {}).get("extensions", []):
+        if extension.get("required") is False:  # a2a-sdk's v0.3 merge writes it; v1.0 JSON omits a false
+            del extension["required"]
+    assert MessageToDict(card) == v1, "the card lost or changed a field"
     return card
 
 
@@ -222,6 +231,8 @@ def assert_v1_card(card: AgentCard, name: str, base: str) -> None:
     assert interfaces == {
         ("JSONRPC", f"{base}/agents/{name}/", "1.0"),
         ("HTTP+JSON", f"{base}/agents/{name}/rest", "1.0"),
+        ("JSONRPC", f"{base}/agents/{name}/", "0.3.0"),
+        ("HTTP+JSON", f"{base}/agents/{name}/rest", "0.3.0"),
     }
     assert card.HasField("capabilities") and card.capabilities.streaming
     assert EXTENSION in [e.uri for e in card.capabilities.extensions]

@@ -60,7 +60,9 @@ def test_agent_discover_returns_the_default_agents_card(echo: StdioPeer) -> None
     card = result_of(echo.request("agent/discover"))
     assert card["name"] == "echo"  # the project's default_agent: the process was started without a name
     assert card["capabilities"]["streaming"] is True
-    assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == ["JSONRPC", "HTTP+JSON"]
+    # No HTTP URL: nothing listens there; this process answers on its stdin and stdout.
+    assert not {"supportedInterfaces", "url", "additionalInterfaces"} & set(card)
+    assert "http://" not in json.dumps(card)
     assert card["capabilities"]["extensions"][0]["uri"] == "urn:cleveragents:extensions:v1"
 
 

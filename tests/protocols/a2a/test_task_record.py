@@ -98,7 +98,7 @@ def test_a_failure_decided_elsewhere_shows_on_get_task_with_its_code(
         got = httpx.post(url, json=get, headers=V1, timeout=60).json()["result"]
     finally:
         server.stop()
-    assert got["status"]["state"] == "TASK_STATE_FAILED"
+    assert got["status"]["state"] == "TASK_STATE_REJECTED"  # a person rejected the gate
     [data] = [p["data"] for p in got["status"]["message"]["parts"] if "data" in p]
     assert data["error"]["code"] == "approval_rejected"
     assert "not today" in data["error"]["reason"]

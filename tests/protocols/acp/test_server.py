@@ -164,7 +164,7 @@ def test_initialize_advertises_what_the_agent_supports(project: Path) -> None:
         assert caps.prompt_capabilities is not None and caps.prompt_capabilities.embedded_context is True
         assert caps.prompt_capabilities.image is False and caps.prompt_capabilities.audio is False
         assert caps.mcp_capabilities is not None
-        assert caps.mcp_capabilities.http is False and caps.mcp_capabilities.sse is False
+        assert caps.mcp_capabilities.http is True and caps.mcp_capabilities.sse is True  # stdio needs no flag
         assert result.agent_info is not None and result.agent_info.name == "cleveragents" and result.agent_info.version
         assert result.auth_methods == []  # the offline model needs no key
         assert raw["authMethods"] == [] and "mcpCapabilities" in raw["agentCapabilities"]

@@ -65,7 +65,7 @@ TABLE: list[tuple[str, ToolCall, str, str, str]] = [
     ("supervised", sh("pytest -q"), "0", "ask", "rule 3"),
     ("supervised", GET, "0", "ask", "rule 4"),
     ("supervised", PY, "0", "allow", "default"),
-    ("supervised", PY, "0.11", "ask", "rule 5"),
+    ("supervised", PY, "0.11", "ask", "rule 7"),
     ("supervised", PY, "0.10", "allow", "default"),
     ("supervised", ToolCall("summarizer", "agent", {"text": "hi"}), "0", "allow", "default"),
     ("supervised", fs("fs.read", "src/a.py"), "5", "allow", "rule 1"),
@@ -123,7 +123,7 @@ def test_a_rule_reason_is_quoted_with_the_rule() -> None:
 
 def test_a_built_in_cost_rule_states_the_threshold() -> None:
     decision = decide(PROFILES["supervised"], PY, cost_usd=Decimal("0.2"))
-    assert decision.reason.startswith("this task has cost more than $0.10: rule 5")
+    assert decision.reason.startswith("this task has cost more than $0.10: rule 7")
     assert "{cost_usd_over: 0.1" in decision.reason
 
 
@@ -163,3 +163,39 @@ def test_the_profiles_tested_are_the_ones_every_project_gets(tmp_path: Path) -> 
     project = load_project(tmp_path)
     for name in ("manual", "supervised", "autonomous"):
         assert project.profiles[name] == PROFILES[name]
+
+
+def mcp(tool: str, **hints: bool) -> ToolCall:
+    return ToolCall(f"notes.{tool}", "mcp", {}, annotations=hints)
+
+
+@pytest.mark.parametrize(
+    ("profile", "call", "action", "rule"),
+    [
+        ("supervised", mcp("list", readOnlyHint=True), "allow", "rule 5"),
+        ("supervised", mcp("add"), "ask", "rule 6"),
+        ("supervised", mcp("wipe", readOnlyHint=False, destructiveHint=True), "ask", "rule 6"),
+        ("supervised", mcp("odd", destructiveHint=False), "ask", "rule 6"),
+        ("manual", mcp("list", readOnlyHint=True), "ask", "default"),
+        ("autonomous", mcp("wipe", destructiveHint=True), "allow", "default"),
+    ],
+)
+def test_mcp_tools_are_decided_by_their_annotations(profile: str, call: ToolCall, action: str, rule: str) -> None:
+    decision = decide(PROFILES[profile], call)
+    assert (decision.action, decision.rule) == (action, f"profile {profile} {rule}")
+
+
+def test_an_annotation_rule_is_written_back_in_its_reason() -> None:
+    decision = decide(PROFILES["supervised"], mcp("list", readOnlyHint=True))
+    assert "{capability: 'mcp', annotations: {readOnlyHint: true}} allows this call" in decision.reason
+    asked = decide(PROFILES["supervised"], mcp("add"))
+    assert asked.reason.startswith("the MCP server does not mark this tool read-only: rule 6")
+
+
+def test_a_hint_the_server_did_not_give_matches_no_rule_that_names_it() -> None:
+    profile = Profile.model_validate(
+        {"name": "strict", "rules": [{"match": {"annotations": {"destructiveHint": False}}, "action": "allow"}]}
+    )
+    assert decide(profile, mcp("add")).action == "ask"  # the default
+    assert decide(profile, mcp("add", destructiveHint=False)).action == "allow"
+    assert decide(profile, PY).action == "ask"  # a python tool has no hints

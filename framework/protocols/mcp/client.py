@@ -1,0 +1,374 @@
+"""The MCP client side of a runtime: one session per declared server, shared by every agent.
+
+Sessions live on a thread of their own with its own event loop. The ``mcp`` SDK wants a
+session entered and left by one task (:class:`_Session` gives each an owner task), a graph
+being compiled needs a server's tool list from synchronous code, and a server starting must not
+stall the loop that serves requests. Calls cross threads through ``run_coroutine_threadsafe``.
+
+Lifecycle: a server starts on first use (its tool list or a call), once per runtime; a crashed
+server gives the failing call an error result and is started again once, on the next call; after a
+second crash its calls fail until the process restarts. :meth:`McpHub.close` ends every
+session (the SDK closes a stdio server's stdin, then signals its process group). Stdio servers
+run in a session of their own and exit on end of input, so a ``ca`` killed with SIGKILL leaves
+none behind: their stdin closes with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import json
+import threading
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from framework.compiler.confine import confine
+from framework.compiler.mcp_tools import ClientServer, McpResult, McpToolInfo
+from framework.errors import McpServerFailed, PathRefused, ToolError
+from framework.spec.mcp import McpServer
+from framework.spec.project import Project
+
+T = TypeVar("T")
+MAX_RESTARTS = 1
+"""A crashed server is started again this many times per runtime."""
+
+
+class ServerDown(Exception):
+    """The server's connection is gone (it exited or crashed)."""
+
+
+class _Session:
+    """One server's connection, entered and left by its own owner task (on the hub's loop)."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: McpServer,
+        root: Path,
+        environ: Mapping[str, str],
+        headers: Mapping[str, str] | None = None,
+        *,
+        sse: bool = False,
+    ) -> None:
+        self.name = name
+        self.sse = sse
+        self.spec = spec
+        self.headers = dict(headers or {})
+        self.root = root
+        self.environ = environ
+        self.client: Any = None
+        self.error: BaseException | None = None
+        self._ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._owner: asyncio.Task[None] | None = None
+
+    def _target(self) -> Any:
+        from mcp import StdioServerParameters
+
+        spec = self.spec
+        if spec.command is not None:
+            try:
+                cwd = self.root / confine(self.root, spec.cwd) if spec.cwd else self.root
+            except PathRefused as exc:
+                raise McpServerFailed(f"MCP server {self.name!r}: cwd {spec.cwd!r}: {exc}") from exc
+            return StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env), cwd=cwd)
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        headers = dict(self.headers)
+        for header, var in spec.headers_env.items():
+            if var not in self.environ:
+                raise McpServerFailed(
+                    f"MCP server {self.name!r}: header {header!r} needs variable {var}, which is not set"
+                )
+            headers[header] = self.environ[var]
+        assert spec.url is not None
+        if self.sse:
+            from mcp.client.sse import sse_client
+
+            return sse_client(spec.url, headers=headers, timeout=spec.timeout)
+        client = httpx2.AsyncClient(headers=headers, timeout=spec.timeout)
+        return streamable_http_client(spec.url, http_client=client)
+
+    async def start(self) -> None:
+        self._owner = asyncio.create_task(self._own(self._target()), name=f"mcp:{self.name}")
+        try:
+            async with asyncio.timeout(self.spec.timeout):
+                await self._ready.wait()
+        except TimeoutError:
+            await self.close()
+            raise McpServerFailed(
+                f"MCP server {self.name!r} did not answer within {self.spec.timeout:g} s of starting; "
+                f"check its command (or url), or raise its `timeout:` in ca.yaml"
+            ) from None
+        if self.client is None:
+            raise McpServerFailed(f"MCP server {self.name!r} could not start: {_reason(self.error)}")
+
+    async def _own(self, target: Any) -> None:
+        from mcp import Client
+
+        try:
+            async with Client(target, read_timeout_seconds=self.spec.timeout) as client:
+                self.client = client
+                self._ready.set()
+                await self._stop.wait()
+        except BaseException as exc:  # kept for start() to report; the owner task must end quietly
+            self.error = exc
+        finally:
+            self.client = None
+            self._ready.set()
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._owner is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._owner), 10)
+            except TimeoutError:
+                self._owner.cancel()
+
+    async def list_tools(self) -> list[McpToolInfo]:
+        tools: list[McpToolInfo] = []
+        cursor: str | None = None
+        while True:
+            result = await self._request(self.client.list_tools(cursor=cursor))
+            for tool in result.tools:
+                annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else {}
+                annotations.pop("title", None)  # a display name, not a hint
+                tools.append(
+                    McpToolInfo(self.name, tool.name, tool.description or "", dict(tool.input_schema), annotations)
+                )
+            cursor = result.next_cursor
+            if not cursor:
+                return tools
+
+    async def call(self, tool: str, args: Mapping[str, Any]) -> McpResult:
+        result = await self._request(self.client.call_tool(tool, dict(args)))
+        return McpResult(result_text(result), bool(result.is_error))
+
+    async def _request(self, request: Coroutine[Any, Any, T]) -> T:
+        from mcp import MCPError
+        from mcp.types import CONNECTION_CLOSED
+
+        if self.client is None:
+            request.close()
+            raise ServerDown(f"MCP server {self.name!r} is not running: {_reason(self.error)}")
+        try:
+            async with asyncio.timeout(self.spec.timeout):
+                return await request
+        except MCPError as exc:
+            if exc.error.code == CONNECTION_CLOSED:
+                self.client, self.error = None, exc  # the next call starts it again
+                self._stop.set()
+                raise ServerDown(f"MCP server {self.name!r} closed the connection (it exited or crashed)") from exc
+            raise
+
+
+class McpHub:
+    """Implements :class:`framework.compiler.mcp_tools.McpServers` for one runtime."""
+
+    def __init__(self, project: Project, environ: Mapping[str, str]) -> None:
+        self.project = project
+        self.environ = environ
+        self._sessions: dict[str, _Session] = {}
+        self._lists: dict[str, tuple[McpToolInfo, ...]] = {}
+        self._restarts: dict[str, int] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._clients: dict[str, ClientServer] = {}
+        self._relist: set[str] = set()
+        """Servers started again since their tools were listed: listed again before the next call."""
+        self._changed: dict[str, set[str]] = {}
+        """Tools whose definition differs from the one the agents were compiled with: refused."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._guard = threading.Lock()
+
+    # -- the hub's own loop ------------------------------------------------------
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        with self._guard:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="ca-mcp", daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    async def _on_hub(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(self._submit(coro))
+
+    # -- McpServers --------------------------------------------------------------
+
+    def tools(self, server: str) -> Sequence[McpToolInfo]:
+        if server not in self._lists:
+            self._submit(self._list(server)).result()
+        return self._lists[server]
+
+    async def prepare(self, servers: Iterable[str]) -> None:
+        for server in servers:
+            if server not in self._lists:
+                await self._on_hub(self._list(server))
+
+    async def call(self, server: str, tool: str, args: Mapping[str, Any]) -> McpResult:
+        return await self._on_hub(self._call(server, tool, args))
+
+    def add_clients(self, servers: Iterable[ClientServer]) -> None:
+        for server in servers:
+            known = self._clients.get(server.name)
+            if known is not None and known != server:  # same name, another server: stop the old one
+                self._lists.pop(server.name, None)
+                self._restarts.pop(server.name, None)
+                self._submit(self._drop(server.name))
+            self._clients[server.name] = server
+
+    async def list_fresh(self, server: str) -> list[McpToolInfo]:
+        """The server's tools as it lists them now (``ca mcp list``, ``ca mcp lock``)."""
+        return await self._on_hub(self._list(server, fresh=True))
+
+    # -- on the hub's loop ---------------------------------------------------------
+
+    def _lock(self, server: str) -> asyncio.Lock:
+        return self._locks.setdefault(server, asyncio.Lock())
+
+    async def _session(self, server: str) -> _Session:
+        async with self._lock(server):
+            session = self._sessions.get(server)
+            if session is not None and session.client is not None:
+                return session
+            if session is not None:  # it crashed: start it again, a limited number of times
+                await session.close()
+                if self._restarts.get(server, 0) >= MAX_RESTARTS:
+                    raise ServerDown(
+                        f"MCP server {server!r} crashed again after a restart; it is not started again "
+                        "until `ca` restarts (see its error output)"
+                    )
+                self._restarts[server] = self._restarts.get(server, 0) + 1
+                self._relist.add(server)
+            client = self._clients.get(server)
+            if client is not None:
+                spec, headers, sse = _client_spec(client), dict(client.headers), client.sse
+            elif (declared := self.project.config.mcp_servers.get(server)) is not None:
+                spec, headers, sse = declared, {}, False
+            else:
+                raise McpServerFailed(f"MCP server {server!r} is not declared in ca.yaml `mcp_servers:`")
+            session = _Session(server, spec, self.project.root, self.environ, headers, sse=sse)
+            self._sessions[server] = session
+            await session.start()
+            return session
+
+    async def _drop(self, server: str) -> None:
+        async with self._lock(server):
+            session = self._sessions.pop(server, None)
+            if session is not None:
+                await session.close()
+
+    async def _list(self, server: str, *, fresh: bool = False) -> list[McpToolInfo]:
+        if server in self._lists and not fresh:
+            return list(self._lists[server])
+        try:
+            tools = await (await self._session(server)).list_tools()
+        except ToolError:
+            raise
+        except Exception as exc:
+            raise McpServerFailed(f"MCP server {server!r}: cannot list its tools: {_reason(exc)}") from exc
+        self._lists.setdefault(server, tuple(tools))
+        return tools
+
+    async def _call(self, server: str, tool: str, args: Mapping[str, Any]) -> McpResult:
+        try:
+            session = await self._session(server)
+            if server in self._relist:  # a restarted server may list other tools than the agents were given
+                self._relist.discard(server)
+                listed = {t.name: t.digest for t in self._lists.get(server, ())}
+                now = {t.name: t.digest for t in await session.list_tools()}
+                self._changed[server] = {name for name, digest in listed.items() if now.get(name) != digest}
+            if tool in self._changed.get(server, ()):
+                return McpResult(
+                    f"MCP tool {server}.{tool} changed when its server restarted; it is refused until ca "
+                    "restarts (review the change, then run `ca mcp lock`)",
+                    is_error=True,
+                )
+            return await session.call(tool, args)
+        except ServerDown as exc:
+            return McpResult(f"{exc}; it will be started again for the next call", is_error=True)
+        except TimeoutError:
+            return McpResult(f"MCP tool {server}.{tool} did not answer within its server's timeout", is_error=True)
+        except Exception as exc:  # the server's error, or one starting it: the model gets it as the result
+            return McpResult(f"MCP tool {server}.{tool} failed: {_reason(exc)}", is_error=True)
+
+    async def _close_all(self) -> None:
+        sessions, self._sessions = list(self._sessions.values()), {}
+        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+
+    async def close(self) -> None:
+        """End every session and the hub's thread."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._close_all(), loop))
+        loop.call_soon_threadsafe(loop.stop)
+        await asyncio.to_thread(thread.join, 5)
+        loop.close()
+        self._loop = self._thread = None
+
+
+def _client_spec(client: ClientServer) -> McpServer:
+    """A client's server as a declaration (not validated: the client, not a YAML file, chose it)."""
+    return McpServer.model_construct(
+        command=client.command,
+        args=list(client.args),
+        env=dict(client.env),
+        cwd=None,
+        url=client.url,
+        headers_env={},
+        timeout=60.0,
+    )
+
+
+def result_text(result: Any) -> str:
+    """A ``CallToolResult`` as text: text parts as they are, embedded text resources with their URI,
+    images, audio and binary resources described (the model gets text only), structured content as JSON."""
+    from mcp.types import (
+        AudioContent,
+        BlobResourceContents,
+        EmbeddedResource,
+        ImageContent,
+        ResourceLink,
+        TextContent,
+        TextResourceContents,
+    )
+
+    parts: list[str] = []
+    for block in result.content:
+        if isinstance(block, TextContent):
+            parts.append(block.text)
+        elif isinstance(block, ImageContent | AudioContent):
+            kind = "image" if isinstance(block, ImageContent) else "audio"
+            size = len(base64.b64decode(block.data, validate=False)) if block.data else 0
+            parts.append(
+                f"[{kind} {block.mime_type}, {size} bytes: not passed on, this agent's tools return text only]"
+            )
+        elif isinstance(block, EmbeddedResource):
+            res = block.resource
+            if isinstance(res, TextResourceContents):
+                parts.append(f"[resource {res.uri}]\n{res.text}")
+            elif isinstance(res, BlobResourceContents):
+                parts.append(f"[resource {res.uri}: {res.mime_type or 'binary'} content, not passed on]")
+        elif isinstance(block, ResourceLink):
+            parts.append(f"[resource link {block.uri}" + (f" ({block.name})" if block.name else "") + "]")
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+def _reason(exc: BaseException | None) -> str:
+    if exc is None:
+        return "no reason given"
+    if isinstance(exc, BaseExceptionGroup):
+        inner = exc.exceptions[0] if exc.exceptions else None
+        return _reason(inner) if inner is not None else str(exc)
+    if isinstance(exc, FileNotFoundError):
+        return f"program not found: {exc.filename or exc}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

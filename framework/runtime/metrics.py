@@ -1,0 +1,181 @@
+"""``ca serve``'s Prometheus metrics (``/metrics``), kept with the official prometheus-client.
+
+What is counted, and from where (one source per figure):
+
+    ca_requests_total{method, code}           every JSON-RPC / REST request: its method and
+                                              its answer (HTTP status, or the JSON-RPC error code)
+    ca_request_seconds{method}                how long it took to answer
+    ca_task_runs_total{agent, state}          runs that ended, by the state they ended in
+    ca_tasks{state}                           tasks of the project by state (read at scrape time)
+    ca_pending_approvals                      tasks waiting for a person (read at scrape time)
+    ca_approval_wait_seconds                  from a pause to its decision
+    ca_model_calls_total{agent, model}        model calls
+    ca_model_call_seconds{agent, model}       their latency
+    ca_tokens_total{agent, model, type}       tokens (type: input, output)
+    ca_cost_usd_total{agent, model}           US dollars, for models whose price is known
+    ca_tool_calls_total{agent, tool, decision}  tool calls: allowed (by a rule or a person),
+                                              denied, rejected
+    ca_tool_call_seconds{agent, tool}         their latency
+
+Task states, decisions and tool calls come from the audit (the records every entry point
+writes); model calls and latencies from the run's LangChain callbacks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+
+from framework.runtime.governance.budgets import cost
+from framework.runtime.runner import spec_tool_name
+from framework.runtime.telemetry import known_price, model_of, usage_of
+
+if TYPE_CHECKING:
+    from langchain_core.outputs import LLMResult
+
+    from framework.runtime.audit import AuditRecord
+    from framework.runtime.tasks import TaskStore
+
+FINAL = frozenset({"completed", "failed", "canceled", "rejected", "input-required"})
+"""The states a run ends in (input-required: it paused)."""
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Metrics:
+    """The registry of one server, fed by the audit and by each run's callbacks."""
+
+    def __init__(self, tasks: TaskStore, prices: Mapping[str, Any]) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self.tasks = tasks
+        self.prices = prices
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "ca_requests", "Requests answered, by method and answer", ["method", "code"], registry=r
+        )
+        self.request_seconds = Histogram("ca_request_seconds", "Time to answer a request", ["method"], registry=r)
+        self.runs = Counter("ca_task_runs", "Runs of tasks that ended, by end state", ["agent", "state"], registry=r)
+        self.approval_wait = Histogram(
+            "ca_approval_wait_seconds",
+            "From a pause to its decision",
+            buckets=(1, 10, 60, 300, 1800, 3600, 4 * 3600, 24 * 3600, float("inf")),
+            registry=r,
+        )
+        self.model_calls = Counter("ca_model_calls", "Model calls", ["agent", "model"], registry=r)
+        self.model_seconds = Histogram("ca_model_call_seconds", "Model call latency", ["agent", "model"], registry=r)
+        self.tokens = Counter("ca_tokens", "Tokens, by type (input, output)", ["agent", "model", "type"], registry=r)
+        self.cost = Counter("ca_cost_usd", "Cost of model calls whose price is known", ["agent", "model"], registry=r)
+        self.tool_calls = Counter(
+            "ca_tool_calls", "Tool calls, by governance decision", ["agent", "tool", "decision"], registry=r
+        )
+        self.tool_seconds = Histogram("ca_tool_call_seconds", "Tool call latency", ["agent", "tool"], registry=r)
+        r.register(_StoreCollector(tasks))
+
+    def exposition(self) -> bytes:
+        """The registry in the Prometheus text format."""
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)
+
+    def audited(self, record: AuditRecord) -> None:
+        """Count what an audit record says happened."""
+        data = record.data
+        if record.kind == "task.state" and data.get("state") in FINAL:
+            self.runs.labels(record.agent, str(data["state"])).inc()
+        elif record.kind == "tool.call":
+            self.tool_calls.labels(record.agent, str(data.get("tool", "")), "allowed").inc()
+        elif record.kind == "denial":
+            self.tool_calls.labels(record.agent, str(data.get("tool", "")), "denied").inc()
+        elif record.kind == "decision" and "tool" in data:
+            if data.get("decision") == "reject":
+                self.tool_calls.labels(record.agent, str(data["tool"]), "rejected").inc()
+            self._waited(record)
+
+    def _waited(self, record: AuditRecord) -> None:
+        try:
+            pending = self.tasks.get(record.task_id).pending
+        except Exception:  # a task the store no longer has: nothing to measure
+            return
+        if pending:
+            paused = datetime.fromisoformat(pending[0].paused_at)
+            self.approval_wait.observe(max(0.0, (datetime.fromisoformat(record.ts) - paused).total_seconds()))
+
+    def callbacks(self, agent: str) -> RunMetrics:
+        """The callback handler that measures one run of ``agent``."""
+        return RunMetrics(self, agent)
+
+
+class RunMetrics(BaseCallbackHandler):
+    """Model and tool calls of one run: counts, tokens, cost and latency."""
+
+    run_inline = True
+
+    def __init__(self, metrics: Metrics, agent: str) -> None:
+        self.metrics = metrics
+        self.agent = agent
+        self._started: dict[UUID, tuple[float, str]] = {}
+
+    def on_chat_model_start(
+        self, serialized: dict[str, Any] | None, messages: Any, *, run_id: UUID, **kwargs: Any
+    ) -> None:
+        provider, model = model_of(kwargs.get("metadata"), kwargs)
+        self._started[run_id] = (time.perf_counter(), f"{provider}:{model}")
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        started = self._started.pop(run_id, None)
+        if started is None:
+            return
+        begun, model = started
+        m = self.metrics
+        m.model_calls.labels(self.agent, model).inc()
+        m.model_seconds.labels(self.agent, model).observe(time.perf_counter() - begun)
+        tokens_in, tokens_out, _ = usage_of(response)
+        m.tokens.labels(self.agent, model, "input").inc(tokens_in)
+        m.tokens.labels(self.agent, model, "output").inc(tokens_out)
+        if known_price(model, m.prices):
+            m.cost.labels(self.agent, model).inc(cost(model, m.prices, tokens_in, tokens_out))
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        started = self._started.pop(run_id, None)
+        if started is not None:
+            self.metrics.model_calls.labels(self.agent, started[1]).inc()
+
+    def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID, **kwargs: Any) -> None:
+        name = spec_tool_name(str((serialized or {}).get("name") or kwargs.get("name") or "tool"))
+        self._started[run_id] = (time.perf_counter(), name)
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        started = self._started.pop(run_id, None)
+        if started is not None:
+            self.metrics.tool_seconds.labels(self.agent, started[1]).observe(time.perf_counter() - started[0])
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self.on_tool_end(None, run_id=run_id)  # a failed call took its time too
+
+
+class _StoreCollector:
+    """Gauges read from the task record when scraped: tasks by state, pending approvals."""
+
+    def __init__(self, tasks: TaskStore) -> None:
+        self.tasks = tasks
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        counts = self.tasks.counts()
+        by_state = GaugeMetricFamily("ca_tasks", "Tasks of the project, by state", labels=["state"])
+        for state, n in sorted(counts.items()):
+            by_state.add_metric([state], n)
+        yield by_state
+        yield GaugeMetricFamily(
+            "ca_pending_approvals", "Tasks waiting for a person's decision", value=counts.get("input-required", 0)
+        )
