@@ -62,7 +62,7 @@ class Code(IntEnum):
     PROVIDER_ERROR = -32089
     TOOL_FAILED = -32090
     RUN_FAILED = -32091
-    STORE_BUSY = -32094
+    STORE_BUSY = -32092
 
 
 ERROR_CODES: dict[ErrorCode, Code] = {
