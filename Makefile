@@ -39,6 +39,7 @@ check: lint typecheck test
 bench: $(VENV)/.installed
 	$(BIN)/python bench/validate.py
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/evals.py
 	$(BIN)/python bench/governance.py
 	$(BIN)/python bench/serve.py
 	$(BIN)/python bench/slow_model.py

@@ -10,11 +10,13 @@
     ├── ToolError                tool_failed          a tool cannot be loaded, or a workflow's tool step failed
     │                                                 (a model's tool calls get their failures back as results)
     │   └── McpServerFailed      tool_failed          an MCP server could not start or list its tools
-    ├── StoreError               store_damaged        a state database under .ca/ is damaged
+    ├── StoreError               store_damaged        a state database under .ca/ is damaged or not one
+                                                      (exit 2: the file is to move aside)
     ├── StoreBusy                store_busy           another process held a database's write lock past
     │                                                 store.lock_timeout (retryable: nothing was written)
     └── RunError                 run_failed           a run cannot start or failed; its subclasses say why
-        ├── AgentNotFound        agent_not_found      no agent of that name
+        ├── AgentNotFound        agent_not_found      no agent of that name (exit 2: the name is to change)
+        ├── SkillNotFound        run_failed           the agent has no skill of that id (exit 2)
         ├── TaskNotWaiting       task_not_waiting     a decision for a task that waits for none
         ├── ConversationBusy     conversation_busy    another turn of the conversation ran past the wait limit
                                                       (retryable: send the message again later)
@@ -166,6 +168,7 @@ class StoreError(CAError):
     """
 
     code = "store_damaged"
+    exit_code = 2
 
 
 class StoreBusy(CAError):
@@ -186,6 +189,13 @@ class AgentNotFound(RunError):
     """No agent of that name in the project (the message suggests the closest)."""
 
     code = "agent_not_found"
+    exit_code = 2
+
+
+class SkillNotFound(RunError):
+    """The agent has no skill of that id (the message lists its skills)."""
+
+    exit_code = 2
 
 
 class TaskNotWaiting(RunError):

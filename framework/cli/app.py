@@ -32,9 +32,28 @@ app = typer.Typer(
 )
 
 ProjectArg = Annotated[
-    Path,
-    typer.Argument(help="Project folder (holds agents/ and optionally ca.yaml).", show_default=True),
+    Path | None,
+    typer.Argument(help="Project folder (holds agents/ and optionally ca.yaml); the same as -p.", show_default=False),
 ]
+ProjectOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--project",
+        "-p",
+        help="Project folder (default: the nearest folder, from the current one up, with ca.yaml or agents/).",
+        show_default=False,
+    ),
+]
+
+
+def _project_dir(project: Path | None, positional: Path | None = None) -> Path:
+    """The project folder a command works on: ``-p`` or the positional PROJECT as given, else the
+    nearest project at or above the current folder (:func:`framework.spec.root.project_root`)."""
+    from framework.spec.root import project_root
+
+    if positional is not None and project is not None and positional != project:
+        raise typer.BadParameter(f"two projects given ({positional} and -p {project}): give one", param_hint="-p")
+    return project_root(project if project is not None else positional)
 
 
 def _version(value: bool) -> None:
@@ -54,8 +73,12 @@ def _root(
 
 @app.command()
 def validate(
-    project: ProjectArg = Path(),
+    project: ProjectArg = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print problems as a JSON list for editors and CI.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also list each agent with its tools (the names a model calls).")
+    ] = False,
+    project_option: ProjectOpt = None,
 ) -> None:
     """Check every file of a project; print each problem as path:line:col.
 
@@ -64,7 +87,7 @@ def validate(
     from framework.spec import load_project
 
     try:
-        loaded = load_project(project)
+        loaded = load_project(_project_dir(project_option, project))
     except SpecError as exc:
         _print_diagnostics(exc, as_json)
         raise typer.Exit(2) from None
@@ -73,6 +96,11 @@ def validate(
         return
     for warning in loaded.warnings:
         typer.echo(warning.render(), err=True)
+    if verbose:
+        from framework.cli.agents import agent_lines
+
+        for line in agent_lines(loaded):
+            typer.echo(line)
     typer.echo(f"ok: {loaded.summary()} in {_shown(loaded.root)}")
 
 
@@ -103,12 +131,19 @@ def schema(
     ] = None,
 ) -> None:
     """Print (or write) JSON Schemas of the YAML files, for editors (yaml-language-server)."""
+    from framework.errors import UsageError
     from framework.spec.schema import schemas, write_schemas
 
     if out is None:
         typer.echo(json.dumps(schemas(), indent=2))
         return
-    for path in write_schemas(out):
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; --out takes a folder to write the .schema.json files into")
+    try:
+        written = write_schemas(out)
+    except OSError as exc:
+        raise UsageError(f"cannot write the schemas into {out}: {exc.strerror or exc}") from exc
+    for path in written:
         typer.echo(f"wrote {_shown(path)}")
 
 
@@ -140,14 +175,14 @@ def init(
     typer.echo(f"  {cd}ca run {result.agent} 'hello'   # talk to the agent on the offline model")
 
 
-AgentArg = Annotated[str, typer.Argument(help="The agent's name (see `ca validate` or agents/).")]
-ProjectOpt = Annotated[Path, typer.Option("--project", "-p", help="Project folder.")]
+AgentArg = Annotated[str, typer.Argument(help="The agent's name (see `ca agents list`).")]
 
 
 @app.command()
 def run(
     agent: Annotated[
-        str | None, typer.Argument(help="The agent's name (default with --stdio: the project's default agent).")
+        str | None,
+        typer.Argument(help="The agent's name (default: ca.yaml's default_agent; the message then comes on stdin)."),
     ] = None,
     prompt: Annotated[str | None, typer.Argument(help="The message; read from standard input when omitted.")] = None,
     session: Annotated[
@@ -167,11 +202,12 @@ def run(
         str, typer.Option("--protocol", help="With --stdio: acp or a2a instead of choosing from the first request.")
     ] = "auto",
     reload: Annotated[bool, typer.Option("--reload", help="With --stdio: reload when the project changes.")] = False,
-    project: ProjectOpt = Path(),
+    project: ProjectOpt = None,
 ) -> None:
     """Send one message to an agent and stream its reply; or, with --stdio, serve it to a program.
 
-    Exit codes: 0 completed, 1 failed, 2 invalid project or usage, 3 waiting for a decision, 130 interrupted.
+    Exit codes: 0 completed, 1 failed, 2 invalid project or usage (an unknown agent or skill too),
+    3 waiting for a decision, 4 stopped by a budget, 130 interrupted.
     """
     import asyncio
 
@@ -180,11 +216,9 @@ def run(
         raise typer.BadParameter(
             "use --stdio with only [AGENT], --protocol acp|a2a, -p PROJECT and --reload: requests come on stdin"
         )
-    if agent is None:
-        raise typer.BadParameter("name the agent to run (see `ca validate` or agents/)", param_hint="AGENT")
     from framework.cli.run import RunOptions, run_command
 
-    options = RunOptions(project, agent, prompt, session, skill, as_json)
+    options = RunOptions(_project_dir(project), agent, prompt, session, skill, as_json)
     try:
         code = asyncio.run(run_command(options))
     except KeyboardInterrupt:
@@ -193,20 +227,57 @@ def run(
     raise typer.Exit(code)
 
 
+@app.command("test")
+def test_command(
+    project: ProjectOpt = None,
+    pattern: Annotated[
+        str | None,
+        typer.Option("-k", help="Run only the cases whose FILE::CASE contains PATTERN (or matches it as a glob)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as one JSON document.")] = False,
+    junit_xml: Annotated[Path | None, typer.Option("--junit-xml", help="Write a JUnit XML report to FILE.")] = None,
+    record: Annotated[
+        bool, typer.Option("--record", help="Run on the real models and (re)write each case's cassette.")
+    ] = False,
+    update: Annotated[bool, typer.Option("--update", help="Replay; re-record the cases that fail.")] = False,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="Cases run at once (default: the number of CPUs).")
+    ] = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep each case's scratch copy of the project.")] = False,
+) -> None:
+    """Run the eval cases of evals/*.yaml, each in a scratch copy of the project.
+
+    Provider models replay their cassettes (evals/cassettes/FILE/CASE.yaml) with no network;
+    offline and scripted models run as they are. Exit 0 when every case passed, 1 when one
+    failed, 2 for an invalid project, eval file or usage.
+    """
+    from framework.cli.evals import TestOptions
+    from framework.cli.evals import test_command as run_tests
+
+    root = _project_dir(project)
+    options = TestOptions(root, pattern, as_json, junit_xml, record, update, jobs or os.cpu_count() or 2, keep)
+    try:
+        code = run_tests(options)
+    except KeyboardInterrupt:
+        typer.echo("\ninterrupted", err=True)
+        raise typer.Exit(130) from None
+    raise typer.Exit(code)
+
+
 @app.command()
-def graph(agent: AgentArg, project: ProjectOpt = Path()) -> None:
+def graph(agent: AgentArg, project: ProjectOpt = None) -> None:
     """Print an agent's compiled graph as Mermaid."""
     from framework.compiler.bundle import build_bundle
     from framework.spec import load_project
 
-    bundle = build_bundle(load_project(project))
+    bundle = build_bundle(load_project(_project_dir(project)))
     typer.echo(bundle.graph(agent).get_graph().draw_mermaid())
 
 
 @app.command()
 def card(
     agent: AgentArg,
-    project: ProjectOpt = Path(),
+    project: ProjectOpt = None,
     base_url: Annotated[
         str | None, typer.Option("--base-url", help="Server URL the card advertises (default: ca.yaml server).")
     ] = None,
@@ -217,13 +288,13 @@ def card(
     from framework.protocols.a2a.platform import declare_methods
     from framework.spec import load_project
 
-    bundle = build_bundle(load_project(project), base_url=base_url)
+    bundle = build_bundle(load_project(_project_dir(project)), base_url=base_url)
     typer.echo(json.dumps(card_to_json(declare_methods(bundle.card(agent))), indent=2))
 
 
 @app.command("serve")
 def serve_command(
-    project: ProjectArg = Path(),
+    project: ProjectArg = None,
     host: Annotated[str | None, typer.Option("--host", help="Address to bind (default: ca.yaml, 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option("--port", min=0, max=65535, help="Port (default: ca.yaml, 8765).")] = None,
     public_url: Annotated[
@@ -235,6 +306,7 @@ def serve_command(
     reload: Annotated[
         bool, typer.Option("--reload", help="Reload when the project's YAML, tools or .env change.")
     ] = False,
+    project_option: ProjectOpt = None,
 ) -> None:
     """Serve every agent of the project over A2A (JSON-RPC and HTTP+JSON) until Ctrl-C."""
     import asyncio
@@ -242,7 +314,9 @@ def serve_command(
     from framework.cli.serve import ServeOptions, serve
 
     try:
-        code = asyncio.run(serve(ServeOptions(project, host, port, public_url, insecure, reload)))
+        code = asyncio.run(
+            serve(ServeOptions(_project_dir(project_option, project), host, port, public_url, insecure, reload))
+        )
     except KeyboardInterrupt:
         code = 0
     raise typer.Exit(code)
@@ -250,7 +324,9 @@ def serve_command(
 
 @app.command("call")
 def call_command(
-    target: Annotated[str, typer.Argument(help="An A2A agent URL, or the name of an agent of this project.")],
+    target: Annotated[
+        str, typer.Argument(help="An A2A agent URL, or the name of an agent of this project or of its registries.")
+    ],
     message: Annotated[str | None, typer.Argument(help="The message; read from standard input when omitted.")] = None,
     context: Annotated[str | None, typer.Option("--context", help="Continue this A2A contextId.")] = None,
     task: Annotated[
@@ -259,19 +335,35 @@ def call_command(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print every A2A event as a JSON line.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for an answer.")] = 300.0,
-    project: ProjectOpt = Path(),
+    header: Annotated[
+        list[str] | None,
+        typer.Option("--header", "-H", help="'Name: value' sent with every request to the agent (repeatable)."),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="CA_CALL_TOKEN",
+            help="Bearer token for the agent (or set CA_CALL_TOKEN).",
+            show_envvar=False,
+        ),
+    ] = None,
+    project: ProjectOpt = None,
 ) -> None:
     """Talk to any A2A agent (v1.0 or v0.3): discover its card, stream the reply, answer input-required.
 
-    Exit codes: 0 completed, 1 failed, 2 usage, 3 waiting for input.
+    Requests carry --header/--token and the headers_env of a ca.yaml registry on the agent's origin,
+    and go to that origin only. Exit codes: 0 completed, 1 failed, 2 usage, 3 waiting for input.
     """
     import asyncio
 
-    from framework.cli.call import CallOptions, call
+    from framework.cli.call import CallOptions, call, parse_headers
 
     if task and not context:
         raise typer.BadParameter("--task needs the task's --context (A2A requires both)", param_hint="--task")
-    raise typer.Exit(asyncio.run(call(CallOptions(target, message, context, as_json, timeout, project, task))))
+    headers = parse_headers(header or [], token)
+    options = CallOptions(target, message, context, as_json, timeout, _project_dir(project), task, headers)
+    raise typer.Exit(asyncio.run(call(options)))
 
 
 agents_app = typer.Typer(help="The agents a project can use: its own and its registries'.", no_args_is_help=True)
@@ -281,14 +373,14 @@ app.add_typer(agents_app, name="agents")
 @agents_app.command("list")
 def agents_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print the agents as JSON.")] = False,
-    project: ProjectOpt = Path(),
+    project: ProjectOpt = None,
 ) -> None:
     """Every agent from every source (the project, the registries in ca.yaml) with its skills and tags."""
     import asyncio
 
     from framework.cli.agents import list_agents
 
-    agents = asyncio.run(list_agents(project))
+    agents = asyncio.run(list_agents(_project_dir(project)))
     if as_json:
         typer.echo(json.dumps(agents, indent=2))
         return
@@ -298,6 +390,31 @@ def agents_list(
         if agent["skills"]:
             typer.echo(f"{'':<18} skills: {', '.join(skill['id'] for skill in agent['skills'])}")
         typer.echo(f"{'':<18} {agent['url']}")
+
+
+@agents_app.command("show")
+def agents_show(
+    agent: AgentArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
+    project: ProjectOpt = None,
+) -> None:
+    """One agent of the project: its kind, model, profile, skills, and each tool with the name a model calls."""
+    from framework.cli.agents import describe_agent
+    from framework.spec import load_project
+
+    described = describe_agent(load_project(_project_dir(project)), agent)
+    if as_json:
+        typer.echo(json.dumps(described, indent=2))
+        return
+    typer.echo(f"{described['name']} ({described['kind']}): {described['description'] or '-'}")
+    for key in ("model", "profile"):
+        if described.get(key):
+            typer.echo(f"  {key}: {described[key]}")
+    if described["skills"]:
+        typer.echo("  skills: " + ", ".join(s["id"] for s in described["skills"]))
+    typer.echo("  tools:" if described["tools"] else "  tools: none")
+    for tool in described["tools"]:
+        typer.echo(f"    {tool['name']:<24} {tool['tool']}")
 
 
 from framework.cli.mcp import mcp_app  # noqa: E402 - beside the other sub-commands; it imports only typer
@@ -313,7 +430,7 @@ def tasks_list(
     pending: Annotated[bool, typer.Option("--pending", help="Only tasks waiting for a decision.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the tasks as JSON.")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10000, help="At most this many, newest first.")] = 50,
-    project: ProjectOpt = Path(),
+    project: ProjectOpt = None,
 ) -> None:
     """List tasks, newest first, with what each paused task is waiting for."""
     import dataclasses
@@ -321,7 +438,7 @@ def tasks_list(
     from framework.runtime.tasks import TaskStore
     from framework.spec import load_project
 
-    store = TaskStore.open(load_project(project).root)
+    store = TaskStore.open(load_project(_project_dir(project)).root)
     try:
         tasks = store.list(pending_only=pending, limit=limit)
     finally:
@@ -349,10 +466,10 @@ def tasks_cancel(
     wait: Annotated[
         float, typer.Option("--wait", min=0, help="Seconds to wait for another process to stop a running task.")
     ] = 5.0,
-    project: ProjectOpt = Path(),
+    project: ProjectOpt = None,
 ) -> None:
-    """End a task: one waiting for a decision, running here, or running in another process of the
-    project (a `ca serve`, `ca run`, `ca approve`: that process stops it and kills its tools).
+    """End a task: one waiting for a decision, or one running in any process of the project
+    (a `ca serve`, `ca run`, `ca approve`: that process stops it and kills its tools).
 
     Exit codes: 0 canceled; 1 already final, or still running after --wait; 2 unknown task.
     """
@@ -360,7 +477,7 @@ def tasks_cancel(
 
     from framework.cli.cancel import cancel_command, describe
 
-    typer.echo(describe(asyncio.run(cancel_command(project, task, wait))))
+    typer.echo(describe(asyncio.run(cancel_command(_project_dir(project), task, wait))))
 
 
 @app.command()
@@ -373,7 +490,7 @@ def approve(
         str | None, typer.Option("--answer", help="The answer to a workflow's `ask` step (free text).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the resumed run's events as JSON lines.")] = False,
-    project: ProjectOpt = Path(),
+    project: ProjectOpt = None,
 ) -> None:
     """Decide on a task waiting for approval (or answer its question), then run it on from there
     (in this process).
@@ -393,7 +510,7 @@ def approve(
         raise typer.BadParameter("--reason goes with --reject (it tells the agent why); add --reject or drop it")
     choice = "reject" if reject else ("always" if always else "approve")
     decision = {"decision": "answer", "text": answer} if answer is not None else {"decision": choice, "reason": reason}
-    code = asyncio.run(approve_command(project, task, decision, as_json))
+    code = asyncio.run(approve_command(_project_dir(project), task, decision, as_json))
     raise typer.Exit(code)
 
 
@@ -403,48 +520,23 @@ def audit(
     verify: Annotated[
         bool, typer.Option("--verify", help="Check the hash chain; exit 1 if it was tampered with.")
     ] = False,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many records.")] = 1000,
-    project: ProjectOpt = Path(),
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="The newest N records (oldest first).")] = 1000,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="Only records from then on: an ISO time (2026-05-01T09:00) or an age (30m, 2h, 7d)."
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the records as one JSON list.")] = False,
+    project: ProjectOpt = None,
 ) -> None:
     """Print the audit log (every task transition, tool call, decision, denial, budget and contract event).
 
     `--verify` needs the key of a keyed chain in the variable `ca.yaml` `audit.key_env` names.
     """
-    from framework.runtime.audit import AuditLog, format_record
-    from framework.runtime.audit_chain import UNKEYED, chain_key, describe
-    from framework.runtime.tasks import TaskStore
-    from framework.spec import load_project
+    from framework.cli.audit import AuditOptions, audit_command
 
-    loaded = load_project(project)
-    root = loaded.root
-    key = chain_key(loaded.config.audit, root) if verify else None  # listing records needs no key
-    log = AuditLog.open(root, key=key)
-    try:
-        if verify:
-            result = log.verify()
-            for problem in result.problems:
-                typer.echo(problem, err=True)
-            if not result.ok:
-                typer.echo(
-                    f"audit log TAMPERED: {len(result.problems)} problem(s) in {result.checked} records,"
-                    f" {describe(result)}",
-                    err=True,
-                )
-                raise typer.Exit(1)
-            caveat = ": detects edits, not a rewrite of the whole chain" if result.chain == UNKEYED else ""
-            typer.echo(f"audit log ok: {result.checked} records, {describe(result)}{caveat}; head {result.head_hash}")
-            return
-        task_id = None
-        if task:
-            store = TaskStore.open(root)
-            try:
-                task_id = store.get(task).id
-            finally:
-                store.close()
-        for record in log.query(task_id=task_id, limit=limit):
-            typer.echo(format_record(record))
-    finally:
-        log.close()
+    raise typer.Exit(audit_command(AuditOptions(_project_dir(project), task, verify, limit, since, as_json)))
 
 
 def _masked(text: str) -> str:

@@ -7,8 +7,10 @@ one JSON line for scripts. Exit codes as for ``ca run``.
 
 from __future__ import annotations
 
+import os
+import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from framework.spec.project import Project
 
 EXIT_OK, EXIT_FAILED, EXIT_PAUSED = 0, 1, 3
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 
 
 @dataclass
@@ -29,13 +32,40 @@ class CallOptions:
     timeout: float
     project: Path
     task: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
-def resolve_target(target: str, project_dir: Path) -> tuple[str, Project | None]:
-    """A URL as given, or an agent of the local project (or of a registry) by name; and the project
-    when one was read (its registries' credentials then go to their origins)."""
+def parse_headers(given: list[str], token: str | None) -> dict[str, str]:
+    """``--header 'Name: value'`` (repeatable) and ``--token T`` (``Authorization: Bearer T``) as headers."""
+    headers: dict[str, str] = {}
+    for item in given:
+        name, colon, value = item.partition(":")
+        if not colon or not _HEADER_NAME.fullmatch(name.strip()) or not value.strip():
+            raise UsageError(f"--header {item!r}: write it as 'Name: value', e.g. --header 'X-API-Key: ...'")
+        headers[name.strip()] = value.strip()
+    if token is not None:
+        if not token.strip():
+            raise UsageError("--token is empty: give the bearer token (or set CA_CALL_TOKEN)")
+        if any(k.lower() == "authorization" for k in headers):
+            raise UsageError("--token and --header 'Authorization: ...' both set Authorization: give one")
+        headers["Authorization"] = f"Bearer {token.strip()}"
+    return headers
+
+
+def _project_at(project_dir: Path) -> Project | None:
+    """The project at ``project_dir`` when there is one there (its registries' credentials apply to
+    URLs too); None when the folder is no project."""
+    from framework.spec import load_project
+    from framework.spec.root import is_project
+
+    return load_project(project_dir) if is_project(project_dir) else None
+
+
+async def resolve_target(target: str, project_dir: Path) -> tuple[str, Project | None]:
+    """A URL as given, or by name an agent of the local project, a registry, or an agent a registry
+    lists; and the project (its registries' credentials then go to their origins)."""
     if target.startswith(("http://", "https://")):
-        return target, None
+        return target, _project_at(project_dir)
     from framework.spec import load_project
 
     project = load_project(project_dir)
@@ -46,15 +76,39 @@ def resolve_target(target: str, project_dir: Path) -> tuple[str, Project | None]
     for registry in project.config.registries:
         if registry.name == target:
             return registry.url + "/", project
-    known = ", ".join(sorted(project.agents)) or "none"
-    raise UsageError(f"{target!r} is neither a URL nor an agent of this project (agents: {known})")
+    listed: list[str] = []
+    if project.config.registries:
+        from framework.protocols.a2a.client import Peers
+
+        peers = Peers(project, None, os.environ, timeout=project.config.remote.timeout)
+        try:
+            found = await peers.discover()
+        finally:
+            await peers.close()
+        for problem in found.problems:
+            sys.stderr.write(f"warning: {problem}\n")
+        for remote in found.agents:
+            if remote.name == target:
+                return remote.url, project
+        listed = sorted(remote.name for remote in found.agents)
+    from framework.spec.common import did_you_mean
+
+    names = sorted({*project.agents, *listed})
+    hint = did_you_mean(target, names)
+    raise UsageError(
+        f"{target!r} is neither a URL nor an agent of this project or its registries"
+        f"{f' ({hint})' if hint else ''}; agents: {', '.join(names) or 'none'}"
+    )
 
 
 async def call(options: CallOptions) -> int:
     """Run ``ca call``: the exit code of its conversation (0 completed, 1 failed, 3 waiting for input)."""
     from framework.protocols.a2a.console import COMPLETED, WAITING, converse
+    from framework.runtime.governance.secrets import KNOWN
 
-    url, project = resolve_target(options.target, options.project)
+    values = options.headers.values()
+    KNOWN.add([*values, *(v.removeprefix("Bearer ") for v in values)])  # a token never shows in what ca prints
+    url, project = await resolve_target(options.target, options.project)
     text = options.message if options.message is not None else sys.stdin.read()
     if not text.strip():
         raise UsageError("no message: pass one as an argument or on standard input")
@@ -62,6 +116,7 @@ async def call(options: CallOptions) -> int:
         url,
         text,
         project=project,
+        headers=options.headers,
         ask=_ask,
         as_json=options.as_json,
         timeout=options.timeout,

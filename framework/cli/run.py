@@ -1,8 +1,8 @@
 """``ca run AGENT [PROMPT]``: one turn of a conversation, streamed to the terminal (or as JSON lines).
 
-Exit codes (:data:`EXIT_CODES`, by how the run ended): 0 completed, 1 failed or rejected (whatever
+Exit codes (:func:`exit_code`, by how the run ended): 0 completed, 1 failed or rejected (whatever
 the failure's kind: ``--json`` gives it in the finished event), 3 paused waiting for a decision
-(non-interactive), 130 interrupted; errors before a run starts exit with their class's
+(non-interactive), 4 stopped by a budget (``on_exceed: stop``), 130 interrupted; errors before a run starts exit with their class's
 ``exit_code`` (2 for an invalid project or usage).
 """
 
@@ -40,6 +40,26 @@ from framework.runtime.pauses import Pause, Question, ToolApproval, all_question
 
 EXIT_CODES: dict[RunState, int] = {"completed": 0, "failed": 1, "rejected": 1, "input-required": 3, "canceled": 130}
 """The exit code of ``ca run`` and ``ca approve`` for each way a run ends."""
+BUDGET_STOPPED = 4
+"""The exit code of a run a budget stopped (``on_exceed: stop``): it completed, with what it had so far."""
+BUDGET_STOPS = frozenset({"max_tokens", "max_turn_requests"})
+"""The stop reasons of a turn a budget ended."""
+
+
+def exit_code(finished: RunFinished) -> int:
+    """How ``ca run`` exits for a run's end: :data:`EXIT_CODES`, or :data:`BUDGET_STOPPED`."""
+    if finished.state == "completed" and finished.stop_reason in BUDGET_STOPS:
+        return BUDGET_STOPPED
+    return EXIT_CODES[finished.state]
+
+
+def label(finished: RunFinished) -> str:
+    """The summary line's first word: the run's state, or ``stopped by budget`` for a budget stop."""
+    if finished.state == "completed" and finished.stop_reason in BUDGET_STOPS:
+        return f"stopped by budget: {finished.stop_reason}"
+    return finished.state
+
+
 INTERRUPTED_AT_PROMPT = 130
 """The exit code when Ctrl-C answers a prompt: the task stays waiting, to be decided with ``ca approve``."""
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -48,7 +68,8 @@ SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 @dataclass
 class RunOptions:
     project: Path
-    agent: str
+    agent: str | None
+    """None: the project's default agent."""
     prompt: str | None
     session: str | None
     skill: str | None
@@ -146,7 +167,7 @@ class TerminalView:
         self.out.flush()
         usage = event.usage
         summary = (
-            f"[{event.state}] {usage.total_tokens} tokens ({usage.input_tokens} in, {usage.output_tokens} out), "
+            f"[{label(event)}] {usage.total_tokens} tokens ({usage.input_tokens} in, {usage.output_tokens} out), "
             f"{_count(usage.model_calls, 'model call')}, {_count(usage.tool_calls, 'tool call')} · session {session}"
         )
         if event.state in ("failed", "rejected"):
@@ -316,7 +337,7 @@ async def drive(runtime: Any, events: Any, *, as_json: bool, session: str, task_
             sys.stderr.write(f"task {short} is waiting for an answer: ca approve {short} --answer TEXT\n")
         else:
             sys.stderr.write(f"task {short} is waiting for a decision: ca approve {short} [--reject --reason TEXT]\n")
-    return INTERRUPTED_AT_PROMPT if turn.interrupted else EXIT_CODES[finished.state]
+    return INTERRUPTED_AT_PROMPT if turn.interrupted else exit_code(finished)
 
 
 async def run_command(options: RunOptions) -> int:
@@ -329,13 +350,18 @@ async def run_command(options: RunOptions) -> int:
     from framework.spec import load_project
 
     project = load_project(options.project)
+    agent = options.agent or project.default_agent
+    if agent is None:  # pragma: no cover - a project without agents does not load
+        raise UsageError("name the agent to run (see `ca agents list`)")
     text = read_prompt(options.prompt)
     session = options.session or uuid.uuid4().hex[:12]
     async with AsyncExitStack() as stack:
         runtime = await Runtime.open(project, stack=stack, remote=open_remote, mcp=open_mcp)
-        runtime.bundle.agent(options.agent)  # unknown agent: a clear error before anything runs
+        runtime.bundle.agent(agent)  # unknown agent or skill: a clear error (exit 2) before anything runs
+        if options.skill is not None:
+            runtime.bundle.check_skill(agent, options.skill)
         task_id = uuid.uuid4().hex
-        events = runtime.send(options.agent, text, conversation=session, skill=options.skill, task_id=task_id)
+        events = runtime.send(agent, text, conversation=session, skill=options.skill, task_id=task_id)
         return await drive(runtime, events, as_json=options.as_json, session=session, task_id=task_id)
 
 

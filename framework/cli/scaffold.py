@@ -51,8 +51,7 @@ def scaffold(directory: Path, template: str, *, force: bool = False, name: str |
             f"unknown template {template!r}{f' ({hint})' if hint else ''}; "
             f"available: {', '.join(templates) or 'none'} (see `ca init --list`)"
         )
-    if directory.exists() and not directory.is_dir():
-        raise UsageError(f"{directory} exists and is not a folder")
+    _check_folder(directory)
     source = templates[template].path
     project_name = name or _slug(directory.resolve().name)
     files = sorted(p for p in source.rglob("*") if p.is_file() and p.name != DESCRIPTION_FILE)
@@ -65,16 +64,20 @@ def scaffold(directory: Path, template: str, *, force: bool = False, name: str |
             "Use --force to overwrite them, or choose an empty folder."
         )
     result = ScaffoldResult()
-    for src, dst in targets.items():
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        (result.overwritten if dst.exists() else result.created).append(dst)
-        data = src.read_bytes()
-        if src.suffix in (".yaml", ".yml", ".md", ".py", ".toml", ".txt", ""):
-            data = data.decode("utf-8").replace(NAME_TOKEN, project_name).encode("utf-8")
-        dst.write_bytes(data)
     from framework.spec.schema import write_schemas
 
-    write_schemas(directory / SCHEMA_DIR)
+    try:
+        for src, dst in targets.items():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            (result.overwritten if dst.exists() else result.created).append(dst)
+            data = src.read_bytes()
+            if src.suffix in (".yaml", ".yml", ".md", ".py", ".toml", ".txt", ""):
+                data = data.decode("utf-8").replace(NAME_TOKEN, project_name).encode("utf-8")
+            dst.write_bytes(data)
+        write_schemas(directory / SCHEMA_DIR)
+    except OSError as exc:  # a read-only folder, a file where a folder goes (``.ca``), a full disk
+        where = exc.filename or directory
+        raise UsageError(f"cannot write {where}: {exc.strerror or exc}; choose another folder") from exc
     agents = sorted(p.stem for p in (directory / "agents").glob("*.yaml") if not p.name.startswith("_"))
     result.agent = _default_agent(directory) or (agents[0] if agents else "AGENT")
     return result
@@ -91,6 +94,16 @@ def _default_agent(directory: Path) -> str | None:
         return None  # a template without a readable ca.yaml: the first agent is named instead
     agent = data.get("default_agent") if isinstance(data, dict) else None
     return agent if isinstance(agent, str) else None
+
+
+def _check_folder(directory: Path) -> None:
+    """A UsageError unless ``directory`` is a folder or can become one (no file on its way)."""
+    for folder in (directory, *directory.parents):
+        if folder.exists() or folder.is_symlink():
+            if not folder.is_dir():
+                where = "" if folder == directory else f" (in the way of {directory})"
+                raise UsageError(f"{folder} is a file, not a folder{where}; choose another folder for the project")
+            return
 
 
 def _slug(text: str) -> str:

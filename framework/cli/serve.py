@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import os
 import socket
@@ -88,9 +89,58 @@ class Draining(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+def listen_on(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound here so that a port in use is a UsageError naming it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise UsageError(
+                f"port {port} on {host} is already in use (another server?): stop it, or choose another with "
+                "--port or ca.yaml server.port"
+            ) from None
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; check --host and --port") from None
+    return sock
+
+
+async def check_store(url: str) -> None:
+    """Connect to a PostgreSQL task store once before serving: unreachable, refused or missing is a
+    UsageError saying what to fix, not a failed start-up deep in the server (SQLite needs no check)."""
+    if url.startswith("sqlite"):
+        return
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    shown = make_url(url).render_as_string(hide_password=True).replace("+asyncpg", "")
+    try:
+        engine = create_async_engine(url)
+    except ImportError as exc:
+        raise UsageError(
+            f"store.url {shown} needs the PostgreSQL driver ({exc.name or 'asyncpg'}): "
+            "pip install 'cleveragents[postgresql]', or use a sqlite:/// store"
+        ) from None
+    try:
+        async with asyncio.timeout(10):
+            async with engine.connect():
+                pass
+    except (OSError, TimeoutError, SQLAlchemyError) as exc:  # refused, unreachable, no such database, auth
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UsageError(
+            f"cannot use the task store {shown} ({type(getattr(exc, 'orig', None) or exc).__name__}"
+            f"{': ' + reason if reason else ''}): start PostgreSQL there, or fix store.url in ca.yaml"
+        ) from None
+    finally:
+        await engine.dispose()
+
+
 async def serve(options: ServeOptions) -> int:
     from framework.protocols.a2a import open_remote
-    from framework.protocols.a2a.http import build_server, describe
+    from framework.protocols.a2a.http import build_server, describe, store_url
     from framework.protocols.mcp import open_mcp
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
@@ -108,9 +158,12 @@ async def serve(options: ServeOptions) -> int:
     lock = hold_serve_lock(project.root)
     async with AsyncExitStack() as stack:
         stack.callback(lock.close)
+        listening = listen_on(host, port)  # a port in use: one line, before anything else starts
+        stack.callback(listening.close)
         runtime = await Runtime.open(
             project, source="a2a-http", stack=stack, base_url=base_url, remote=open_remote, mcp=open_mcp
         )
+        await check_store(store_url(runtime))
         served = build_server(runtime)
         # uvicorn's own wait only cuts connections once it is over: the runs are stopped first
         # (``Draining``), so the grace left is for the answers to be written.
@@ -118,7 +171,7 @@ async def serve(options: ServeOptions) -> int:
             served.app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
         )
         uv = Draining(config, lambda: served.stop(runtime.bundle.project.config.server.shutdown_timeout))
-        task = asyncio.create_task(uv.serve())
+        task = asyncio.create_task(uv.serve(sockets=[listening]))
         watcher = None
         if options.reload:
             from framework.runtime.reload import watch
@@ -130,6 +183,8 @@ async def serve(options: ServeOptions) -> int:
             print(describe(runtime, base_url), flush=True)
         try:
             await task
+        except SystemExit:  # uvicorn's word for a start-up that failed (it logged why)
+            pass
         finally:
             if watcher is not None:
                 watcher.cancel()

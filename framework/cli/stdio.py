@@ -29,7 +29,8 @@ FIRST_LINE_LIMIT = 4 * 1024 * 1024
 
 @dataclass
 class StdioOptions:
-    project: Path
+    project: Path | None
+    """``-p``; None: the project at or above the current folder (for ACP: at or above the session's cwd)."""
     agent: str | None
     protocol: Protocol = "auto"
     reload: bool = False
@@ -37,7 +38,8 @@ class StdioOptions:
 
 def parse_stdio_args(args: list[str]) -> StdioOptions | None:
     """Our own tiny parser (typer costs ~100 ms); None lets the Typer app report any mistake."""
-    project, agent, protocol, reload = Path(), None, "auto", False
+    project: Path | None = None
+    agent, protocol, reload = None, "auto", False
     rest = list(args)
     while rest:
         arg = rest.pop(0)
@@ -79,16 +81,25 @@ def main(options: StdioOptions) -> int:
     protocol = options.protocol
     if protocol == "auto":
         protocol = "acp" if isinstance(message, dict) and message.get("method") == "initialize" else "a2a"
+    from framework.spec.root import project_root
+
+    root = project_root(options.project)
     if protocol == "acp":
         from framework.protocols.acp.hello import answer_first
 
-        first_answered = answer_first(message, out, options.project, options.agent)
+        first_answered = answer_first(message, out, root, options.agent)
         from framework.protocols.acp.server import run_acp
 
         return run_acp(
-            options.project, options.agent, out, first_answered=first_answered, first=first, reload=options.reload
+            root,
+            options.agent,
+            out,
+            first_answered=first_answered,
+            first=first,
+            reload=options.reload,
+            pinned=options.project is not None,
         )
-    return _run_a2a(options, first, out)
+    return _run_a2a(options, root, first, out)
 
 
 def _first_request(stdin: BinaryIO, out: TextIO, *, chosen: bool) -> tuple[bytes, Any] | None:
@@ -126,13 +137,13 @@ def _refuse(out: TextIO, code: int, message: str) -> None:
     out.flush()
 
 
-def _run_a2a(options: StdioOptions, first: bytes, out: TextIO) -> int:
+def _run_a2a(options: StdioOptions, root: Path, first: bytes, out: TextIO) -> int:
     import asyncio
 
     from framework.errors import CAError, SpecError
 
     try:
-        return asyncio.run(_a2a(options, first, out))
+        return asyncio.run(_a2a(options, root, first, out))
     except SpecError as exc:
         for diagnostic in exc.diagnostics:
             sys.stderr.write(diagnostic.render() + "\n")
@@ -144,7 +155,7 @@ def _run_a2a(options: StdioOptions, first: bytes, out: TextIO) -> int:
         return 130
 
 
-async def _a2a(options: StdioOptions, first: bytes, out: TextIO) -> int:
+async def _a2a(options: StdioOptions, root: Path, first: bytes, out: TextIO) -> int:
     import asyncio
     from contextlib import AsyncExitStack
 
@@ -155,7 +166,7 @@ async def _a2a(options: StdioOptions, first: bytes, out: TextIO) -> int:
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
-    project = load_project(options.project)
+    project = load_project(root)
     name = options.agent or project.default_agent
     if name is None:
         raise UsageError("the project has no agents to serve")

@@ -23,7 +23,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, Field
 
-from framework.compiler.confine import confine
+from framework.compiler.confine import confine, make_folders_confined
 from framework.compiler.exec_tools import _SHELL_DEFAULTS, ahttp_get, http_get, run_command
 from framework.compiler.exec_tools import HTTP_BODY_LIMIT as HTTP_BODY_LIMIT  # re-exported
 from framework.compiler.exec_tools import HTTP_MAX_REDIRECTS as HTTP_MAX_REDIRECTS
@@ -42,7 +42,7 @@ from framework.compiler.fs_tools import (
 )
 from framework.compiler.tool_context import ToolContext, failure_line
 from framework.compiler.tool_names import model_facing_name
-from framework.errors import PathRefused
+from framework.errors import PathChanged, PathRefused
 
 ToolCapability = Literal["fs.read", "fs.write", "shell", "network", "python", "agent", "mcp"]
 """What a built tool touches; carried in ``tool.metadata["capability"]`` for governance."""
@@ -179,6 +179,11 @@ async def client_read(ctx: ToolContext, fs: FileSystem, path: str) -> str:
 
 async def client_write(ctx: ToolContext, fs: FileSystem, path: str, content: str) -> str:
     rel = reach(ctx, path, write=True)
+    parent = rel.rpartition("/")[0]
+    try:  # as on the local disk, missing folders are made (ACP leaves that to each editor: some refuse)
+        await asyncio.to_thread(make_folders_confined, ctx.root, parent)
+    except (OSError, PathChanged) as exc:
+        raise ToolException(f"cannot write {rel!r}: cannot create its folder {parent!r}: {exc}") from exc
     try:
         await fs.write(ctx.root / rel, content)
     except Exception as exc:

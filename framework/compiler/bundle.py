@@ -36,19 +36,19 @@ from framework.compiler.mcp_tools import (
     mcp_refs,
     takes_clients,
 )
-from framework.compiler.models import build_model
+from framework.compiler.models import ModelHook, build_model
 from framework.compiler.tool_context import ToolContext
 from framework.compiler.tool_names import model_facing_name
-from framework.compiler.tools import build_tools
+from framework.compiler.tools import ToolHook, build_tools
 from framework.compiler.workflow import compile_workflow
-from framework.errors import AgentNotFound, CAError, Failure
+from framework.errors import AgentNotFound, CAError, Failure, SkillNotFound
 from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
 from framework.spec.interpolate import load_dotenv
 from framework.spec.mcp_lock import read_lock
 from framework.spec.project import Project
-from framework.spec.tools import AgentSelector, AgentTool
+from framework.spec.tools import AgentSelector, AgentTool, BuiltinTool, PythonTool
 
 if TYPE_CHECKING:
     from framework.compiler.card import AgentCard  # the card builder is the compiler's one user of a2a-sdk
@@ -148,6 +148,13 @@ class Bundle:
     """The MCP client side (the runtime provides it): the tools of ``mcp_servers``."""
     checkpointer: Any = field(default=None, repr=False)
     environ: Mapping[str, str] | None = field(default=None, repr=False)
+    model_hook: ModelHook | None = field(default=None, repr=False)
+    """Wraps how each agent's model is built (``ca test``'s cassettes)."""
+    tool_hook: ToolHook | None = field(default=None, repr=False)
+    """Wraps each tool of an agent (``ca test``'s cassettes keep the results of those leaving the process)."""
+    tool_names: dict[str, str] = field(default_factory=dict, repr=False)
+    """Model-facing tool name -> its name in the YAML (``notes_list_notes`` -> ``notes.list_notes``),
+    for every tool of the agents compiled so far: events, traces and metrics show the YAML's name."""
     _graphs: dict[tuple[str, bool, tuple[ClientServer, ...]], Graph] = field(default_factory=dict, repr=False)
     _cards: dict[str, AgentCard] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -169,6 +176,18 @@ class Bundle:
             known = ", ".join(sorted(self.project.agents)) or "none"
             raise AgentNotFound(f"agent {name!r} not found{f' ({hint})' if hint else ''}; agents: {known}")
         return self.project.agents[name]
+
+    def check_skill(self, agent: str, skill: str) -> None:
+        """Raise SkillNotFound (listing the agent's skills) unless ``agent`` has the skill ``skill``."""
+        from framework.compiler.card import agent_skills
+
+        ids = [s.id for s in agent_skills(self.agent(agent), self.project)]
+        if skill not in ids:
+            hint = did_you_mean(skill, ids)
+            raise SkillNotFound(
+                f"agent {agent!r} has no skill {skill!r}{f' ({hint})' if hint else ''}; "
+                f"skills: {', '.join(ids) or 'none'}"
+            )
 
     def card(self, name: str) -> AgentCard:
         """The Agent Card of ``name`` (built on first use: a2a's types are not needed to run)."""
@@ -209,10 +228,20 @@ class Bundle:
             if mcp_refs(spec):
                 tools.extend(build_mcp_tools(spec, self.mcp, read_lock(self.project.root)))
             tools.extend(client_tools(capabilities, self.mcp, clients))
+            if self.tool_hook is not None:
+                tools = [self.tool_hook(tool, spec.name) for tool in tools]
+            for tool in tools:
+                self.tool_names[tool.name] = str((tool.metadata or {}).get("ca_name", tool.name))
             skills = {s.id: s for s in (self.project.skills[s] if isinstance(s, str) else s for s in spec.skills)}
             return compile_llm_agent(
                 spec,
-                model=build_model(config, agent=spec.name, environ=self.environ, tools=[t.name for t in tools]),
+                model=build_model(
+                    config,
+                    agent=spec.name,
+                    environ=self.environ,
+                    tools=[t.name for t in tools],
+                    hook=self.model_hook,
+                ),
                 tools=tools,
                 skills=skills,
                 middleware=middleware,
@@ -221,10 +250,13 @@ class Bundle:
         from framework.compiler.builtin_tools import builtin_tools
 
         # Tool steps get the same tools, capabilities and policies as a model's tool calls.
+        steps_tools = builtin_tools(context)
+        if self.tool_hook is not None:
+            steps_tools = {name: self.tool_hook(tool, spec.name) for name, tool in steps_tools.items()}
         return compile_workflow(
             spec,
             call_agent=self.call_agent,
-            tools=builtin_tools(context),
+            tools=steps_tools,
             checkpointer=checkpointer,
             middleware=middleware,
         )
@@ -249,6 +281,7 @@ class Bundle:
     async def call_agent_with_usage(self, name: str, text: str) -> tuple[str, dict[str, float]]:
         """Like :meth:`call_agent`, also returning what the callee used (its caller pays for it)."""
         context = CALL_CONTEXT.get() or RunContext(source="agent-call", depth=1)
+        _announce_callee(name)
         hooks = self.call_hooks
         if hooks is not None:
             context = await hooks.started(name, text, context)
@@ -277,7 +310,8 @@ class Bundle:
             await hooks.finished(context, state="completed", output=answer, usage=usage)
         return answer, usage
 
-    def _agent_tools(self, spec: LlmAgent) -> list[BaseTool]:
+    def _agent_refs(self, spec: LlmAgent) -> list[AgentTool]:
+        """The agent's agent tools, tag selectors expanded (each callee once)."""
         refs: list[AgentTool] = []
         for ref in spec.tools:
             if isinstance(ref, AgentTool):
@@ -285,11 +319,33 @@ class Bundle:
             elif isinstance(ref, AgentSelector):
                 refs.extend(self.select(ref.agents.tags, exclude=spec.name))
         seen: set[str] = set()
-        tools: list[BaseTool] = []
+        unique: list[AgentTool] = []
         for ref in refs:
             if ref.agent not in seen:
                 seen.add(ref.agent)
-                tools.append(self._agent_tool(ref))
+                unique.append(ref)
+        return unique
+
+    def _agent_tools(self, spec: LlmAgent) -> list[BaseTool]:
+        return [self._agent_tool(ref) for ref in self._agent_refs(spec)]
+
+    def tool_list(self, name: str) -> list[dict[str, str]]:
+        """Agent ``name``'s tools as the model gets them, without building any: ``name`` (what a
+        model calls, e.g. ``fs_read``), ``tool`` (the spec's name: ``fs.read``, a python function,
+        an agent's name or URL) and ``kind``. A workflow has none (its steps name their tools)."""
+        spec = self.agent(name)
+        if not isinstance(spec, LlmAgent):
+            return []
+        tools: list[dict[str, str]] = []
+        for ref in spec.tools:
+            if isinstance(ref, BuiltinTool):
+                tools.append({"name": model_facing_name(ref.builtin), "tool": ref.builtin, "kind": "builtin"})
+            elif isinstance(ref, PythonTool):
+                tool_name = ref.name or ref.function
+                tools.append({"name": model_facing_name(tool_name), "tool": ref.python, "kind": "python"})
+        for ref in self._agent_refs(spec):
+            tool_name = ref.name or (remote_tool_name(ref.agent) if ref.is_remote else ref.agent)
+            tools.append({"name": model_facing_name(tool_name), "tool": ref.agent, "kind": "agent"})
         return tools
 
     def select(self, tags: Sequence[str], *, exclude: str = "") -> list[AgentTool]:
@@ -340,6 +396,19 @@ class Bundle:
         )
 
 
+def _announce_callee(name: str) -> None:
+    """Tell the caller's stream which agent this tool call runs, so the callee's events carry its
+    name as their source (not the graph node's, ``tools``)."""
+    from langgraph.config import get_config, get_stream_writer
+
+    try:
+        writer, config = get_stream_writer(), get_config()
+    except RuntimeError:  # not inside a graph run (a direct call): nobody to tell
+        return
+    namespace = config.get("configurable", {}).get("checkpoint_ns", "")
+    writer({"ca_event": "callee", "agent": name, "ns": namespace})
+
+
 def remote_tool_name(url: str) -> str:
     """A tool name for a remote agent: the last segment of its URL (``.../agents/writer/`` -> ``writer``)."""
     segments = [s for s in url.split("://", 1)[-1].split("/")[1:] if s]
@@ -359,6 +428,8 @@ def build_bundle(
     checkpointer: Any = None,
     environ: Mapping[str, str] | None = None,
     base_url: str | None = None,
+    model_hook: ModelHook | None = None,
+    tool_hook: ToolHook | None = None,
 ) -> Bundle:
     """Compile a loaded project. Graphs and cards are built on first use.
 
@@ -379,4 +450,6 @@ def build_bundle(
         mcp=mcp,
         checkpointer=checkpointer,
         environ=environ,
+        model_hook=model_hook,
+        tool_hook=tool_hook,
     )

@@ -148,6 +148,17 @@ def open_confined(root: Path, rel: str, flags: int = os.O_RDONLY, *, make_folder
         os.close(folder)
 
 
+def make_folders_confined(root: Path, rel: str) -> None:
+    """Create the folder ``rel`` (a real path from :func:`confine`) and the missing ones above it,
+    from ``root`` without following any symbolic link, as :func:`open_confined` does on its way."""
+    if rel in ("", "."):
+        return
+    if not _WALKS:
+        (root / rel).mkdir(parents=True, exist_ok=True)
+        return
+    os.close(open_confined(root, f"{rel}/.", os.O_RDONLY | _DIRECTORY, make_folders=True))
+
+
 def _open_at(folder: int, name: str, flags: int, rel: str, part: str) -> int:
     """``name`` in the open ``folder``, not followed if it is a link (``part``: the path up to it)."""
     try:

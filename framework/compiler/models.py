@@ -9,8 +9,8 @@ Heavy imports happen inside :func:`build_model`, so importing this module stays 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from framework.compiler.tool_names import model_facing_name
 from framework.errors import ModelError
@@ -19,6 +19,16 @@ from framework.spec.providers import PROVIDER_EXTRAS, PROVIDER_KEYS
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
+
+
+class ModelHook(Protocol):
+    """Wraps how an agent's model is built (``ca test``'s cassettes record or replay through one).
+
+    ``build`` builds the model ``config`` describes; a hook may not call it (a replay needs no key).
+    """
+
+    def __call__(self, build: Callable[[], BaseChatModel], config: ModelConfig | None, agent: str) -> BaseChatModel: ...
+
 
 _PACKAGES: dict[str, str] = {"azure_openai": "langchain-openai"}
 """Integration packages whose name is not ``langchain-<provider>``."""
@@ -36,6 +46,7 @@ def build_model(
     agent: str,
     environ: Mapping[str, str] | None = None,
     tools: Iterable[str] | None = None,
+    hook: ModelHook | None = None,
 ) -> BaseChatModel:
     """Build the chat model ``config`` describes for the agent named ``agent``.
 
@@ -43,8 +54,11 @@ def build_model(
     API keys are looked up. ``tools``, the spec names of the agent's tools, tells the offline
     model which tools exist before any are bound: ``create_agent`` binds none for an agent
     without tools, and the offline model must then answer a ``@tool`` line in text instead of
-    calling a tool nobody runs. Raises ``ModelError`` when the model cannot be built.
+    calling a tool nobody runs. ``hook`` wraps the building (see :class:`ModelHook`). Raises
+    ``ModelError`` when the model cannot be built.
     """
+    if hook is not None:
+        return hook(lambda: build_model(config, agent=agent, environ=environ, tools=tools), config, agent)
     if config is None or config.provider == "offline":
         from framework.compiler.offline import OfflineChatModel
 

@@ -90,6 +90,8 @@ class LocalChatModel(BaseChatModel):
     """Seconds to wait between streamed words (0: as fast as possible)."""
     tool_names: tuple[str, ...] | None = None
     """Model-facing names of the tools bound with :meth:`bind_tools`; None when never bound."""
+    tool_labels: tuple[str, ...] = ()
+    """The same tools as a person names them in the YAML (``fs.list``, not ``fs_list``)."""
 
     @abstractmethod
     def _reply(self, messages: list[BaseMessage]) -> Reply:
@@ -113,7 +115,8 @@ class LocalChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
         """A copy of this model that knows the names of ``tools`` (``tool_choice`` is ignored)."""
-        return self.model_copy(update={"tool_names": tuple(_tool_name(t) for t in tools)})
+        names = tuple(_tool_name(t) for t in tools)
+        return self.model_copy(update={"tool_names": names, "tool_labels": tuple(map(_tool_label, tools, names))})
 
     def _final_chunk(self, reply: Reply, messages: list[BaseMessage]) -> AIMessageChunk:
         return AIMessageChunk(
@@ -208,6 +211,13 @@ def _tool_name(tool: dict[str, Any] | type | Callable[..., Any] | BaseTool) -> s
     return str(getattr(tool, "__name__", tool))
 
 
+def _tool_label(tool: Any, name: str) -> str:
+    """The spec's name of a builtin or python tool (``fs.list``); the model's for the rest (an agent
+    tool's spec name is its URL, which nobody writes after ``@tool``)."""
+    ca_name = (tool.metadata or {}).get("ca_name") if isinstance(tool, BaseTool) else None
+    return str(ca_name) if isinstance(ca_name, str) and model_facing_name(ca_name) == name else name
+
+
 class _BadLine(ValueError):
     """A ``@tool`` line the offline model cannot act on; the message is shown to the user."""
 
@@ -274,7 +284,7 @@ class OfflineChatModel(LocalChatModel):
         if not isinstance(args, dict):
             raise _BadLine(f"I could not parse the line {shown!r}: the arguments must be a JSON object {{...}}")
         if self.tool_names is not None and model_facing_name(name) not in self.tool_names:
-            available = ", ".join(self.tool_names) or "none"
+            available = ", ".join(self.tool_labels or self.tool_names) or "none"
             raise _BadLine(f"I cannot call {name!r}: this agent has no such tool (its tools: {available})")
         return name, args
 

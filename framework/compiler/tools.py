@@ -39,6 +39,10 @@ USER_MODULE_PREFIX = "ca_user_tools"
 """Python tool files are imported as ``ca_user_tools.<path slug>_<hash>``."""
 
 
+ToolHook = Callable[[BaseTool, str], BaseTool]
+"""Wraps one tool of agent ``str`` (``ca test``'s cassettes record or replay what leaves the process)."""
+
+
 def build_tools(agent: LlmAgent, ctx: ToolContext) -> list[BaseTool]:
     """The agent's builtin and python tools, in the order of its ``tools:`` list.
 

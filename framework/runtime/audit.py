@@ -201,11 +201,20 @@ class AuditLog:
         conversation_id: str | None = None,
         kind: str | None = None,
         since_seq: int | None = None,
+        since_ts: str | None = None,
         limit: int = 1000,
+        newest: bool = False,
     ) -> list[AuditRecord]:
-        """Records matching every filter given, oldest first; ``since_seq`` is exclusive (pass the last seq seen)."""
+        """Records matching every filter given, oldest first; ``since_seq`` is exclusive (pass the last
+        seq seen), ``since_ts`` (UTC ISO-8601) inclusive; ``newest``: the last ``limit`` of them."""
         rows = self._store.select(
-            task_id=task_id, conversation_id=conversation_id, kind=kind, since_seq=since_seq, limit=limit
+            task_id=task_id,
+            conversation_id=conversation_id,
+            kind=kind,
+            since_seq=since_seq,
+            since_ts=since_ts,
+            limit=limit,
+            newest=newest,
         )
         return [_to_record(row) for row in rows]
 

@@ -310,10 +310,16 @@ class AuditStore:
         conversation_id: str | None = None,
         kind: str | None = None,
         since_seq: int | None = None,
+        since_ts: str | None = None,
         limit: int = 1000,
+        newest: bool = False,
     ) -> list[Row]:
-        """Rows in seq order, filtered by every criterion given; ``since_seq`` is exclusive."""
-        query = select(audit_table).order_by(audit_table.c.seq).limit(limit)
+        """Rows in seq order, filtered by every criterion given; ``since_seq`` is exclusive,
+        ``since_ts`` (UTC ISO-8601, as ``ts`` is written) inclusive; ``newest``: the last ``limit``."""
+        order = audit_table.c.seq.desc() if newest else audit_table.c.seq
+        query = select(audit_table).order_by(order).limit(limit)
+        if since_ts is not None:
+            query = query.where(audit_table.c.ts >= since_ts)
         if task_id is not None:
             query = query.where(audit_table.c.task_id == task_id)
         if conversation_id is not None:
@@ -323,7 +329,8 @@ class AuditStore:
         if since_seq is not None:
             query = query.where(audit_table.c.seq > since_seq)
         with self._reported(), self._transaction(write=False) as conn:
-            return [dict(row) for row in conn.execute(query).mappings()]
+            rows = [dict(row) for row in conn.execute(query).mappings()]
+        return rows[::-1] if newest else rows
 
     def last(self) -> Row | None:
         """The row with the highest seq, or None for an empty log."""

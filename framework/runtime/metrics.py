@@ -147,7 +147,10 @@ class RunMetrics(BaseCallbackHandler):
             self.metrics.model_calls.labels(self.agent, started[1]).inc()
 
     def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID, **kwargs: Any) -> None:
-        name = spec_tool_name(str((serialized or {}).get("name") or kwargs.get("name") or "tool"))
+        meta = kwargs.get("metadata") or {}  # the tool's own metadata: its name in the YAML
+        name = str(
+            meta.get("ca_name") or spec_tool_name(str((serialized or {}).get("name") or kwargs.get("name") or "tool"))
+        )
         self._started[run_id] = (time.perf_counter(), name)
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:

@@ -50,7 +50,9 @@ class _Translator:
     run ends was never released and is never sent.
     """
 
-    def __init__(self, *, hold: bool = False) -> None:
+    def __init__(self, *, hold: bool = False, names: Mapping[str, str] | None = None) -> None:
+        self.names = names
+        """Model-facing tool names -> the YAML's (the bundle's ``tool_names``)."""
         self.usage = Usage()
         self.tool_names: dict[str, str] = {}
         self.streamed_ids: set[str] = set()
@@ -58,13 +60,26 @@ class _Translator:
         """Model turns already counted: a message updated in place (marked withheld) comes by again."""
         self.holds: set[_Namespace] = {()} if hold else set()
         self.held: list[tuple[_Namespace, TextChunk | ThoughtChunk]] = []
+        self.callees: dict[_Namespace, str] = {}
+        """The namespace of a tool task that calls an agent -> that agent's name (the events' source)."""
+
+    def source(self, ns: _Namespace) -> tuple[str, ...]:
+        """Who an event of namespace ``ns`` comes from: the callee's name for an agent call's
+        namespace, else the graph node's (a workflow step's id)."""
+        return tuple(self.callees.get(ns[: i + 1], segment.rsplit(":", 1)[0]) for i, segment in enumerate(ns))
 
     def part(self, part: Mapping[str, Any]) -> list[RunEvent]:
         kind, data = part["type"], part["data"]
         ns: _Namespace = tuple(part.get("ns", ()))
-        source = tuple(segment.rsplit(":", 1)[0] for segment in ns)
         if kind == "custom" and isinstance(data, dict) and data.get("ca_event") in _HOLD_SIGNALS:
             return self.signal(str(data["ca_event"]), ns)
+        if kind == "custom" and isinstance(data, dict) and data.get("ca_event") == "callee":
+            # The tool task's own namespace: where the callee's events will come from.
+            where = tuple(str(data.get("ns") or "").split("|"))
+            if where != ("",):
+                self.callees.setdefault(where, str(data.get("agent")))
+            return []
+        source = self.source(ns)
         events: list[RunEvent] = []
         if kind == "messages":
             events = self.message(data[0], source)
@@ -128,7 +143,7 @@ class _Translator:
             if isinstance(message, AIMessage):
                 events.extend(self.model_turn(message, source))
             elif isinstance(message, ToolMessage):
-                name = self.tool_names.get(message.tool_call_id) or spec_tool_name(message.name or "tool")
+                name = self.tool_names.get(message.tool_call_id) or spec_tool_name(message.name or "tool", self.names)
                 events.append(
                     ToolCallFinished(message.tool_call_id, name, message.text, message.status == "error", source)
                 )
@@ -153,7 +168,7 @@ class _Translator:
             self.turn_ids.add(message.id)
         events: list[RunEvent] = []
         for call in message.tool_calls:
-            name = spec_tool_name(call["name"])
+            name = spec_tool_name(call["name"], self.names)
             call_id = call.get("id") or ""
             self.tool_names[call_id] = name
             events.append(ToolCallStarted(call_id, name, dict(call.get("args", {})), source))
@@ -268,10 +283,13 @@ def _reasoning(message: AIMessageChunk) -> list[str]:
     return found
 
 
-def spec_tool_name(model_name: str) -> str:
-    """``fs_read`` -> ``fs.read`` for builtins; other names are already spec names."""
+def spec_tool_name(model_name: str, known: Mapping[str, str] | None = None) -> str:
+    """``fs_read`` -> ``fs.read``: a builtin's, or one of ``known`` (a bundle's ``tool_names``: MCP
+    tools' ``SERVER.TOOL``); other names are already spec names."""
     from framework.spec.tools import BUILTIN_TOOLS
 
+    if known and model_name in known:
+        return known[model_name]
     for name in BUILTIN_TOOLS:
         if name.replace(".", "_") == model_name:
             return name
@@ -304,7 +322,7 @@ class Runner:
             await self.bundle.prepare(agent)  # MCP servers start here, not on the event loop's thread
             graph = self.bundle.graph(agent)
             # A resumed run starts its stream again: the asked agent's answer is held from the start.
-            translator = _Translator(hold=holds_output(self.bundle.agent(agent).contract))
+            translator = _Translator(hold=holds_output(self.bundle.agent(agent).contract), names=self.bundle.tool_names)
             config: RunnableConfig = {
                 "configurable": {"thread_id": thread_id},
                 "metadata": {"agent": agent},
@@ -313,7 +331,7 @@ class Runner:
                 config["callbacks"] = callbacks
             await self._check_thread(graph, config, agent, thread_id, resuming=resume is not None)
             if skill is not None:
-                self._check_skill(agent, skill)
+                self.bundle.check_skill(agent, skill)
             payload: Any = Command(resume=resume) if resume is not None else {"messages": [HumanMessage(text or "")]}
             async for part in graph.astream(
                 payload,
@@ -380,16 +398,3 @@ class Runner:
             data["server"] = model.base_url
         where = f" at {model.base_url}" if model.base_url else ""
         return ProviderError(f"model call failed for agent {agent!r} ({model.label()}{where}): {text}", data=data)
-
-    def _check_skill(self, agent: str, skill: str) -> None:
-        from framework.compiler.card import agent_skills
-        from framework.spec.common import did_you_mean
-
-        spec = self.bundle.agent(agent)
-        ids = [s.id for s in agent_skills(spec, self.bundle.project)]
-        if skill not in ids:
-            hint = did_you_mean(skill, ids)
-            raise RunError(
-                f"agent {agent!r} has no skill {skill!r}{f' ({hint})' if hint else ''}; "
-                f"skills: {', '.join(ids) or 'none'}"
-            )

@@ -28,7 +28,9 @@ from typing import Any, cast
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
 from framework.compiler.mcp_tools import McpServers
+from framework.compiler.models import ModelHook
 from framework.compiler.precompile import compile_graphs
+from framework.compiler.tools import ToolHook
 from framework.errors import (
     ApprovalTimedOut,
     CAError,
@@ -98,6 +100,8 @@ class Runtime:
         base_url: str | None = None,
         remote: RemoteFactory | None = None,
         mcp: McpFactory | None = None,
+        model_hook: ModelHook | None = None,
+        tool_hook: ToolHook | None = None,
     ) -> Runtime:
         """Open the project's stores (closed by ``stack``) and build its bundle.
 
@@ -105,6 +109,8 @@ class Runtime:
         A2A client); without it remote calls are refused and registries are not read. ``mcp``
         builds the MCP client side (one per runtime, its servers started on first use and
         stopped by ``stack``); without it an agent that uses an MCP server cannot run.
+        ``model_hook`` wraps how each agent's model is built and ``tool_hook`` each tool (``ca test``
+        records or replays through them).
         """
         mask_logs()
         key = chain_key(project.config.audit, project.root)  # a missing key stops us before anything opens
@@ -178,6 +184,8 @@ class Runtime:
                 mcp=mcp_servers(project, environ),
                 base_url=base_url,
                 environ=environ,
+                model_hook=model_hook,
+                tool_hook=tool_hook,
             )
 
         runtime = cls(await compile_project(project), tasks, audit, turns, source=source)

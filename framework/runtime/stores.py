@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -13,6 +13,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Send
 
+from framework.errors import StoreError
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, until_free
 
@@ -26,12 +27,39 @@ _T = TypeVar("_T")
 
 
 def state_dir(root: Path) -> Path:
-    """``ROOT/.ca``, created on first use, with a .gitignore so state never lands in a commit."""
+    """``ROOT/.ca``, created on first use, with a .gitignore so state never lands in a commit.
+
+    A ``.ca`` that is not a folder, or a folder that cannot be created, is a StoreError naming it.
+    """
     folder = root / STATE_DIR
     if not folder.is_dir():
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / ".gitignore").write_text("*\n", encoding="utf-8")
+        if folder.exists() or folder.is_symlink():
+            raise StoreError(f"{folder} is not a folder: ca keeps the project's state there; move that file aside")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / ".gitignore").write_text("*\n", encoding="utf-8")
+        except OSError as exc:
+            raise StoreError(f"cannot create {folder} for the project's state: {exc.strerror or exc}") from exc
     return folder
+
+
+_NOT_A_DATABASE = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+"""SQLite's primary result codes for a file that is not a database or whose pages are damaged."""
+
+
+@contextmanager
+def opening(path: Path) -> Iterator[None]:
+    """Around opening a SQLite file of ``.ca/``: a file that is not a database (or is damaged)
+    becomes a StoreError naming it and what to do; every other error passes."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", -1) & 0xFF not in _NOT_A_DATABASE:
+            raise
+        raise StoreError(
+            f"{path} is not a usable database ({exc}): move it and its -wal and -shm files aside"
+            " (keep them as evidence); ca then starts a new one"
+        ) from exc
 
 
 class LoopSqliteSaver(SqliteSaver):
@@ -125,13 +153,14 @@ async def open_checkpointer(root: Path, *, lock_timeout: float = LOCK_TIMEOUT_S)
     path = state_dir(root) / CONVERSATIONS_DB
     conn = sqlite3.connect(path, timeout=lock_timeout, check_same_thread=False)
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        # As for the task table and the audit log: with WAL, NORMAL survives a crash of the
-        # process (SIGKILL included) and never corrupts the file; a power cut may lose the last
-        # commits. It spares an fsync per checkpoint, which would hold the event loop.
-        conn.execute("PRAGMA synchronous=NORMAL")
-        saver = LoopSqliteSaver(conn, serde=MaskingSerializer())
-        saver.setup()
+        with opening(path):
+            conn.execute("PRAGMA journal_mode=WAL")
+            # As for the task table and the audit log: with WAL, NORMAL survives a crash of the
+            # process (SIGKILL included) and never corrupts the file; a power cut may lose the last
+            # commits. It spares an fsync per checkpoint, which would hold the event loop.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            saver = LoopSqliteSaver(conn, serde=MaskingSerializer())
+            saver.setup()
         no_wait(conn)  # set up: from now on a locked file is waited for by store_locks, not SQLite
         saver.lock_timeout, saver.path = lock_timeout, path
         yield saver

@@ -24,7 +24,7 @@ from framework.errors import Failure, RunError, TaskNotWaiting
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.pauses import Pause, all_questions, read_pause
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, retried, until_free
-from framework.runtime.stores import state_dir
+from framework.runtime.stores import opening, state_dir
 
 TaskState = Literal["submitted", "working", "input-required", "completed", "failed", "canceled", "rejected"]
 FINAL_STATES = ("completed", "failed", "canceled", "rejected")
@@ -187,7 +187,9 @@ class TaskStore:
 
     @classmethod
     def open(cls, root: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> TaskStore:
-        return cls(state_dir(root) / "tasks.db", lock_timeout=lock_timeout)
+        path = state_dir(root) / "tasks.db"
+        with opening(path):  # a file that is not a database: a StoreError naming it
+            return cls(path, lock_timeout=lock_timeout)
 
     def close(self) -> None:
         self._conn.close()

@@ -386,7 +386,10 @@ class RunSpans(BaseCallbackHandler):
 
         from framework.runtime.runner import spec_tool_name
 
-        name = spec_tool_name(str((serialized or {}).get("name") or kwargs.get("name") or "tool"))
+        meta = kwargs.get("metadata") or {}  # the tool's own metadata: its name in the YAML
+        name = str(
+            meta.get("ca_name") or spec_tool_name(str((serialized or {}).get("name") or kwargs.get("name") or "tool"))
+        )
         attributes: dict[str, Any] = {
             gen_ai.GEN_AI_OPERATION_NAME: "execute_tool",
             gen_ai.GEN_AI_TOOL_NAME: name,

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from framework.errors import ConversationBusy, StoreError
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, is_busy, no_wait
-from framework.runtime.stores import state_dir
+from framework.runtime.stores import opening, state_dir
 from framework.runtime.tasks import now
 
 TURN_WAIT_S = 120.0
@@ -70,7 +70,9 @@ class Turns:
 
     @classmethod
     def open(cls, root: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> Turns:
-        return cls(state_dir(root) / "tasks.db", lock_timeout=lock_timeout)
+        path = state_dir(root) / "tasks.db"
+        with opening(path):  # a file that is not a database: a StoreError naming it
+            return cls(path, lock_timeout=lock_timeout)
 
     def close(self) -> None:
         # Under the lock: a worker thread may still be giving a turn back (shielded from the

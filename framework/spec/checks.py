@@ -209,7 +209,8 @@ class _Checker:
                     self.unknown(owner, ("tools", i, "agent"), "agent", tool.agent, self.project.agents)
             elif isinstance(tool, McpTool):
                 servers = self.project.config.mcp_servers
-                if tool.mcp not in servers and not self.invalid.get("project"):
+                # A server left out of ca.yaml for its own errors is reported there, not as unknown here.
+                if tool.mcp not in servers and not (self.invalid.get("project") or self.lost("project", "mcp_servers")):
                     hint = (
                         did_you_mean(tool.mcp, servers)
                         or f"declare it in ca.yaml under `mcp_servers: {{{tool.mcp}: ...}}`"

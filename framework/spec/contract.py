@@ -82,31 +82,34 @@ class MustAlways(Spec):
     @field_validator("output_schema")
     @classmethod
     def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is None:
-            return None
-        from jsonschema import Draft202012Validator
-        from jsonschema.exceptions import SchemaError, best_match
+        return None if value is None else check_json_schema(value)
 
-        try:
-            Draft202012Validator.check_schema(value)
-        except SchemaError as exc:
-            # "not valid under any of the given schemas" says nothing: take the deepest
-            # alternative's reason instead ("'objekt' is not one of ['array', ...]").
-            problem: Any = exc
-            if exc.context:
-                deepest = max(len(e.absolute_path) for e in exc.context)
-                problem = best_match(e for e in exc.context if len(e.absolute_path) == deepest)
-            hint = ""
-            if problem.validator == "enum" and isinstance(problem.instance, str):
-                hint = did_you_mean(problem.instance, [str(v) for v in problem.validator_value])
-            raise fail(
-                "json_schema",
-                "invalid JSON Schema: {error}",
-                error=problem.message,
-                path=list(problem.absolute_path),
-                hint=hint,
-            ) from exc
-        return value
+
+def check_json_schema(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` if it is a valid JSON Schema (draft 2020-12); else a validation error naming the problem."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError, best_match
+
+    try:
+        Draft202012Validator.check_schema(value)
+    except SchemaError as exc:
+        # "not valid under any of the given schemas" says nothing: take the deepest
+        # alternative's reason instead ("'objekt' is not one of ['array', ...]").
+        problem: Any = exc
+        if exc.context:
+            deepest = max(len(e.absolute_path) for e in exc.context)
+            problem = best_match(e for e in exc.context if len(e.absolute_path) == deepest)
+        hint = ""
+        if problem.validator == "enum" and isinstance(problem.instance, str):
+            hint = did_you_mean(problem.instance, [str(v) for v in problem.validator_value])
+        raise fail(
+            "json_schema",
+            "invalid JSON Schema: {error}",
+            error=problem.message,
+            path=list(problem.absolute_path),
+            hint=hint,
+        ) from exc
+    return value
 
 
 class OnViolation(Spec):

@@ -7,7 +7,7 @@ from typing import Any, Self
 from pydantic import Field, model_validator
 
 from framework.spec.common import Spec, did_you_mean, fail, string_form
-from framework.spec.providers import PROVIDER_KEYS
+from framework.spec.providers import PROVIDER_KEYS, key_variable
 
 
 class ScriptedToolCall(Spec):
@@ -77,11 +77,7 @@ class ModelConfig(Spec):
     @property
     def key_variable(self) -> str | None:
         """The environment variable that must hold an API key, if any."""
-        if self.api_key_env:
-            return self.api_key_env
-        if self.base_url:  # local OpenAI-compatible servers usually need none
-            return None
-        return PROVIDER_KEYS.get(self.provider)
+        return key_variable(self.provider, api_key_env=self.api_key_env, base_url=self.base_url)
 
     def label(self) -> str:
         return f"{self.provider}:{self.name}" if self.name else self.provider

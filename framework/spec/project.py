@@ -247,6 +247,14 @@ class AuditConfig(Spec):
     )
 
 
+class EvalSettings(Spec):
+    """Settings of ``ca test``."""
+
+    judge: ModelConfig | None = Field(
+        default=None, description="The model that judges `expect.judged` criteria (recorded and replayed like any)."
+    )
+
+
 class ProjectConfig(Spec):
     version: Version = 1
     name: str | None = None
@@ -273,6 +281,8 @@ class ProjectConfig(Spec):
                 "choose another name",
             )
         return value
+
+    evals: EvalSettings = Field(default_factory=EvalSettings)
 
 
 @dataclass(frozen=True)

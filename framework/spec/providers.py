@@ -19,3 +19,13 @@ PROVIDER_KEYS: dict[str, str | None] = {
 
 PROVIDER_EXTRAS: dict[str, str] = {"openai": "openai", "anthropic": "anthropic", "ollama": "ollama"}
 """Providers with an optional extra: ``pip install 'cleveragents[openai]'``."""
+
+
+def key_variable(provider: str, *, api_key_env: str | None = None, base_url: str | None = None) -> str | None:
+    """The environment variable that must hold a model's API key, if any: its ``api_key_env``; none
+    for a local OpenAI-compatible server (``base_url``); else its provider's (:data:`PROVIDER_KEYS`)."""
+    if api_key_env:
+        return api_key_env
+    if base_url:  # local OpenAI-compatible servers usually need none
+        return None
+    return PROVIDER_KEYS.get(provider)

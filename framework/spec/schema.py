@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from framework.spec.agent import LlmAgent, WorkflowAgent
+from framework.spec.evals import EvalFile
 from framework.spec.profile import Profile
 from framework.spec.project import ProjectConfig
 from framework.spec.skill import SkillFile
@@ -18,22 +19,25 @@ SCHEMA_FILES = {
     "profile": "profile.schema.json",
     "skill": "skill.schema.json",
     "project": "project.schema.json",
+    "eval": "eval.schema.json",
 }
 _TITLES = {
     "agent": "CleverAgents agent (agents/*.yaml)",
     "profile": "CleverAgents automation profile (profiles/*.yaml)",
     "skill": "CleverAgents skill (skills/*.yaml)",
     "project": "CleverAgents project file (ca.yaml)",
+    "eval": "CleverAgents eval file (evals/*.yaml, run by `ca test`)",
 }
 
 
 def schemas() -> dict[str, dict[str, Any]]:
-    """``{"agent": {...}, "profile": ..., "skill": ..., "project": ...}``."""
+    """``{"agent": {...}, "profile": ..., "skill": ..., "project": ..., "eval": ...}``."""
     adapters: dict[str, TypeAdapter[Any]] = {
         "agent": TypeAdapter(LlmAgent | WorkflowAgent),
         "profile": TypeAdapter(Profile),
         "skill": TypeAdapter(SkillFile),
         "project": TypeAdapter(ProjectConfig),
+        "eval": TypeAdapter(EvalFile),
     }
     out = {}
     for kind, adapter in adapters.items():

@@ -270,7 +270,7 @@ def test_a_damaged_audit_db_is_one_line_naming_the_file_and_what_to_do(
     assert not Path(f"{db}-wal").exists()  # closing folded the WAL into the file
     detail = damage(db)
     result = run_ca(*command, cwd=root)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr == (
         f"error: the audit log {db} is corrupt ({detail}): move {db} and its -wal and -shm files aside"
         " (keep them as evidence); ca then starts a new log\n"

@@ -101,7 +101,9 @@ def test_call_of_something_that_is_neither_a_url_nor_an_agent_is_a_usage_error(m
     root = make_project({"agents/echo.yaml": "name: echo\n", "agents/scout.yaml": "name: scout\n"})
     result = run_ca("call", "nowhere", "hello", cwd=root)
     assert result.returncode == 2
-    assert result.stderr == ("error: 'nowhere' is neither a URL nor an agent of this project (agents: echo, scout)\n")
+    assert result.stderr == (
+        "error: 'nowhere' is neither a URL nor an agent of this project or its registries; agents: echo, scout\n"
+    )
     assert result.stdout == ""
 
 

@@ -21,11 +21,23 @@ def test_init_creates_a_valid_project_and_says_what_next(tmp_path: Path) -> None
 
 def test_scaffolded_yaml_points_editors_at_local_schemas(tmp_path: Path) -> None:
     assert run_ca("init", str(tmp_path)).returncode == 0
-    for path in [tmp_path / "ca.yaml", *tmp_path.glob("agents/*.yaml"), *tmp_path.glob("profiles/*.yaml")]:
+    yaml_files = [
+        tmp_path / "ca.yaml",
+        *(p for d in ("agents", "profiles", "evals") for p in tmp_path.glob(f"{d}/*.yaml")),
+    ]
+    assert len(yaml_files) == 4
+    for path in yaml_files:
         first = path.read_text().splitlines()[0]
         assert first.startswith("# yaml-language-server: $schema="), path
         schema = (path.parent / first.split("=", 1)[1]).resolve()
         assert schema.is_file(), f"{path.name} points at missing {schema}"
+
+
+def test_the_scaffolded_eval_passes(tmp_path: Path) -> None:
+    assert run_ca("init", str(tmp_path)).returncode == 0
+    result = run_ca("test", "-p", str(tmp_path), env={"CA_MODEL": "offline"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed, 0 failed" in result.stdout
 
 
 def test_init_refuses_to_overwrite_and_changes_nothing(tmp_path: Path) -> None:

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import CA, REPO
+from tests.conftest import CA, REPO, free_port, run_ca, write_project
 from tests.corpus import CASES, expected_lines
 
 JSON_KEYS = {"file", "line", "column", "key_path", "message", "hint", "severity"}
@@ -65,3 +67,73 @@ def test_ca_validate_reports_the_errors_without_a_traceback(case: Path) -> None:
         assert set(problem) == JSON_KEYS
     errors = [p for p in problems if p["severity"] == "error"]
     assert [f"{p['file']}:{p['line']}:{p['column']}: {p['message']}" for p in errors] == expected
+
+
+# -- user mistakes outside the YAML (issue 15, item 15) ---------------------------------------------
+
+ECHO = {"agents/echo.yaml": "name: echo\n"}
+
+
+def _init_under_a_file(root: Path) -> tuple[list[str], str]:
+    (root / "afile").write_text("x")
+    return ["init", "afile/project"], "error: afile is a file, not a folder (in the way of afile/project)"
+
+
+def _schema_out_a_file(root: Path) -> tuple[list[str], str]:
+    (root / "schemas.json").write_text("{}")
+    return ["schema", "--out", "schemas.json"], "error: --out schemas.json is a file; --out takes a folder"
+
+
+def _state_folder_is_a_file(root: Path) -> tuple[list[str], str]:
+    write_project(root, ECHO)
+    (root / ".ca").write_text("not a folder")
+    return ["run", "echo", "hi"], f"error: {root / '.ca'} is not a folder: ca keeps the project's state there"
+
+
+def _database_is_not_one(root: Path) -> tuple[list[str], str]:
+    write_project(root, ECHO)
+    (root / ".ca").mkdir()
+    (root / ".ca" / "tasks.db").write_bytes(b"garbage, not SQLite" * 100)
+    return [
+        "run",
+        "echo",
+        "hi",
+    ], f"error: {root / '.ca' / 'tasks.db'} is not a usable database (file is not a database)"
+
+
+def _postgres_unreachable(root: Path) -> tuple[list[str], str]:
+    write_project(root, {**ECHO, "ca.yaml": "store:\n  url: postgresql://127.0.0.1:1/x\n"})
+    return ["serve", "--port", str(free_port())], "error: cannot use the task store postgresql://127.0.0.1:1/x"
+
+
+def _port_in_use(root: Path) -> tuple[list[str], str]:
+    write_project(root, ECHO)
+    return ["serve", "--port", "{busy}"], "error: port {busy} on 127.0.0.1 is already in use"
+
+
+MISTAKES = [
+    _init_under_a_file,
+    _schema_out_a_file,
+    _state_folder_is_a_file,
+    _database_is_not_one,
+    _postgres_unreachable,
+    _port_in_use,
+]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("mistake", MISTAKES, ids=[m.__name__.strip("_") for m in MISTAKES])
+def test_a_user_mistake_is_one_line_and_exit_2(
+    mistake: Callable[[Path], tuple[list[str], str]], tmp_path: Path
+) -> None:
+    args, expected = mistake(tmp_path)
+    with socket.socket() as busy:  # held while the command runs: the port it is told to use is taken
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        args = [a.replace("{busy}", port) for a in args]
+        result = run_ca(*args, cwd=tmp_path, timeout=90)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(expected.replace("{busy}", port)), result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr

@@ -139,10 +139,10 @@ def test_prompt_from_stdin(make_project: ProjectFactory) -> None:
 def test_unknown_agent_and_skill_are_clear_errors(make_project: ProjectFactory) -> None:
     root = make_project({"agents/writer.yaml": "name: writer\nskills: [{id: draft}]\n"})
     result = run_ca("run", "writr", "hi", cwd=root)
-    assert result.returncode == 1
+    assert result.returncode == 2  # a usage error: the name is to change
     assert "agent 'writr' not found (did you mean 'writer'?)" in result.stderr
     skill = run_ca("run", "writer", "hi", "--skill", "drafts", cwd=root)
-    assert skill.returncode == 1
+    assert skill.returncode == 2
     assert "agent 'writer' has no skill 'drafts' (did you mean 'draft'?)" in skill.stderr
     for r in (result, skill):
         assert "Traceback" not in r.stderr

@@ -70,5 +70,5 @@ def test_ca_graph_prints_mermaid_of_a_workflow() -> None:
 
 def test_ca_card_of_an_unknown_agent() -> None:
     result = run_ca("card", "reviewr")
-    assert result.returncode == 1
+    assert result.returncode == 2  # a usage error: the name is to change
     assert "agent 'reviewr' not found (did you mean 'reviewer'?)" in result.stderr

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from framework.spec.agent import AgentBase, LlmAgent, PartialLlmAgent, PartialWorkflowAgent, WorkflowAgent
+from framework.spec.evals import EvalFile
 from framework.spec.interpolate import Interpolator
 from framework.spec.profile import Profile
 from framework.spec.project import ProjectConfig
@@ -29,7 +30,7 @@ from framework.spec.validation import validate
 from tests.conftest import REPO
 
 FENCE = re.compile(r"^(?P<indent> *)```(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
-NAMED = re.compile(r"^#\s*(?P<path>ca\.ya?ml|(?P<folder>agents|profiles|skills)/\S+\.ya?ml)\b")
+NAMED = re.compile(r"^#\s*(?P<path>ca\.ya?ml|(?P<folder>agents|profiles|skills|evals)/\S+\.ya?ml)\b")
 AGENT_KEYS = {*LlmAgent.model_fields, *WorkflowAgent.model_fields}
 PROJECT_ONLY = set(ProjectConfig.model_fields) - set(AgentBase.model_fields)
 
@@ -78,6 +79,8 @@ def _model_for(data: Any, first_line: str) -> tuple[type[Any], LMap]:
         return Profile, data
     if folder == "skills":
         return SkillFile, data
+    if folder == "evals" or (folder is None and "cases" in data):
+        return EvalFile, data
     if folder is None and set(data) & PROJECT_ONLY and not set(data) - set(ProjectConfig.model_fields):
         return ProjectConfig, data
     workflow = data.get("kind") == "workflow" or "steps" in data
@@ -102,4 +105,6 @@ def test_a_yaml_example_of_the_docs_is_valid(where: str, text: str, partial: boo
     model, data = _model_for(data, first_line)
     spec, problems = validate(model, data)
     assert spec is not None, f"{where} (as {model.__name__}):\n" + "\n".join(p.render() for p in problems)
-    assert set(data) <= AGENT_KEYS | set(ProjectConfig.model_fields) | set(Profile.model_fields)
+    assert set(data) <= AGENT_KEYS | set(ProjectConfig.model_fields) | set(Profile.model_fields) | set(
+        EvalFile.model_fields
+    )

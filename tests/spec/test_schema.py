@@ -33,9 +33,9 @@ def _plain(data: object) -> object:
 
 
 def test_example_files_satisfy_the_schemas() -> None:
-    """What an editor would check: every example agent and profile passes its schema."""
+    """What an editor would check: every example agent, profile and eval file passes its schema."""
     all_schemas = schemas()
-    for folder, kind in (("agents", "agent"), ("profiles", "profile")):
+    for folder, kind in (("agents", "agent"), ("profiles", "profile"), ("evals", "eval")):
         validator = Draft202012Validator(all_schemas[kind])
         for path in sorted((REPO / folder).glob("*.yaml")):
             data = _plain(parse(path, path.read_text(), lambda v, _loc, _raw: v.replace("${CA_MODEL:-offline}", "x")))
@@ -56,4 +56,4 @@ def test_schema_command_writes_files(tmp_path: Path) -> None:
 
 def test_schema_command_prints_all_kinds() -> None:
     result = run_ca("schema")
-    assert sorted(json.loads(result.stdout)) == ["agent", "profile", "project", "skill"]
+    assert sorted(json.loads(result.stdout)) == ["agent", "eval", "profile", "project", "skill"]

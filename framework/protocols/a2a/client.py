@@ -85,11 +85,14 @@ class Peers:
         environ: Mapping[str, str],
         *,
         timeout: float = 60.0,
+        headers: Mapping[Origin, Mapping[str, str]] | None = None,
     ) -> None:
         self.project = project
         self.tasks = tasks
         self.environ = environ
         self.timeout = timeout
+        self.headers = dict(headers or {})
+        """Headers given for one origin (``ca call --header/--token``), on top of its registry's."""
         self.clients: dict[Origin, httpx.AsyncClient] = {}
         self.cards: dict[str, tuple[str, AgentCard]] = {}
 
@@ -110,9 +113,10 @@ class Peers:
         if client is None:
 
             def credentials() -> dict[str, str]:  # read per request: a reload replaces project and environ
+                given = dict(self.headers.get(origin, {}))
                 if self.project is None:
-                    return {}
-                return credentials_for(origin, self.project.config.registries, self.environ)
+                    return given
+                return {**credentials_for(origin, self.project.config.registries, self.environ), **given}
 
             client = pinned_client(origin, credentials, timeout=httpx.Timeout(self.timeout, connect=5.0))
             self.clients[origin] = client
@@ -328,4 +332,9 @@ def _status(outcome: RemoteOutcome, status: Any) -> None:
 def _usage(outcome: RemoteOutcome, metadata: dict[str, Any]) -> None:
     usage = from_wire(metadata).get("usage")
     if isinstance(usage, dict):
-        outcome.usage = {k: float(v) for k, v in usage.items() if isinstance(v, int | float) and k != "total_tokens"}
+        # Counts stay integers (a remote's 12 is not 12.0 in our records and on our wire); money is a float.
+        outcome.usage = {
+            k: float(v) if k.endswith("_usd") else int(v)
+            for k, v in usage.items()
+            if isinstance(v, int | float) and k != "total_tokens"
+        }

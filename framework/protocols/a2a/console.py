@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from a2a.helpers.proto_helpers import get_data_parts, get_text_parts, new_data_part, new_text_part
@@ -46,6 +46,7 @@ async def converse(
     task: str | None = None,
     context: str | None = None,
     project: Project | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Send ``text`` to the agent at ``url`` (to ``task`` in ``context`` when given) and follow it to its end.
 
@@ -53,12 +54,12 @@ async def converse(
     failure is written to stderr and returned as ``"failed"``.
     """
     try:
-        origin_of(url)  # a URL no agent can be called at is a usage error, before any request
+        origin = origin_of(url)  # a URL no agent can be called at is a usage error, before any request
     except OriginRefused as exc:
         raise UsageError(str(exc)) from exc
     # The one A2A client, as for an agent tool's call: every request stays on the URL's origin, and
-    # carries the credentials of a registry of ``project`` on that origin.
-    peers = Peers(project, None, os.environ, timeout=timeout)
+    # carries the credentials of a registry of ``project`` on that origin, and ``headers``.
+    peers = Peers(project, None, os.environ, timeout=timeout, headers={origin: headers or {}})
     try:
         return await _follow(peers, url, text, ask=ask, as_json=as_json, timeout=timeout, task=task, context=context)
     finally:
@@ -100,7 +101,7 @@ async def _follow(
             async with asyncio.timeout(timeout):
                 async for event in client.send_message(SendMessageRequest(message=message)):
                     if as_json:
-                        print(json.dumps(json_format.MessageToDict(event)), flush=True)
+                        print(json.dumps(_counts_as_integers(json_format.MessageToDict(event))), flush=True)
                     if event.HasField("task"):
                         current = event.task
                         task_id, context_id = current.id, current.context_id
@@ -163,3 +164,17 @@ async def _follow(
         if pending and not as_json:
             sys.stderr.write(f"error: {pending}\n")
         return FAILED
+
+
+def _counts_as_integers(value: Any) -> Any:
+    """``value`` with the whole numbers of every ``usage`` mapping as integers: protobuf's Struct
+    (A2A metadata) holds only doubles, so a token count of 23 arrives as 23.0."""
+    if isinstance(value, list):
+        return [_counts_as_integers(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _counts_as_integers(v) for k, v in value.items()}
+    usage = out.get("usage")
+    if isinstance(usage, dict):
+        out["usage"] = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in usage.items()}
+    return out

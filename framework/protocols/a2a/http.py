@@ -435,7 +435,8 @@ def _health(runtime: Runtime) -> Endpoint:
 
 def describe(runtime: Runtime, base_url: str) -> str:
     """What ``ca serve`` prints when it is ready."""
-    lines = [f"serving {len(runtime.bundle.agents)} agents at {base_url}"]
+    count = len(runtime.bundle.agents)
+    lines = [f"serving {count} agent{'' if count == 1 else 's'} at {base_url}"]
     default = runtime.bundle.project.default_agent
     for name in sorted(runtime.bundle.agents):
         mark = "  (default, also at /)" if name == default else ""

@@ -247,7 +247,7 @@ class Platform:
         spec = self.runtime.bundle.project.agents.get(task.agent)
         budget = getattr(spec, "budget", None) or self.runtime.bundle.project.config.defaults.budget
         caps = budget.model_dump(mode="json", exclude_none=True) if budget is not None else {}
-        return {"taskId": task.id, "state": task.state, "usage": to_wire(task.usage), "budget": caps}
+        return {"taskId": task.id, "state": task.state, "usage": to_wire(task.usage), "budget": to_wire(caps)}
 
     async def audit_query(self, params: AuditParams, caller: Caller) -> dict[str, Any]:
         """The records matching the filters; a caller's only those of its own tasks (an approver's, all)."""
@@ -257,7 +257,7 @@ class Platform:
         filters = {"task_id": params.task_id, "conversation_id": params.conversation_id, "kind": params.kind}
         if caller.approver:
             records = await query(**filters, since_seq=params.since_seq, limit=params.limit)
-            return {"records": [asdict(r) for r in records]}
+            return {"records": [_record(r) for r in records]}
         mine = {t.id for t in self.runtime.tasks.list(limit=1_000_000, caller=caller.name)}
         found: list[Any] = []
         since = params.since_seq
@@ -267,7 +267,7 @@ class Platform:
             if len(batch) < 1000:
                 break
             since = batch[-1].seq
-        return {"records": [asdict(r) for r in found[: params.limit]]}
+        return {"records": [_record(r) for r in found[: params.limit]]}
 
     async def diagnostics(self) -> dict[str, Any]:
         bundle = self.runtime.bundle
@@ -357,3 +357,8 @@ async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
         }
     )
     await send({"type": "http.response.body", "body": data})
+
+
+def _record(record: Any) -> dict[str, Any]:
+    """An audit record on the wire: camelCase keys, its data's too."""
+    return {**to_wire(asdict(record)), "data": to_wire(record.data)}

@@ -3,8 +3,11 @@
 An IDE waits on this answer before it shows the agent, so it must not wait for
 pydantic, LangGraph or a2a to import. The one thing that needs the project is
 ``authMethods``: it is advertised when the agent's model needs an API key that is not
-set, read from the YAML with a light scan (the full check runs at ``session/new``,
-which answers -32000 with guidance if the key is missing).
+set. The model is found where the spec lets it be set, in the spec's order (the agent's
+``model``, through its ``extends:`` files, else ``ca.yaml`` ``defaults.model``, else
+``offline``), by a light scan of the YAML; the key variable is the spec's own
+(:func:`framework.spec.providers.key_variable`). The full check runs at ``session/new``,
+which answers -32000 with guidance if the key is missing.
 """
 
 from __future__ import annotations
@@ -17,13 +20,13 @@ from typing import Any, TextIO
 
 from framework import __version__
 from framework.spec.env_file import parse_env_file
-from framework.spec.providers import PROVIDER_KEYS
+from framework.spec.providers import key_variable
 
 PROTOCOL_VERSION = 1
-_MODEL_LINE = re.compile(r"^model:\s*['\"]?([^'\"#\n]+?)['\"]?\s*(?:#.*)?$", re.MULTILINE)
-_PROVIDER_LINE = re.compile(r"^\s+provider:\s*([\w-]+)", re.MULTILINE)
-_DEFAULT_AGENT = re.compile(r"^default_agent:\s*([\w-]+)", re.MULTILINE)
+_KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w-]*):(?:\s+(?P<value>.*?))?\s*$")
+_COMMENT = re.compile(r"\s+#.*$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_MAX_EXTENDS = 8
 
 
 def _dotenv(root: Path) -> dict[str, str]:
@@ -35,36 +38,153 @@ def _dotenv(root: Path) -> dict[str, str]:
     return parse_env_file(text, os.environ)
 
 
-def _model_of(text: str, variables: dict[str, str]) -> str | None:
-    match = _MODEL_LINE.search(text)
-    if match:
-        value = _VAR.sub(lambda m: variables.get(m.group(1), m.group(2) or ""), match.group(1).strip())
-        if value:
-            return value
-    provider = _PROVIDER_LINE.search(text)
-    return provider.group(1) if provider else None
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _scalar(raw: str | None, variables: dict[str, str]) -> str:
+    """A YAML scalar as the loader would read it here: comment dropped, quotes off, ``${VAR}`` filled."""
+    text = _COMMENT.sub("", raw or "").strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1]
+    return _VAR.sub(lambda m: variables.get(m.group(1), m.group(2) or ""), text).strip()
+
+
+def _entries(lines: list[str], indent: int) -> dict[str, tuple[int, str | None]]:
+    """The keys at exactly ``indent`` spaces in a block (stopping at a line indented less): key ->
+    (line number, the raw value after the colon)."""
+    found: dict[str, tuple[int, str | None]] = {}
+    for number, line in enumerate(lines):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        width = len(line) - len(line.lstrip(" "))
+        if width < indent:
+            break
+        match = _KEY_LINE.match(line)
+        if match and width == indent:
+            found.setdefault(match["key"], (number, match["value"]))
+    return found
+
+
+def _block(lines: list[str], at: int) -> tuple[list[str], int]:
+    """The lines nested under the key on line ``at``, and their indent (-1 when none)."""
+    body = lines[at + 1 :]
+    for line in body:
+        if line.strip() and not line.lstrip().startswith("#"):
+            return body, len(line) - len(line.lstrip(" "))
+    return body, -1
+
+
+def _mapping(lines: list[str], indent: int, key: str, variables: dict[str, str]) -> dict[str, str] | None:
+    """``key``'s value at ``indent`` as a flat mapping: ``a:b`` scalars become ``{provider, name}``,
+    flow (``{provider: x}``) and block mappings their keys; None when ``key`` is not there."""
+    entry = _entries(lines, indent).get(key)
+    if entry is None:
+        return None
+    at, raw = entry
+    value = _COMMENT.sub("", raw or "").strip()
+    if value.startswith("{") and value.endswith("}"):
+        pairs = (item.partition(":") for item in value[1:-1].split(","))
+        return {k.strip(): _scalar(v, variables) for k, _, v in pairs if k.strip()}
+    if value:
+        provider, _, name = _scalar(value, variables).partition(":")
+        return {"provider": provider.strip(), "name": name.strip()} if provider.strip() else None
+    body, inner = _block(lines, at)
+    if inner <= indent:
+        return None
+    return {k: _scalar(v, variables) for k, (_, v) in _entries(body, inner).items() if v}
+
+
+def _value(lines: list[str], indent: int, key: str, variables: dict[str, str]) -> str:
+    """``key``'s scalar value at ``indent`` ('' when absent or not a scalar)."""
+    entry = _entries(lines, indent).get(key)
+    return _scalar(entry[1], variables) if entry is not None else ""
+
+
+def _agent_file(root: Path, agent: str | None) -> Path | None:
+    """The file of ``agent`` (by its ``name:``, as the loader names agents), or of the first agent
+    by name when None."""
+    folder = root / "agents"
+    guess = [folder / f"{agent}{suffix}" for suffix in (".yaml", ".yml")] if agent else []
+    try:
+        files = sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml") and not p.name.startswith("_"))
+    except OSError:
+        files = []
+    named: dict[str, Path] = {}
+    for path in [*guess, *files]:
+        name = _value(_read(path).splitlines(), 0, "name", {})
+        if name:
+            named.setdefault(name, path)
+            if name == agent:
+                break
+    if agent is not None:
+        return named.get(agent)
+    return named[min(named)] if named else None
+
+
+def _extends(lines: list[str], variables: dict[str, str]) -> list[str]:
+    """The files ``extends:`` names: one path, a flow list or a block list."""
+    entry = _entries(lines, 0).get("extends")
+    if entry is None:
+        return []
+    at, raw = entry
+    value = _COMMENT.sub("", raw or "").strip()
+    if value.startswith("["):
+        return [_scalar(ref, variables) for ref in value.strip("[]").split(",") if ref.strip()]
+    if value:
+        return [_scalar(value, variables)]
+    body, inner = _block(lines, at)
+    refs = []
+    for line in body:
+        width = len(line) - len(line.lstrip(" "))
+        if line.strip() and not line.lstrip().startswith("#") and width < inner:
+            break
+        if width == inner and line.strip().startswith("- "):
+            refs.append(_scalar(line.strip()[2:], variables))
+    return refs
+
+
+def _agent_model(path: Path, variables: dict[str, str], depth: int = 0) -> dict[str, str] | None:
+    """The agent's own ``model``, else the one its ``extends:`` files give it (a later file
+    overrides an earlier one, as the loader merges them)."""
+    lines = _read(path).splitlines()
+    model = _mapping(lines, 0, "model", variables)
+    if model is not None or depth >= _MAX_EXTENDS:
+        return model
+    for ref in reversed(_extends(lines, variables)):
+        model = _agent_model(path.parent / ref, variables, depth + 1)
+        if model is not None:
+            return model
+    return None
+
+
+def model_of(root: Path, agent: str | None, variables: dict[str, str]) -> dict[str, str]:
+    """The model ``agent`` runs on (default: the project's default agent), as the spec resolves it."""
+    config = next((t for t in (_read(root / "ca.yaml"), _read(root / "ca.yml")) if t), "").splitlines()
+    agent = agent or _value(config, 0, "default_agent", variables) or None
+    path = _agent_file(root, agent)
+    own = _agent_model(path, variables) if path is not None else None
+    if own is not None:
+        return own
+    defaults = _entries(config, 0).get("defaults")
+    if defaults is not None:
+        body, inner = _block(config, defaults[0])
+        model = _mapping(body, inner, "model", variables) if inner > 0 else None
+        if model is not None:
+            return model
+    return {"provider": "offline"}
 
 
 def missing_key(root: Path, agent: str | None) -> str | None:
     """The API key variable the agent's model needs and that is unset, by a light scan of the YAML."""
     variables = {**_dotenv(root), **os.environ}
-    try:
-        config = (root / "ca.yaml").read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        config = ""
-    if agent is None:
-        default = _DEFAULT_AGENT.search(config)
-        agent = default.group(1) if default else None
-    text = ""
-    if agent is not None:
-        for suffix in (".yaml", ".yml"):
-            try:
-                text = (root / "agents" / f"{agent}{suffix}").read_text(encoding="utf-8")
-                break
-            except (OSError, UnicodeDecodeError):
-                continue
-    model = _model_of(text, variables) or _model_of(config, variables) or "offline"
-    variable = PROVIDER_KEYS.get(model.partition(":")[0].strip())
+    model = model_of(root, agent, variables)
+    variable = key_variable(
+        model.get("provider", "offline"), api_key_env=model.get("api_key_env"), base_url=model.get("base_url")
+    )
     return variable if variable and not variables.get(variable) else None
 
 

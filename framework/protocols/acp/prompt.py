@@ -256,18 +256,26 @@ class PromptTurn:
         pause = pauses[0].pause
         full = isinstance(pause, ToolApproval)
         call_id = (pause.call_id if isinstance(pause, ToolApproval) else "") or pauses[0].interrupt_id
+        question = pause.message or "Continue?"
+        # A tool's approval updates that tool call: its title stays the tool's own ("fs.write
+        # notes/hi.txt"), which a client keeps in its transcript; the question goes in _meta.
+        # A gate or budget pause has no tool call: its question is all there is to show.
         tool_call: dict[str, Any] = {
             "toolCallId": call_id,
-            "title": pause.message or "Continue?",
+            "title": title(pause.tool, dict(pause.args)) if isinstance(pause, ToolApproval) else question,
             "status": "pending",
             "rawInput": dict(pause.args) if isinstance(pause, ToolApproval) else {},
         }
+        meta: dict[str, Any] = {"question": question, "pause": pause.kind}
         if isinstance(pause, ToolApproval):
             tool_call["kind"] = KINDS.get(pause.tool, "other")
+            if pause.reason:
+                meta["reason"] = pause.reason
         params: dict[str, Any] = {
             "sessionId": self.session.id,
             "toolCall": tool_call,
             "options": FULL_OPTIONS if full else SHORT_OPTIONS,
+            "_meta": {"cleveragents": meta},
         }
         loop = asyncio.get_running_loop()
         self.session.permission = loop.create_future()

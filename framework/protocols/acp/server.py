@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from framework.errors import CAError, ModelError, SpecError
+from framework.errors import CAError, Diagnostic, ModelError, SpecError
 from framework.protocols.acp.hello import initialize_result
 from framework.protocols.acp.session import Session
 from framework.protocols.jsonrpc import Code, JsonRpcError, answer_id, error_for, parse_request, read_message
 from framework.protocols.jsontext import read_line
 from framework.spec.common import shown
+from framework.spec.root import find_root
 
 AUTH_REQUIRED = -32000
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -46,8 +47,21 @@ class Reply:
 class AcpServer:
     """One ACP connection: requests in, responses and notifications out."""
 
-    def __init__(self, root: Path, agent: str | None, out: TextIO, *, initialized: bool, reload: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        agent: str | None,
+        out: TextIO,
+        *,
+        initialized: bool,
+        reload: bool = False,
+        pinned: bool = False,
+    ) -> None:
         self.root = root
+        self.pinned = pinned
+        """``-p`` named the project: a session's cwd does not choose it."""
+        self.requested_agent = agent
+        self.choosing = asyncio.Lock()
         self.reload = reload
         self.watcher: asyncio.Task[None] | None = None
         self.agent_name = agent
@@ -258,9 +272,39 @@ class AcpServer:
         except ModelError as exc:
             raise JsonRpcError(AUTH_REQUIRED, f"authentication required: {exc}") from exc
 
+    async def use_cwd(self, cwd: str) -> None:
+        """Serve the project at or above the session's ``cwd`` (unless ``-p`` named one): the
+        project found from the process's folder is replaced while no session uses it yet; after
+        that a cwd in another project is refused, and a cwd in no project keeps the one loaded."""
+        if self.pinned:
+            return
+        found = find_root(Path(cwd))
+        async with self.choosing:
+            assert self.ready is not None
+            await asyncio.gather(asyncio.shield(self.ready), return_exceptions=True)
+            if found is None:
+                if find_root(self.root) is None:  # the process's folder is in no project either
+                    raise error_for(no_project(cwd))
+                return
+            if found == self.root.resolve():
+                return
+            if self.sessions:
+                raise JsonRpcError(
+                    Code.INVALID_PARAMS,
+                    f"this agent serves the project {self.root}; cwd {cwd} is in the project {found}: "
+                    "start another agent for it (or pass -p PROJECT in the agent's command)",
+                )
+            await self.stack.aclose()
+            if self.watcher is not None:
+                self.watcher.cancel()
+            self.stack, self.runtime, self.rows, self.load_error = AsyncExitStack(), None, None, None
+            self.root, self.agent_name = found, self.requested_agent
+            self.start_loading()
+
     async def session_new(self, params: dict[str, Any]) -> Reply:
-        _require(params, "cwd", str)
+        cwd = _require(params, "cwd", str)
         _require(params, "mcpServers", list)
+        await self.use_cwd(cwd)
         await self.loaded()
         self._check_model()
         session = Session(uuid.uuid4().hex, params["cwd"], self._default_mode(), mcp=_editor_mcp(params))
@@ -274,7 +318,7 @@ class AcpServer:
 
     async def session_load(self, params: dict[str, Any]) -> Reply:
         session_id = _require(params, "sessionId", str)
-        _require(params, "cwd", str)
+        await self.use_cwd(_require(params, "cwd", str))
         await self.loaded()
         saved = self.rows.get(session_id)
         if saved is None:
@@ -392,6 +436,16 @@ def _editor_mcp(params: dict[str, Any]) -> tuple[Any, ...]:
     return client_servers(params.get("mcpServers") or [])
 
 
+def no_project(cwd: str) -> SpecError:
+    """The error of a session whose cwd is in no project while the process's folder is in none either."""
+    hint = (
+        "open the project's folder in the editor, or add '-p /path/to/project' to the agent's command (see docs/ide.md)"
+    )
+    return SpecError(
+        [Diagnostic(cwd, 0, 0, "no CleverAgents project here or in a folder above (no ca.yaml, no agents/)", hint=hint)]
+    )
+
+
 def _require(params: dict[str, Any], name: str, kind: type) -> Any:
     value = params.get(name)
     if not isinstance(value, kind):
@@ -404,9 +458,9 @@ LINE_LIMIT = 64 * 1024 * 1024
 
 
 async def _serve(
-    root: Path, agent: str | None, out: TextIO, first_answered: bool, first: bytes, reload: bool = False
+    root: Path, agent: str | None, out: TextIO, first_answered: bool, first: bytes, reload: bool, pinned: bool
 ) -> None:
-    server = AcpServer(root, agent, out, initialized=first_answered, reload=reload)
+    server = AcpServer(root, agent, out, initialized=first_answered, reload=reload, pinned=pinned)
     server.start_loading()
     loop = asyncio.get_running_loop()
     in_flight: set[asyncio.Task[None]] = set()
@@ -415,7 +469,7 @@ async def _serve(
         server.client_caps = (params.get("clientCapabilities") if isinstance(params, dict) else None) or {}
     elif first.strip():  # the raw line: invalid JSON gets its -32700 too
         await server.handle(first)
-    async with server.stack:
+    try:
         while True:
             line = await loop.run_in_executor(None, read_line, sys.stdin.buffer, LINE_LIMIT)
             if isinstance(line, int):
@@ -437,14 +491,23 @@ async def _serve(
             await asyncio.gather(server.ready, return_exceptions=True)
         if server.watcher is not None:
             server.watcher.cancel()
+    finally:
+        await server.stack.aclose()  # the stack of the project in use (a session's cwd may have chosen it)
 
 
 def run_acp(
-    root: Path, agent: str | None, out: TextIO, *, first_answered: bool, first: bytes, reload: bool = False
+    root: Path,
+    agent: str | None,
+    out: TextIO,
+    *,
+    first_answered: bool,
+    first: bytes,
+    reload: bool = False,
+    pinned: bool = False,
 ) -> int:
-    """Serve ACP until the client closes stdin."""
+    """Serve ACP until the client closes stdin; ``pinned``: ``-p`` chose ``root`` (else a session's cwd may)."""
     try:
-        asyncio.run(_serve(root, agent, out, first_answered, first, reload))
+        asyncio.run(_serve(root, agent, out, first_answered, first, reload, pinned))
     except KeyboardInterrupt:
         return 130
     return 0

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, retried, until_free
-from framework.runtime.stores import state_dir
+from framework.runtime.stores import opening, state_dir
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -45,7 +45,9 @@ class SessionStore:
 
     @classmethod
     def open(cls, root: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> SessionStore:
-        return cls(state_dir(root) / "tasks.db", lock_timeout=lock_timeout)
+        path = state_dir(root) / "tasks.db"
+        with opening(path):  # a file that is not a database: a StoreError naming it
+            return cls(path, lock_timeout=lock_timeout)
 
     def close(self) -> None:
         self._conn.close()

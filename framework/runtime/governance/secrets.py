@@ -149,7 +149,7 @@ def project_secrets(project: Project, environ: Mapping[str, str], dotenv: Mappin
         for variable in server.headers_env.values():
             found.update(_named(environ, variable))
         found |= {value for name, value in server.env.items() if SECRET_NAME.search(name)}
-    models = [config.defaults.model, *(getattr(a, "model", None) for a in project.agents.values())]
+    models = [config.defaults.model, config.evals.judge, *(getattr(a, "model", None) for a in project.agents.values())]
     for model in models:
         if model is not None and model.api_key_env:
             found.update(_named(environ, model.api_key_env))

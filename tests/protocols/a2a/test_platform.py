@@ -158,7 +158,7 @@ def test_budget_status_reports_usage_and_caps(server: ServerProcess) -> None:
     task = paused_task(server)
     status = result_of(server.rpc("_cleveragents/budget/status", {"taskId": task["id"]}))
     assert status["taskId"] == task["id"] and status["state"] == "input-required"
-    assert status["budget"] == {"max_tool_calls": 5, "max_turns": 4, "on_exceed": "stop", "extend_by": 0.5}
+    assert status["budget"] == {"maxToolCalls": 5, "maxTurns": 4, "onExceed": "stop", "extendBy": 0.5}
     usage = status["usage"]
     assert set(usage) >= {"inputTokens", "outputTokens", "modelCalls", "toolCalls"}
     assert usage["modelCalls"] == 1
@@ -177,10 +177,10 @@ def test_audit_query_returns_the_tasks_records_in_order(server: ServerProcess) -
     task = paused_task(server)
     result_of(server.rpc("_cleveragents/approvals/decide", {"taskId": task["id"], "decision": "approve"}))
     records = result_of(server.rpc("_cleveragents/audit/query", {"taskId": task["id"]}))["records"]
-    assert all(r["task_id"] == task["id"] and r["conversation_id"] == task["contextId"] for r in records)
+    assert all(r["taskId"] == task["id"] and r["conversationId"] == task["contextId"] for r in records)
     seqs = [r["seq"] for r in records]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
-    assert all(b["prev_hash"] == a["hash"] for a, b in itertools.pairwise(records) if b["seq"] == a["seq"] + 1)
+    assert all(b["prevHash"] == a["hash"] for a, b in itertools.pairwise(records) if b["seq"] == a["seq"] + 1)
     kinds = [r["kind"] for r in records]
     states = [r["data"]["state"] for r in records if r["kind"] == "task.state"]
     assert states[:3] == ["submitted", "working", "input-required"] and states[-1] == "completed"

@@ -142,7 +142,7 @@ def test_a_tool_call_runs_through_the_server_and_is_audited(make_project: Projec
     root = project(make_project, agent([call("echo", text="hi"), call("add_note", text="milk")]))
     done = run_ca("run", "notebook", "go", "--json", cwd=root, env=env)
     assert done.returncode == 0, done.stderr
-    assert results(done.stdout) == [("notes_echo", "echo: hi", False), ("notes_add_note", "noted (1 notes)", False)]
+    assert results(done.stdout) == [("notes.echo", "echo: hi", False), ("notes.add_note", "noted (1 notes)", False)]
     assert len(started(env)) == 1  # one server for both calls, not one per call
     calls = audited(root, "tool.call")
     assert [(c["tool"], c["args"]) for c in calls] == [
@@ -159,7 +159,7 @@ def test_a_tool_outside_capabilities_is_denied_and_the_model_goes_on(
     assert done.returncode == 0, done.stderr
     [(_, denied, is_error), echoed] = results(done.stdout)
     assert is_error and "MCP tool 'notes.add_note' is not in capabilities.mcp.allow ('notes.echo')" in denied
-    assert echoed == ("notes_echo", "echo: ok", False)
+    assert echoed == ("notes.echo", "echo: ok", False)
     assert not Path(env["MCP_NOTES_FILE"]).exists()
     denials = audited(root, "denial")
     assert [(d["tool"], d["rule"]) for d in denials] == [("notes.add_note", "capabilities.mcp.allow")]
@@ -187,7 +187,7 @@ def test_supervised_allows_read_only_tools_and_asks_for_the_rest(
     root = project(make_project, agent([call("echo", text="hi"), call("add_note", text="milk")], profile="supervised"))
     done = run_ca("run", "notebook", "go", "--json", cwd=root, env=env)
     assert done.returncode == 3, done.stderr  # waiting for a decision
-    assert results(done.stdout) == [("notes_echo", "echo: hi", False)]
+    assert results(done.stdout) == [("notes.echo", "echo: hi", False)]
     [paused] = [e for e in events(done.stdout) if e["kind"] == "paused"]
     assert paused["payload"]["tool"] == "notes.add_note"
     assert "does not mark this tool read-only" in paused["payload"]["reason"]
@@ -226,10 +226,10 @@ def test_an_ask_survives_sigkill_and_is_approved_from_another_process_once(
     [task] = listed
     approved = run_ca("approve", task["id"][:12], "--json", cwd=root, env=env)
     assert approved.returncode == 3, approved.stderr  # wipe ran; add_note asks next
-    assert results(approved.stdout) == [("notes_wipe", "wiped", False)]
+    assert results(approved.stdout) == [("notes.wipe", "wiped", False)]
     again = run_ca("approve", task["id"][:12], "--json", cwd=root, env=env)
     assert again.returncode == 0, again.stderr
-    assert results(again.stdout) == [("notes_add_note", "noted (1 notes)", False)]
+    assert results(again.stdout) == [("notes.add_note", "noted (1 notes)", False)]
     assert Path(env["MCP_NOTES_FILE"]).read_text() == "milk\n"  # ran exactly once
 
 
@@ -242,7 +242,7 @@ def test_a_crashing_server_gives_an_error_result_and_is_restarted_once(
     assert done.returncode == 0, done.stderr
     [crashed, back, crashed_again, gone] = results(done.stdout)
     assert crashed[2] and "closed the connection (it exited or crashed)" in crashed[1]
-    assert back == ("notes_echo", "echo: back", False)
+    assert back == ("notes.echo", "echo: back", False)
     assert crashed_again[2]
     assert gone[2] and "crashed again after a restart; it is not started again" in gone[1]
     assert len(started(env)) == 2
@@ -275,7 +275,7 @@ def test_a_tool_changed_after_the_lock_is_refused_until_locked_again(
     relocked = run_ca("mcp", "lock", cwd=root, env=changed)
     assert "1 changed" in relocked.stdout and "changed: notes.echo" in relocked.stdout
     again = run_ca("run", "notebook", "go", "--json", "--session", "s2", cwd=root, env=changed)
-    assert results(again.stdout) == [("notes_echo", "echo: hi", False)]
+    assert results(again.stdout) == [("notes.echo", "echo: hi", False)]
 
 
 def test_a_server_that_cannot_start_fails_the_run_with_a_clear_message(make_project: ProjectFactory) -> None:
@@ -366,8 +366,8 @@ def test_a_streamable_http_server_gets_its_headers_and_they_stay_secret(
     done = run_ca("run", "notebook", "go", "--json", cwd=root, env={"NOTES_AUTH": f"Bearer {HTTP_TOKEN}"})
     assert done.returncode == 0, done.stderr
     assert results(done.stdout) == [
-        ("notes_echo", "echo: over http", False),
-        ("notes_add_note", "noted (1 notes)", False),
+        ("notes.echo", "echo: over http", False),
+        ("notes.add_note", "noted (1 notes)", False),
     ]
     wrong = run_ca("run", "notebook", "go", cwd=root, env={"NOTES_AUTH": "Bearer wrong-token-0000"})
     assert wrong.returncode == 1 and "MCP server 'notes'" in wrong.stderr
@@ -450,6 +450,6 @@ def test_a_tool_that_changes_when_its_server_restarts_is_refused(
     )
     assert done.returncode == 0, done.stderr
     [before, crashed, same, after] = results(done.stdout)
-    assert before == ("notes_echo", "echo: before", False) and crashed[2]
-    assert same == ("notes_add_note", "noted (1 notes)", False)  # unchanged tools still run
+    assert before == ("notes.echo", "echo: before", False) and crashed[2]
+    assert same == ("notes.add_note", "noted (1 notes)", False)  # unchanged tools still run
     assert after[2] and "changed when its server restarted; it is refused" in after[1]

@@ -107,9 +107,9 @@ def test_server_everything_and_filesystem_through_the_scripted_model(make_projec
     done = run_ca("run", "ref", "go", "--json", cwd=root, timeout=120)
     assert done.returncode == 0, done.stderr
     [summed, image, read, write] = results(done.stdout)
-    assert summed == ("every_get-sum", "The sum of 2 and 3 is 5.", False)
+    assert summed == ("every.get-sum", "The sum of 2 and 3 is 5.", False)
     assert "[image image/png" in image[1] and "not passed on" in image[1]
-    assert read == ("fs_read_text_file", "hello from a file\n", False)
+    assert read == ("fs.read_text_file", "hello from a file\n", False)
     assert write[2] and "'fs.write_file' is not in capabilities.mcp.allow" in write[1]
     assert not (root / "data" / "b.txt").exists()
     assert_none_left(root)
@@ -124,7 +124,7 @@ def test_a_destructive_reference_tool_asks_under_supervised(make_project: Projec
     done = run_ca("run", "ref", "go", "--json", cwd=root, timeout=120)
     assert done.returncode == 3, done.stderr
     [(tool, listing, is_error)] = results(done.stdout)
-    assert tool == "fs_list_directory" and "a.txt" in listing and not is_error
+    assert tool == "fs.list_directory" and "a.txt" in listing and not is_error
     [paused] = [e for e in events(done.stdout) if e["kind"] == "paused"]
     assert paused["payload"]["tool"] == "fs.write_file"
     assert not (root / "data" / "b.txt").exists()
@@ -135,7 +135,7 @@ def test_server_everything_through_the_offline_model(make_project: ProjectFactor
     root = project(make_project, bins, [], '["every.*"]', "autonomous")
     done = run_ca("run", "plain", '@tool every.echo {"message": "hi there"}', "--json", cwd=root, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert results(done.stdout) == [("every_echo", "Echo: hi there", False)]
+    assert results(done.stdout) == [("every.echo", "Echo: hi there", False)]
     listed = run_ca("mcp", "list", "every", "--json", cwd=root, timeout=120)
     tools = {t["name"]: t for t in json.loads(listed.stdout)["servers"]["every"]}
     assert tools["echo"]["annotations"]["readOnlyHint"] is True
