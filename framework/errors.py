@@ -12,6 +12,8 @@
     │   └── McpServerFailed      tool_failed          an MCP server could not start or list its tools
     ├── StoreError               store_damaged        a state database under .ca/ is damaged or not one
                                                       (exit 2: the file is to move aside)
+    ├── StoreBusy                store_busy           another process held a database's write lock past
+    │                                                 store.lock_timeout (retryable: nothing was written)
     └── RunError                 run_failed           a run cannot start or failed; its subclasses say why
         ├── AgentNotFound        agent_not_found      no agent of that name (exit 2: the name is to change)
         ├── SkillNotFound        run_failed           the agent has no skill of that id (exit 2)
@@ -56,6 +58,7 @@ ErrorCode = Literal[
     "provider_error",
     "tool_failed",
     "store_damaged",
+    "store_busy",
     "agent_not_found",
     "task_not_waiting",
     "conversation_busy",
@@ -166,6 +169,16 @@ class StoreError(CAError):
 
     code = "store_damaged"
     exit_code = 2
+
+
+class StoreBusy(CAError):
+    """Another process held the write lock of a state database longer than ``store.lock_timeout``.
+
+    Retryable: the statement (or transaction) that waited wrote nothing; the same request later
+    goes through once the lock is given back.
+    """
+
+    code = "store_busy"
 
 
 class RunError(CAError):

@@ -421,7 +421,7 @@ from framework.cli.mcp import mcp_app  # noqa: E402 - beside the other sub-comma
 
 app.add_typer(mcp_app, name="mcp")
 
-tasks_app = typer.Typer(help="Tasks of a project: what ran, what waits for a decision.", no_args_is_help=True)
+tasks_app = typer.Typer(help="Tasks of a project: what ran, what waits for a decision; end one.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 
 
@@ -458,6 +458,26 @@ def tasks_list(
         for waiting in task.pending:
             expired = " (expired)" if waiting.expired() else ""
             typer.echo(f"    waiting: {waiting.pause.message or waiting.pause.kind}{expired}")
+
+
+@tasks_app.command("cancel")
+def tasks_cancel(
+    task: Annotated[str, typer.Argument(help="The task id (or a unique prefix), from `ca tasks list`.")],
+    wait: Annotated[
+        float, typer.Option("--wait", min=0, help="Seconds to wait for another process to stop a running task.")
+    ] = 5.0,
+    project: ProjectOpt = None,
+) -> None:
+    """End a task: one waiting for a decision, or one running in any process of the project
+    (a `ca serve`, `ca run`, `ca approve`: that process stops it and kills its tools).
+
+    Exit codes: 0 canceled; 1 already final, or still running after --wait; 2 unknown task.
+    """
+    import asyncio
+
+    from framework.cli.cancel import cancel_command, describe
+
+    typer.echo(describe(asyncio.run(cancel_command(_project_dir(project), task, wait))))
 
 
 @app.command()

@@ -316,11 +316,19 @@ async def drive(runtime: Any, events: Any, *, as_json: bool, session: str, task_
         finished, pauses = await drive_turn(runtime, events, turn)
     except asyncio.CancelledError:
         view.stop_waiting()
-        runtime.mark_canceled(task_id)
+        elsewhere = runtime.watch.reason(task_id)  # `ca tasks cancel` from another terminal, not Ctrl-C
+        await runtime.amark_canceled(task_id, elsewhere or "")
         if as_json:
-            stopped = RunFinished.failed(Failure.of(Cancelled("interrupted by the user (Ctrl-C)")), view.usage)
+            why = elsewhere or "interrupted by the user (Ctrl-C)"
+            stopped = RunFinished.failed(Failure.of(Cancelled(why)), view.usage)
             print(json.dumps(event_to_json(replace(stopped, task_id=task_id)), ensure_ascii=False), flush=True)
-        raise
+        if elsewhere is None:
+            raise
+        current = asyncio.current_task()
+        if current is not None:
+            current.uncancel()  # handled: this process goes on to exit with the code of a canceled run
+        sys.stderr.write(f"task {task_id[:12]} was {elsewhere}\n")
+        return INTERRUPTED_AT_PROMPT
     if not as_json:
         view.finish(finished, session)
     if finished.state == "input-required":

@@ -80,11 +80,11 @@ class RemoteAgent:
 class CallHooks(Protocol):
     """What the runtime does around an in-process agent call."""
 
-    def started(self, agent: str, text: str, context: RunContext) -> RunContext:
+    async def started(self, agent: str, text: str, context: RunContext) -> RunContext:
         """Record the callee's task; the context to run it with (its own task id)."""
         ...
 
-    def finished(
+    async def finished(
         self,
         context: RunContext,
         *,
@@ -285,30 +285,30 @@ class Bundle:
         _announce_callee(name)
         hooks = self.call_hooks
         if hooks is not None:
-            context = hooks.started(name, text, context)
+            context = await hooks.started(name, text, context)
         try:
             await self.prepare(name)
             state = await self.graph(name, nested=True).ainvoke({"messages": [HumanMessage(text)]}, context=context)
         except GraphBubbleUp:
             if hooks is not None:
-                hooks.finished(context, state="input-required")
+                await hooks.finished(context, state="input-required")
             raise
         except BaseException as exc:
             if hooks is not None:
                 canceled = isinstance(exc, asyncio.CancelledError)
                 rejected = isinstance(exc, CAError) and exc.rejects
                 state = "canceled" if canceled else "rejected" if rejected else "failed"
-                hooks.finished(context, state=state, error=str(exc))
+                await hooks.finished(context, state=state, error=str(exc))
             raise
         answer, usage = final_text(state), dict(state.get("ca_usage") or {})
         stopped = (state.get("ca_stop") or {}).get("failure")
         if stopped:  # the callee's policies ended it failed (its answer broke its contract): the same kind here
             failure = Failure.from_json(stopped)
             if hooks is not None:
-                hooks.finished(context, state="failed", error=failure.message, usage=usage)
+                await hooks.finished(context, state="failed", error=failure.message, usage=usage)
             raise failure.error()
         if hooks is not None:
-            hooks.finished(context, state="completed", output=answer, usage=usage)
+            await hooks.finished(context, state="completed", output=answer, usage=usage)
         return answer, usage
 
     def _agent_refs(self, spec: LlmAgent) -> list[AgentTool]:

@@ -62,11 +62,13 @@ class Code(IntEnum):
     PROVIDER_ERROR = -32089
     TOOL_FAILED = -32090
     RUN_FAILED = -32091
+    STORE_BUSY = -32092
 
 
 ERROR_CODES: dict[ErrorCode, Code] = {
     "usage_error": Code.INVALID_PARAMS,
     "store_damaged": Code.INTERNAL_ERROR,
+    "store_busy": Code.STORE_BUSY,
     "budget_exceeded": Code.BUDGET_EXCEEDED,
     "policy_denied": Code.POLICY_DENIED,
     "contract_violation": Code.CONTRACT_VIOLATION,

@@ -44,6 +44,7 @@ from framework.runtime.audit_chain import (
 )
 from framework.runtime.audit_store import AuditStore, Row
 from framework.runtime.governance.secrets import SecretValues
+from framework.runtime.store_locks import LOCK_TIMEOUT_S
 from framework.runtime.stores import state_dir
 
 Source = Literal["cli", "a2a-http", "a2a-stdio", "acp", "agent-call", "mcp"]
@@ -87,8 +88,8 @@ def _to_record(row: Row) -> AuditRecord:
 class AuditLog:
     """The audit log of a project (or of any database URL). Safe to share between threads and tasks.
 
-    ``append`` blocks for one short transaction; async code calls ``aappend``, which runs it in a
-    worker thread. Appends from several tasks, threads and processes form one chain. With a
+    ``append`` blocks for one short transaction; async code calls ``aappend``, which waits for
+    another process's write lock with the event loop running. Appends from several tasks, threads and processes form one chain. With a
     ``key`` the records appended are keyed; without one they are not.
     """
 
@@ -109,7 +110,14 @@ class AuditLog:
         self._masker = SecretValues(self._secrets)
 
     @classmethod
-    def open(cls, target: str | Path, *, secrets: Iterable[str] = (), key: ChainKey | None = None) -> AuditLog:
+    def open(
+        cls,
+        target: str | Path,
+        *,
+        secrets: Iterable[str] = (),
+        key: ChainKey | None = None,
+        lock_timeout: float = LOCK_TIMEOUT_S,
+    ) -> AuditLog:
         """Open (creating if needed) the log at a SQLAlchemy URL, or at ``ROOT/.ca/audit.db`` for a project root.
 
         A sync driver serves the log; an async URL (``sqlite+aiosqlite``, ``postgresql+asyncpg``) is
@@ -119,7 +127,7 @@ class AuditLog:
         """
         if isinstance(target, Path) or "://" not in target:
             target = f"sqlite:///{state_dir(Path(target)) / AUDIT_DB}"
-        return cls(AuditStore(target), secrets, key)
+        return cls(AuditStore(target, lock_timeout=lock_timeout), secrets, key)
 
     def check_extendable(self) -> None:
         """Raise UsageError unless this log's records may follow the chain's last record: a keyed
@@ -142,6 +150,33 @@ class AuditLog:
 
         Values in ``data`` that JSON cannot represent are stored as their ``str()``.
         """
+        build = self._builder(kind, source, task_id, conversation_id, agent, data)
+        return self._observed(_to_record(self._store.append(build)))
+
+    async def aappend(
+        self,
+        kind: str,
+        *,
+        source: Source,
+        task_id: str,
+        conversation_id: str = "",
+        agent: str = "",
+        data: dict[str, Any] | None = None,
+    ) -> AuditRecord:
+        """:meth:`append` for async code: another process's write lock is waited for with the
+        event loop running (:mod:`framework.runtime.store_locks`)."""
+        build = self._builder(kind, source, task_id, conversation_id, agent, data)
+        return self._observed(_to_record(await self._store.aappend(build)))
+
+    def _observed(self, record: AuditRecord) -> AuditRecord:
+        for observe in self.observers:
+            observe(record)
+        return record
+
+    def _builder(
+        self, kind: str, source: Source, task_id: str, conversation_id: str, agent: str, data: dict[str, Any] | None
+    ) -> Callable[[int, str], Row]:
+        """The row of a record, given the seq and prev_hash it follows (masked, hashed)."""
         if source not in SOURCES:
             raise ValueError(f"unknown audit source {source!r}; expected one of {sorted(SOURCES)}")
         if not self._extendable:  # one more read, before the first append only
@@ -157,31 +192,7 @@ class AuditLog:
             row: Row = {"seq": seq, "ts": _now(), **fields, "data": body, "prev_hash": prev_hash}
             return {**row, "data": canonical_json(body), "hash": keyed_hash(row, key) if key else record_hash(row)}
 
-        record = _to_record(self._store.append(build))
-        for observe in self.observers:
-            observe(record)
-        return record
-
-    async def aappend(
-        self,
-        kind: str,
-        *,
-        source: Source,
-        task_id: str,
-        conversation_id: str = "",
-        agent: str = "",
-        data: dict[str, Any] | None = None,
-    ) -> AuditRecord:
-        """:meth:`append` in a worker thread, so the event loop keeps running."""
-        return await asyncio.to_thread(
-            self.append,
-            kind,
-            source=source,
-            task_id=task_id,
-            conversation_id=conversation_id,
-            agent=agent,
-            data=data,
-        )
+        return build
 
     def query(
         self,

@@ -26,6 +26,7 @@ meets it: opening, appending, reading.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -56,6 +57,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.schema import CreateColumn
 
 from framework.errors import StoreError, UsageError
+from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, retried, until_free
 
 GENESIS = "0" * 64
 """The prev_hash of the first record, and the head of an empty log."""
@@ -165,16 +167,17 @@ def _connect_sqlite(path: str) -> sqlite3.Connection:
     Opened after ``_setup``, when the engine has already put the file in WAL mode (which is kept
     in the file): asking again would be one more chance to meet another process switching it.
     """
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-    return conn
+    return no_wait(conn)  # another process's write lock is waited for by store_locks, not inside SQLite
 
 
 class AuditStore:
     """One database holding the ``audit`` and ``audit_head`` tables; safe to share between threads."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
+        self.lock_timeout = lock_timeout
+        """Seconds an append waits for another process's write lock on SQLite before StoreBusy."""
         self._engine = _create_engine(url)
         self._lock = threading.Lock()
         database = self._engine.url.database if self._engine.dialect.name == "sqlite" else None
@@ -248,11 +251,28 @@ class AuditStore:
         with self._reported():
             return self._append(build)
 
+    async def aappend(self, build: Callable[[int, str], Row]) -> Row:
+        """:meth:`append` for async callers: on SQLite another process's write lock is waited for
+        with the event loop running; other databases append in a worker thread."""
+        if self._sqlite is not None:
+            with self._reported():
+                row = await until_free(lambda: self._attempt(build), path=self.where, timeout=self.lock_timeout)
+            if row is not None:
+                return row
+        return await asyncio.to_thread(self.append, build)
+
+    def _attempt(self, build: Callable[[int, str], Row]) -> Row | None:
+        """One try at the append on the sqlite3 connection; None when it was closed meanwhile."""
+        with self._lock:
+            if self._sqlite is None:
+                return None
+            return self._append_sqlite(self._sqlite, build)
+
     def _append(self, build: Callable[[int, str], Row]) -> Row:
         if self._sqlite is not None:
-            with self._lock:
-                if self._sqlite is not None:  # not closed meanwhile
-                    return self._append_sqlite(self._sqlite, build)
+            row = retried(lambda: self._attempt(build), path=self.where, timeout=self.lock_timeout)
+            if row is not None:
+                return row
         with self._transaction(write=True) as conn:
             head = conn.execute(
                 select(head_table.c.seq, head_table.c.hash).where(head_table.c.id == _HEAD_ID).with_for_update()
@@ -265,7 +285,10 @@ class AuditStore:
         return row
 
     def _append_sqlite(self, conn: sqlite3.Connection, build: Callable[[int, str], Row]) -> Row:
-        """:meth:`append` on a plain sqlite3 connection; the caller holds the lock."""
+        """:meth:`append` on a plain sqlite3 connection; the caller holds the lock.
+
+        ``BEGIN IMMEDIATE`` fails at once while another process writes (the caller tries again);
+        once it succeeds, the write lock is this connection's until the commit."""
         conn.execute("BEGIN IMMEDIATE")
         try:
             head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = ?", (_HEAD_ID,)).fetchone()

@@ -19,6 +19,7 @@ RESTART_ONLY = (
     "server.auth",
     "server.max_request_bytes",
     "store.url",
+    "store.lock_timeout",
     "audit.key_env",
 )
 """ca.yaml settings read once at start-up: a reload keeps their start-up values (see ``pinned``).

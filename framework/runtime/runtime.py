@@ -2,6 +2,7 @@
 
     send(agent, text, conversation)  -> events   a new task
     decide(task, decision)           -> events   answer a paused task (any process)
+    cancel(task)                     -> Canceled end any task (paused, running here or elsewhere)
 
 Both run in their conversation's turn (``Turns``): the messages of one conversation run one
 after another, in order, never interleaved on its LangGraph thread.
@@ -42,6 +43,7 @@ from framework.errors import (
 from framework.runtime import telemetry
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
+from framework.runtime.cancel import Canceled, CancelWatch, cancel_task
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.access import CapabilityAccess
 from framework.runtime.governance.middleware import governance_middleware
@@ -52,7 +54,7 @@ from framework.runtime.remote import Discovery, RemoteFactory
 from framework.runtime.restart import needs_restart, pinned
 from framework.runtime.runner import Runner
 from framework.runtime.stores import open_checkpointer
-from framework.runtime.tasks import AlreadyDecided, Pending, Task, TaskState, TaskStore, expiry, now
+from framework.runtime.tasks import FINAL_STATES, AlreadyDecided, Pending, Task, TaskState, TaskStore, expiry, now
 from framework.runtime.turns import Turns
 from framework.spec.interpolate import load_dotenv
 from framework.spec.project import Project
@@ -84,6 +86,8 @@ class Runtime:
         """The server's metrics (``ca serve``'s ``/metrics``): each run's model and tool calls feed them."""
         self.restart_needed: list[str] = []
         """The start-up settings the files now change (``setting (before -> after)``): a restart applies them."""
+        self.watch = CancelWatch(tasks)
+        """The runs of this process, stopped when ``ca tasks cancel`` in another process asks."""
 
     @classmethod
     async def open(
@@ -110,16 +114,17 @@ class Runtime:
         """
         mask_logs()
         key = chain_key(project.config.audit, project.root)  # a missing key stops us before anything opens
-        saver = await stack.enter_async_context(open_checkpointer(project.root))
-        tasks = TaskStore.open(project.root)
+        lock_timeout = project.config.store.lock_timeout
+        saver = await stack.enter_async_context(open_checkpointer(project.root, lock_timeout=lock_timeout))
+        tasks = TaskStore.open(project.root, lock_timeout=lock_timeout)
         stack.callback(tasks.close)
-        turns = Turns.open(project.root)
+        turns = Turns.open(project.root, lock_timeout=lock_timeout)
         stack.callback(turns.close)
         dotenv = load_dotenv(project.root)
         KNOWN.add(project_secrets(project, {**dotenv, **os.environ}, dotenv))
         if key is not None:
             KNOWN.add([key.secret.decode("utf-8")])
-        audit = AuditLog.open(project.root, secrets=KNOWN.values, key=key)
+        audit = AuditLog.open(project.root, secrets=KNOWN.values, key=key, lock_timeout=lock_timeout)
         stack.callback(audit.close)
         audit.check_extendable()
         tracing = telemetry.start()
@@ -185,15 +190,15 @@ class Runtime:
 
         runtime = cls(await compile_project(project), tasks, audit, turns, source=source)
         runtime.compile_project = compile_project
-        runtime.settle_orphans()
+        await runtime.settle_orphans()
         return runtime
 
-    def settle_orphans(self) -> None:
+    async def settle_orphans(self) -> None:
         """Fail, with the reason, the tasks left running by a process that died (a killed ``ca approve``,
         ``ca run`` or server): nothing runs them any more, and running them again could repeat a
         tool's side effect. Tasks waiting for a decision stay waiting; see :meth:`TaskStore.settle_orphans`."""
-        for task in self.tasks.settle_orphans():
-            self._audit_task(task, "failed", error=task.error, code=task.failure.code if task.failure else None)
+        for task in await self.tasks.asettle_orphans():
+            await self._audit_task(task, "failed", error=task.error, code=task.failure.code if task.failure else None)
 
     async def reload(self) -> bool:
         """Load, validate and compile the project again, then swap the bundle in one assignment.
@@ -239,8 +244,8 @@ class Runtime:
     def root(self) -> Path:
         return self.bundle.project.root
 
-    def _audit_task(self, task: Task, state: str, **data: Any) -> None:
-        self.audit.append(
+    async def _audit_task(self, task: Task, state: str, **data: Any) -> None:
+        await self.audit.aappend(
             "task.state",
             source=self.source,  # type: ignore[arg-type]  # checked by AuditLog.append
             task_id=task.id,
@@ -288,7 +293,7 @@ class Runtime:
             raise ConversationNotYours(
                 f"conversation {conversation!r} was started by another caller: start a new one (send no contextId)"
             )
-        task = self.tasks.create(
+        task = await self.tasks.acreate(
             agent=agent,
             conversation=conversation,
             source=self.source,
@@ -297,7 +302,7 @@ class Runtime:
             parent=parent,
             caller=who,
         )
-        self._audit_task(task, "submitted", input_chars=len(text), by=who)
+        await self._audit_task(task, "submitted", input_chars=len(text), by=who)
         context = dataclasses.replace(self._context(task, skill, request), caps=caps or None, depth=depth, chain=chain)
         async for event in self._drive(
             task,
@@ -326,11 +331,11 @@ class Runtime:
         who decided first.
         """
         task = self.check_decision(task_id, decision)
-        task = self.tasks.claim(task.id, by or self.decider)
+        task = await self.tasks.aclaim(task.id, by or self.decider)
         try:
-            answers = self._answers(task, decision)
+            answers = await self._answers(task, decision)
         except ApprovalTimedOut as exc:
-            yield self._failed_before_run(task, Failure.of(exc))
+            yield await self._failed_before_run(task, Failure.of(exc))
             return
         context = self._context(task, None, request)
         async for event in self._drive(
@@ -342,14 +347,14 @@ class Runtime:
         ):
             yield event
 
-    def _failed_before_run(self, task: Task, failure: Failure) -> RunFinished:
+    async def _failed_before_run(self, task: Task, failure: Failure) -> RunFinished:
         """End ``task`` failed before its run started (recorded, audited); the event that says so."""
-        self.tasks.update(task.id, state="failed", error=failure.message, pending=(), failure=failure)
-        self._audit_task(task, "failed", error=failure.message, code=failure.code)
+        await self.tasks.aupdate(task.id, state="failed", error=failure.message, pending=(), failure=failure)
+        await self._audit_task(task, "failed", error=failure.message, code=failure.code)
         usage = Usage(**{k: int(v) for k, v in task.usage.items() if k in _USAGE_FIELDS})
         return dataclasses.replace(RunFinished.failed(failure, usage), task_id=task.id)
 
-    def _answers(self, task: Task, decision: Mapping[str, Any]) -> dict[str, Any]:
+    async def _answers(self, task: Task, decision: Mapping[str, Any]) -> dict[str, Any]:
         """The resume value of each pending decision; ApprovalTimedOut when one expired under ``on_timeout: fail``.
 
         An expired approval is answered by its ``on_timeout`` (approve or reject) instead of ``decision``.
@@ -367,7 +372,7 @@ class Runtime:
                     "decision": "approve" if pending.on_timeout == "approve" else "reject",
                     "reason": "the approval timed out",
                 }
-            self.audit.append(
+            await self.audit.aappend(
                 "approval",
                 source="cli" if self.source == "cli" else self.source,  # type: ignore[arg-type]
                 task_id=task.id,
@@ -437,17 +442,31 @@ class Runtime:
         ]
         await graph.aupdate_state(config, {"messages": closing}, as_node="tools")
 
-    def mark_canceled(self, task_id: str, reason: str = "") -> None:
+    async def cancel(self, task_id: str, *, by: str | None = None) -> Canceled:
+        """End any task canceled — paused, running here, in another process, or orphaned; see
+        :mod:`framework.runtime.cancel`. ``by`` names who asks (default :attr:`decider`)."""
+        return await cancel_task(
+            self.tasks,
+            self.audit,
+            task_id,
+            by=by or self.decider,
+            source=self.source,  # type: ignore[arg-type]  # checked by AuditLog.append
+            here=self.watch.stop,
+        )
+
+    async def amark_canceled(self, task_id: str, reason: str = "") -> bool:
         """Record that a task was canceled (its run was stopped by the transport), with ``reason``
-        when it was not the caller who asked (a server shutting down)."""
+        when it was not the caller who asked (a server shutting down, ``ca tasks cancel``): one
+        compare-and-set on the record, so a task that ended meanwhile keeps its end. Whether this
+        call canceled it."""
         try:
             task = self.tasks.get(task_id)
         except RunError:
-            return
-        if task.state in ("completed", "failed", "canceled", "rejected"):
-            return
-        self.tasks.update(task.id, state="canceled", pending=(), error=reason or None)
-        self._audit_task(task, "canceled", **({"error": reason} if reason else {}))
+            return False
+        if task.state in FINAL_STATES or not await self.tasks.aend(task.id, state="canceled", error=reason or None):
+            return False
+        await self._audit_task(task, "canceled", **({"error": reason} if reason else {}))
+        return True
 
     async def _drive(
         self,
@@ -463,6 +482,7 @@ class Runtime:
         (ConversationBusy) before anything of it ran. With tracing on, the run is an ``invoke_agent``
         span (``resumed``: linked to the run that paused the task).
         """
+        self.watch.track(task.id)
         try:
             async with self.turns.take(task.conversation, task.id):
                 if prepare is not None:
@@ -486,7 +506,14 @@ class Runtime:
                             tracing.finished(task.id, event)
                         yield event
         except ConversationBusy as exc:  # raised before the run started: nothing of it ran
-            yield self._failed_before_run(task, Failure.of(exc))
+            yield await self._failed_before_run(task, Failure.of(exc))
+        except asyncio.CancelledError:
+            reason = self.watch.reason(task.id)
+            if reason is not None:  # stopped by `cancel` (here or from another process): recorded here
+                await self.amark_canceled(task.id, reason)
+            raise
+        finally:
+            self.watch.untrack(task.id)
 
     def _paused_by(self, task: Task) -> str:
         """The traceparent of the run that paused ``task`` (in its audit), or ""."""
@@ -496,8 +523,8 @@ class Runtime:
         return ""
 
     async def _recorded(self, task: Task, events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
-        self.tasks.update(task.id, state="working")
-        self._audit_task(task, "working")
+        await self.tasks.aupdate(task.id, state="working")
+        await self._audit_task(task, "working")
         pauses: list[Paused] = []
         async for raw in events:
             event = KNOWN.value(raw)  # what any transport shows, stores or logs: never a secret
@@ -508,26 +535,26 @@ class Runtime:
                 before = self.tasks.get(task.id).usage
                 total = event.usage + Usage(**{k: int(v) for k, v in before.items() if k in _USAGE_FIELDS})
                 event = dataclasses.replace(event, task_id=task.id, usage=total)
-                self._finish(task, event, pauses)
+                await self._finish(task, event, pauses)
             yield event
 
-    def _finish(self, task: Task, event: RunFinished, pauses: list[Paused]) -> None:
+    async def _finish(self, task: Task, event: RunFinished, pauses: list[Paused]) -> None:
         usage = dataclasses.asdict(event.usage)
         if event.state == "input-required":
             pending = tuple(self._pending(task, p) for p in pauses)
-            self.tasks.update(task.id, state="input-required", pending=pending, usage=usage)
+            await self.tasks.aupdate(task.id, state="input-required", pending=pending, usage=usage)
             tracing = telemetry.tracing()
             traced = {"traceparent": tracing.traceparent(task.id)} if tracing is not None else {}
-            self._audit_task(task, "input-required", waiting=[p.pause.kind for p in pauses], **traced)
+            await self._audit_task(task, "input-required", waiting=[p.pause.kind for p in pauses], **traced)
         elif event.state == "completed":
-            self.tasks.update(task.id, state="completed", output=event.output, pending=(), usage=usage)
-            self._audit_task(task, "completed", stop_reason=event.stop_reason, usage=usage)
+            await self.tasks.aupdate(task.id, state="completed", output=event.output, pending=(), usage=usage)
+            await self._audit_task(task, "completed", stop_reason=event.stop_reason, usage=usage)
         else:
-            self.tasks.update(
+            await self.tasks.aupdate(
                 task.id, state=event.state, error=event.error, pending=(), usage=usage, failure=event.failure
             )
             code = event.failure.code if event.failure is not None else None
-            self._audit_task(task, event.state, error=event.error, code=code)
+            await self._audit_task(task, event.state, error=event.error, code=code)
 
     def _pending(self, task: Task, paused: Paused) -> Pending:
         paused_at = now()
@@ -556,7 +583,7 @@ class ChildTasks:
         self.tasks = tasks
         self.audit = audit
 
-    def started(self, agent: str, text: str, context: RunContext) -> RunContext:
+    async def started(self, agent: str, text: str, context: RunContext) -> RunContext:
         # One task per (parent task, tool call): a resumed caller re-enters the same child task.
         key = f"{context.task_id}/{context.call_id}"
         child_id = uuid.uuid5(uuid.NAMESPACE_URL, key).hex if context.task_id and context.call_id else ""
@@ -566,7 +593,7 @@ class ChildTasks:
             task = None
         if task is None:
             parent = self.tasks.find(context.task_id) if context.task_id else None
-            task = self.tasks.create(
+            task = await self.tasks.acreate(
                 agent=agent,
                 conversation=context.conversation_id,
                 source="agent-call",
@@ -575,15 +602,15 @@ class ChildTasks:
                 task_id=child_id or None,
                 caller=parent.caller if parent is not None else "",
             )
-            self._record(task.id, context, agent, "submitted", parent=context.task_id)
+            await self._record(task.id, context, agent, "submitted", parent=context.task_id)
         tracing = telemetry.tracing()
         if tracing is not None and context.task_id:
             tracing.alias(task.id, context.task_id)
-        self.tasks.update(task.id, state="working")
-        self._record(task.id, context, agent, "working")
+        await self.tasks.aupdate(task.id, state="working")
+        await self._record(task.id, context, agent, "working")
         return dataclasses.replace(context, task_id=task.id)
 
-    def finished(
+    async def finished(
         self,
         context: RunContext,
         *,
@@ -592,7 +619,7 @@ class ChildTasks:
         error: str = "",
         usage: Mapping[str, float] | None = None,
     ) -> None:
-        self.tasks.update(
+        await self.tasks.aupdate(
             context.task_id,
             state=cast(TaskState, state),
             output=output,
@@ -600,10 +627,10 @@ class ChildTasks:
             usage=dict(usage) if usage else None,
         )
         agent = self.tasks.get(context.task_id).agent
-        self._record(context.task_id, context, agent, state, error=error or None)
+        await self._record(context.task_id, context, agent, state, error=error or None)
 
-    def _record(self, task_id: str, context: RunContext, agent: str, state: str, **data: Any) -> None:
-        self.audit.append(
+    async def _record(self, task_id: str, context: RunContext, agent: str, state: str, **data: Any) -> None:
+        await self.audit.aappend(
             "task.state",
             source="agent-call",
             task_id=task_id,

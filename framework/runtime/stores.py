@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -15,6 +15,7 @@ from langgraph.types import Send
 
 from framework.errors import StoreError
 from framework.runtime.governance.secrets import KNOWN
+from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, until_free
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 STATE_DIR = ".ca"
 CONVERSATIONS_DB = "conversations.db"
-BUSY_TIMEOUT_S = 5.0
+_T = TypeVar("_T")
 
 
 def state_dir(root: Path) -> Path:
@@ -67,12 +68,21 @@ class LoopSqliteSaver(SqliteSaver):
     AsyncSqliteSaver hands every statement to aiosqlite's worker thread and awaits the answer;
     a checkpoint is a fraction of a millisecond of SQLite work, and the thread hops cost more
     than the work (a short run spent half its CPU there). Same tables, same file: only where
-    the statements run changes. Like the task table and the audit log, each statement holds
-    the event loop while it runs.
+    the statements run changes. The connection has no busy timeout: while another process
+    holds the file's write lock, a statement fails at once and is tried again after an
+    ``asyncio.sleep`` (:func:`~framework.runtime.store_locks.until_free`), so the event loop
+    never waits for the lock.
     """
 
+    lock_timeout: float = LOCK_TIMEOUT_S
+    """Seconds a statement waits for another process's write lock before StoreBusy."""
+    path: Path | str = CONVERSATIONS_DB
+
+    async def _free(self, attempt: Callable[[], _T]) -> _T:
+        return await until_free(attempt, path=self.path, timeout=self.lock_timeout)
+
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.get_tuple(config)
+        return await self._free(lambda: self.get_tuple(config))
 
     async def alist(
         self,
@@ -84,7 +94,7 @@ class LoopSqliteSaver(SqliteSaver):
     ) -> AsyncIterator[CheckpointTuple]:
         # Read to the end first: ``list`` holds the saver's thread lock while it iterates, and a
         # put from another task between two yields would wait for it on this very thread.
-        found = [*self.list(config, filter=filter, before=before, limit=limit)]
+        found = await self._free(lambda: [*self.list(config, filter=filter, before=before, limit=limit)])
         for item in found:
             yield item
 
@@ -95,18 +105,18 @@ class LoopSqliteSaver(SqliteSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self.put(config, checkpoint, metadata, new_versions)
+        return await self._free(lambda: self.put(config, checkpoint, metadata, new_versions))
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        self.put_writes(config, writes, task_id, task_path)
+        await self._free(lambda: self.put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        self.delete_thread(thread_id)
+        await self._free(lambda: self.delete_thread(thread_id))
 
     async def aget_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, Any]:
-        return self.get_delta_channel_history(config=config, channels=channels)
+        return await self._free(lambda: self.get_delta_channel_history(config=config, channels=channels))
 
 
 def _rebuilt(item: Any, mask: Callable[[Any], Any]) -> Any:
@@ -138,10 +148,10 @@ class MaskingSerializer:
 
 
 @asynccontextmanager
-async def open_checkpointer(root: Path) -> AsyncIterator[LoopSqliteSaver]:
-    """The conversation store of a project: SQLite in WAL mode with a busy timeout."""
+async def open_checkpointer(root: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> AsyncIterator[LoopSqliteSaver]:
+    """The conversation store of a project: SQLite in WAL mode, waiting for locks off the event loop."""
     path = state_dir(root) / CONVERSATIONS_DB
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+    conn = sqlite3.connect(path, timeout=lock_timeout, check_same_thread=False)
     try:
         with opening(path):
             conn.execute("PRAGMA journal_mode=WAL")
@@ -151,6 +161,8 @@ async def open_checkpointer(root: Path) -> AsyncIterator[LoopSqliteSaver]:
             conn.execute("PRAGMA synchronous=NORMAL")
             saver = LoopSqliteSaver(conn, serde=MaskingSerializer())
             saver.setup()
+        no_wait(conn)  # set up: from now on a locked file is waited for by store_locks, not SQLite
+        saver.lock_timeout, saver.path = lock_timeout, path
         yield saver
     finally:
         conn.close()

@@ -22,12 +22,14 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from framework.errors import ConversationBusy, StoreError
+from framework.runtime.store_locks import LOCK_TIMEOUT_S, is_busy, no_wait
 from framework.runtime.stores import opening, state_dir
 from framework.runtime.tasks import now
 
@@ -49,24 +51,28 @@ CREATE TABLE IF NOT EXISTS turns (
 class Turns:
     """The turns of a project's conversations; ``async with turns.take(conversation, task_id):`` runs one."""
 
-    def __init__(self, path: Path, *, wait: float = TURN_WAIT_S) -> None:
+    def __init__(self, path: Path, *, wait: float = TURN_WAIT_S, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
         self.wait = wait
         """Seconds a message waits for its turn before ConversationBusy."""
+        self.lock_timeout = lock_timeout
+        """Seconds giving a turn back waits for another process's write lock on the file."""
         self.path = path
-        self._lock = threading.Lock()  # one connection, used from worker threads
-        self._conn = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
+        self._lock = threading.Lock()  # one connection; each statement holds it for no longer than itself
+        self._conn = sqlite3.connect(path, timeout=lock_timeout, check_same_thread=False, isolation_level=None)
         self._closed = False
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.executescript(_SCHEMA)
+        no_wait(self._conn)  # a locked file fails a statement at once: the turn is polled for, as it is anyway
         self._locks: dict[str, asyncio.Lock] = {}
+        self._giving_back: set[asyncio.Task[None]] = set()
         self._users: dict[str, int] = {}
         self._pid = os.getpid()
 
     @classmethod
-    def open(cls, root: Path) -> Turns:
+    def open(cls, root: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> Turns:
         path = state_dir(root) / "tasks.db"
         with opening(path):  # a file that is not a database: a StoreError naming it
-            return cls(path)
+            return cls(path, lock_timeout=lock_timeout)
 
     def close(self) -> None:
         # Under the lock: a worker thread may still be giving a turn back (shielded from the
@@ -89,7 +95,7 @@ class Turns:
             except TimeoutError:
                 raise self._busy(conversation, "a turn of this process") from None
             try:
-                while not await asyncio.to_thread(self._claim, conversation, task_id):
+                while not self._claim(conversation, task_id):  # never waits: a locked file is "not yet"
                     if loop.time() >= deadline:
                         raise self._busy(conversation, "a turn of another process")
                     await asyncio.sleep(POLL_S)
@@ -98,7 +104,9 @@ class Turns:
                 finally:
                     # At once, with no await: a run that ended holds no turn, even when the process is
                     # being stopped right after its answer went out (one short DELETE, like the task record's).
-                    self._release(conversation, task_id)
+                    # While another process holds the file's write lock it is given back as soon as it can.
+                    if not self._release(conversation, task_id):
+                        self._give_back_later(conversation, task_id)
             finally:
                 lock.release()
         finally:
@@ -114,7 +122,9 @@ class Turns:
         )
 
     def _claim(self, conversation: str, task_id: str) -> bool:
-        """Take the row of ``conversation`` (one atomic insert); a dead process's row is removed first."""
+        """Take the row of ``conversation`` (one atomic insert); a dead process's row is removed first.
+
+        False when another process holds the row, or the file's write lock (both mean: poll again)."""
         try:
             with self._lock:
                 if self._closed:
@@ -136,16 +146,46 @@ class Turns:
                     )
                 return False
         except sqlite3.Error as exc:
+            if is_busy(exc):
+                return False
             raise StoreError(f"the turns of {self.path} cannot be read: {exc}") from exc
 
-    def _release(self, conversation: str, task_id: str) -> None:
+    def _release(self, conversation: str, task_id: str) -> bool:
+        """Give the row back; False when another process holds the file's write lock (nothing changed)."""
         try:
             with self._lock:
                 if self._closed:  # shutting down: the row goes with this process (a dead pid's row is taken over)
-                    return
+                    return True
                 self._conn.execute("DELETE FROM turns WHERE conversation = ? AND task_id = ?", (conversation, task_id))
+            return True
         except sqlite3.Error as exc:
+            if is_busy(exc):
+                return False
             raise StoreError(f"the turn of conversation {conversation!r} cannot be given back: {exc}") from exc
+
+    def _give_back_later(self, conversation: str, task_id: str) -> None:
+        """Give the row back once the file's write lock is free, without holding up the event loop.
+
+        Until then the conversation's next message (here or in another process) polls as for any
+        running turn. Past the lock timeout the row stays: it names this process, and the next
+        taker removes it once this process is gone.
+        """
+
+        async def give_back() -> None:
+            deadline = asyncio.get_running_loop().time() + self.lock_timeout
+            while not self._release(conversation, task_id):
+                if asyncio.get_running_loop().time() >= deadline:
+                    print(
+                        f"warning: the turn of conversation {conversation!r} could not be given back: "
+                        f"{self.path.name} stayed locked for {self.lock_timeout:g} s",
+                        file=sys.stderr,
+                    )
+                    return
+                await asyncio.sleep(POLL_S)
+
+        later = asyncio.get_running_loop().create_task(give_back())
+        self._giving_back.add(later)
+        later.add_done_callback(self._giving_back.discard)
 
 
 def _alive(pid: int) -> bool:

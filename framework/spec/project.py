@@ -199,6 +199,13 @@ class StoreConfig(Spec):
         default="sqlite:///.ca/state.db",
         description="Where `ca serve` keeps A2A tasks: a SQLite file, or PostgreSQL to share them between servers.",
     )
+    lock_timeout: Duration = Field(
+        default=30.0,
+        description=(
+            "How long a request waits for another process's write lock on a SQLite file under .ca/ before it"
+            " fails with store_busy (retryable; nothing of it is written)."
+        ),
+    )
 
     @field_validator("url")
     @classmethod

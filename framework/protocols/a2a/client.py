@@ -233,7 +233,7 @@ class Peers:
         if known is None:
             outcome = await self.send(url, [new_text_part(text)], metadata=metadata)
             if key and outcome.task_id:
-                self.tasks.save_remote(key, url, outcome.task_id, outcome.context_id)
+                await self.tasks.asave_remote(key, url, outcome.task_id, outcome.context_id)
         else:
             outcome = await self.status(url, known["task_id"])
             outcome.context_id = known["context_id"]

@@ -193,9 +193,9 @@ class CleverAgentExecutor(AgentExecutor):
                 await event_queue.enqueue_event(submitted)
             await self._failed(Failure.of(exc), updater, task_id, context_id)
         except asyncio.CancelledError:
-            reason = self._stopping
-            self.runtime.mark_canceled(task_id, reason or "")
-            if reason is not None:  # stopped by the server, not by CancelTask: say so to whoever waits
+            reason = self._stopping or self.runtime.watch.reason(task_id)  # a server stopping, `ca tasks cancel`
+            await self.runtime.amark_canceled(task_id, reason or "")
+            if reason is not None:  # stopped by the server or another process, not by CancelTask: say so
                 if deferred:
                     await event_queue.enqueue_event(submitted)
                 await updater.cancel(agent_message(task_id, context_id, [new_text_part(reason)]))
@@ -256,7 +256,7 @@ class CleverAgentExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id = context.task_id or ""
-        self.runtime.mark_canceled(task_id)
+        await self.runtime.amark_canceled(task_id)
         updater = TaskUpdater(event_queue, task_id, context.context_id or "")
         await updater.cancel()
 

@@ -121,9 +121,12 @@ def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     # (callers queue on the pool instead of sleeping in SQLite's busy handler, which gave p99
     # latencies of seconds under load), in WAL mode so other processes (`ca tasks`, a second
     # reader) neither block it nor wait for it.
-    engine = create_async_engine(url, connect_args={"timeout": 30}, pool_size=1, max_overflow=0)
+    # The engine's statements wait for another process's write lock in aiosqlite's thread, off the loop.
+    lock_timeout = runtime.bundle.project.config.store.lock_timeout
+    engine = create_async_engine(url, connect_args={"timeout": lock_timeout}, pool_size=1, max_overflow=0)
     event.listen(engine.sync_engine, "connect", _sqlite_wal)
-    return WriteBehindTaskStore(SqliteTaskStore(engine, Path(url.split(":///", 1)[1])), records=records)
+    path = Path(url.split(":///", 1)[1])
+    return WriteBehindTaskStore(SqliteTaskStore(engine, path, lock_timeout=lock_timeout), records=records)
 
 
 def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
@@ -389,8 +392,8 @@ async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> Non
         if task.source != runtime.source or task.state not in ("submitted", "working") or task.owner_pid:
             continue
         context = ServerCallContext(user=TaskOwner(task.caller))  # the A2A store scopes rows by owner
-        runtime.tasks.update(task.id, state="failed", error=INTERRUPTED, pending=())
-        runtime.audit.append(
+        await runtime.tasks.aupdate(task.id, state="failed", error=INTERRUPTED, pending=())
+        await runtime.audit.aappend(
             "task.state",
             source="a2a-http",
             task_id=task.id,

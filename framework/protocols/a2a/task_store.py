@@ -40,8 +40,10 @@ from sqlalchemy import JSON, DateTime
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import class_mapper
 
+from framework.errors import StoreBusy
 from framework.protocols.a2a.statuses import derived
 from framework.runtime.governance.secrets import KNOWN
+from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, until_free
 from framework.runtime.tasks import Task as Record
 
 logger = logging.getLogger(__name__)
@@ -50,8 +52,6 @@ FLUSH_SECONDS = 0.5
 """A running task's latest state reaches the database at most this long after it changed."""
 DURABLE_STATES = frozenset(TERMINAL_TASK_STATES | INTERRUPTED_TASK_STATES)
 """Saves into these states are written before ``save`` returns."""
-BUSY_TIMEOUT_S = 30.0
-"""How long SqliteTaskStore waits for another writer of the file (as the engine's connections do)."""
 
 
 @dataclass
@@ -99,6 +99,11 @@ class WriteBehindTaskStore(TaskStore):
         self._flushes: set[asyncio.Task[None]] = set()
         self._closed = False
 
+    @property
+    def store_name(self) -> str:
+        path = getattr(self.store, "path", None)
+        return path.name if isinstance(path, Path) else "the task store"
+
     async def initialize(self) -> None:
         await self.store.initialize()
 
@@ -111,7 +116,13 @@ class WriteBehindTaskStore(TaskStore):
             live = _Live(latest, context)
             if not durable:
                 self._live[key] = live
-            await self._write(live, latest, context)
+            try:
+                await self._write(live, latest, context)
+            except StoreBusy:
+                live.dirty = True  # as below: kept, and written once the file is free
+                self._live[key] = live
+                self._schedule_flush()
+                logger.warning("task %s: its A2A row is written once %s is free", task.id, self.store_name)
             return
         live.task, live.context = latest, context
         if not durable:
@@ -121,6 +132,13 @@ class WriteBehindTaskStore(TaskStore):
         live.dirty = False
         try:
             await self._write(live, latest, context)
+        except StoreBusy:
+            # Another process held the file past store.lock_timeout: the runtime's record already
+            # has the state, so the row follows as soon as the lock is given back (the flush).
+            live.dirty = True
+            self._schedule_flush()
+            logger.warning("task %s: its A2A row is written once %s is free", task.id, self.store_name)
+            return
         except BaseException:
             live.dirty = live.task is latest or live.dirty
             raise
@@ -208,6 +226,10 @@ class WriteBehindTaskStore(TaskStore):
             self._sleeper = None  # a save from now on schedules the next flush
         try:
             await self.flush()
+        except StoreBusy:
+            logger.warning("%s is still locked by another process; writing its running tasks later", self.store_name)
+            if not self._closed:
+                self._schedule_flush()
         except Exception:
             logger.exception("writing running tasks to the task store failed; trying again")
             if not self._closed:
@@ -258,12 +280,16 @@ class SqliteTaskStore(DatabaseTaskStore):
     rows are the SDK's own (its ``_to_orm``/``_from_orm`` map tasks; values are stored as
     SQLAlchemy stores them on SQLite: JSON text, ``YYYY-MM-DD HH:MM:SS.ffffff`` times), so the
     SDK's ``list`` and ``delete``, which stay on the engine, read and remove them as before.
-    Each statement holds the event loop while it runs, as the task table and the audit do.
+    The connection has no busy timeout: while another process holds the file's write lock a
+    statement fails at once and is tried again with the event loop running
+    (:func:`~framework.runtime.store_locks.until_free`).
     """
 
-    def __init__(self, engine: AsyncEngine, path: Path) -> None:
+    def __init__(self, engine: AsyncEngine, path: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
         super().__init__(engine)
         self.path = path
+        self.lock_timeout = lock_timeout
+        """Seconds a save waits for another process's write lock on the file before StoreBusy."""
         self._conn: sqlite3.Connection | None = None
         self._columns = tuple(
             (attr.key, attr.columns[0].name, _kind(attr.columns[0].type))
@@ -278,21 +304,26 @@ class SqliteTaskStore(DatabaseTaskStore):
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(self.path, timeout=self.lock_timeout, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn = conn
+            self._conn = no_wait(conn)  # a locked file: waited for by until_free, with the event loop running
         return self._conn
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
         await self._ensure_initialized()
         model = self._to_orm(task, self.owner_resolver(context))
         values = tuple(_to_column(kind, getattr(model, key)) for key, _, kind in self._columns)
-        self._connection().execute(self._upsert, values)
+        await until_free(
+            lambda: self._connection().execute(self._upsert, values), path=self.path, timeout=self.lock_timeout
+        )
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         await self._ensure_initialized()
-        row = self._connection().execute(self._select, (task_id, self.owner_resolver(context))).fetchone()
+        key = (task_id, self.owner_resolver(context))
+        row = await until_free(
+            lambda: self._connection().execute(self._select, key).fetchone(), path=self.path, timeout=self.lock_timeout
+        )
         if row is None:
             return None
         fields = {key: _from_column(kind, value) for (key, _, kind), value in zip(self._columns, row, strict=True)}

@@ -129,26 +129,26 @@ class PromptTurn:
         try:
             finished, pauses = await drive_turn(runtime, events, self)
         except BaseException:  # cancelled, or the editor's answer was unusable: nothing is left open
-            self.abandon()
+            await self.abandon()
             raise
         if finished.state != "input-required":
             return self.stop(finished)
         if self.cancelled is not None:
-            self.abandon()
+            await self.abandon()
             return self.stop(RunFinished.failed(Failure.of(self.cancelled)))
         # A question: the turn ends with it, and the next prompt is the answer.
         question_text = "\n".join(p.pause.message for p in pauses)
         self.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": question_text}})
         return {"stopReason": "end_turn"}
 
-    def abandon(self) -> None:
+    async def abandon(self) -> None:
         """The turn ends before its run: every started tool call gets its final update (failed,
         as ACP has no cancelled status) and the task is canceled, never left working."""
         for call_id in [c for c, call in self.calls.items() if not call.get("closed")]:
             self.calls[call_id]["closed"] = True
             self.update(closing_update(call_id))
         if self.owns_task:
-            self.server.runtime.mark_canceled(self.task_id)
+            await self.server.runtime.amark_canceled(self.task_id)
 
     async def decide(self, finished: RunFinished, pauses: list[Paused]) -> dict[str, Any] | None:
         """The turn view's decision: a permission request per pause; a question ends the turn."""

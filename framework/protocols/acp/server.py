@@ -194,7 +194,7 @@ class AcpServer:
             self.load_error = exc
             return
         self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote, mcp=open_mcp)
-        self.rows = SessionStore.open(project.root)
+        self.rows = SessionStore.open(project.root, lock_timeout=project.config.store.lock_timeout)
         self.stack.callback(self.rows.close)
         self.agent_name = self.agent_name or project.default_agent
         if self.reload:
@@ -310,7 +310,7 @@ class AcpServer:
         session = Session(uuid.uuid4().hex, params["cwd"], self._default_mode(), mcp=_editor_mcp(params))
         self.sessions[session.id] = session
         self.runtime.profiles[session.id] = session.mode
-        self.rows.save(session.id, self.agent_name, session.mode or "", session.cwd)
+        await self.rows.asave(session.id, self.agent_name, session.mode or "", session.cwd)
         return Reply({"sessionId": session.id, "modes": self._modes(session.mode)}, lambda: self._announce(session))
 
     def _announce(self, session: Session) -> None:
@@ -342,7 +342,7 @@ class AcpServer:
             raise JsonRpcError(Code.INVALID_PARAMS, f"unknown mode {mode!r}; modes: {known}")
         session.mode = mode
         self.runtime.profiles[session.id] = mode
-        self.rows.save(session.id, self.agent_name, mode, session.cwd)
+        await self.rows.asave(session.id, self.agent_name, mode, session.cwd)
         self.update(session.id, {"sessionUpdate": "current_mode_update", "currentModeId": mode})
         return {}
 

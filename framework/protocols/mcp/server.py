@@ -183,7 +183,7 @@ class AgentTools:
                 elif isinstance(event, RunFinished):
                     finished = event  # the last event; the stream ends after it, giving back the turn
         except asyncio.CancelledError:  # the client cancelled the request: the task is canceled too
-            self.runtime.mark_canceled(task_id, "cancelled by the MCP client")
+            await self.runtime.amark_canceled(task_id, "cancelled by the MCP client")
             raise
         return finished
 

@@ -27,8 +27,9 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NotRequired, TypeVar
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest, hook_config
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -48,6 +49,9 @@ from framework.spec.profile import Profile
 from framework.spec.project import Project
 
 APPROVAL_OPTIONS = ("approve", "reject", "edit", "always")
+_T = TypeVar("_T")
+_OUTBOX: ContextVar[list[tuple[Any, str, dict[str, Any]]] | None] = ContextVar("ca_audit_outbox", default=None)
+"""The audit records an async hook's sync checks made, appended (awaited) when the checks end."""
 WITHHELD = "ca_withheld"
 """``response_metadata`` key of a message never shown: an answer that broke the contract, and
 the explanation the model got for it."""
@@ -142,19 +146,37 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
     # -- audit -----------------------------------------------------------------
 
     def audit(self, context: RunContext, kind: str, **data: Any) -> None:
+        """Record ``kind``: at once from a sync hook; from an async one when the hook's checks end
+        (before the tool runs), waiting for another process's write lock off the event loop."""
         log = context.audit
         if log is None:
             return
-        log.append(
-            kind,
-            source=context.source
+        record = {
+            "source": context.source
             if context.source in ("cli", "a2a-http", "a2a-stdio", "acp", "agent-call", "mcp")
             else "cli",
-            task_id=context.task_id,
-            conversation_id=context.conversation_id,
-            agent=self.policy.agent.name,
-            data=data,
-        )
+            "task_id": context.task_id,
+            "conversation_id": context.conversation_id,
+            "agent": self.policy.agent.name,
+            "data": data,
+        }
+        outbox = _OUTBOX.get()
+        if outbox is None:
+            log.append(kind, **record)
+        else:
+            outbox.append((log, kind, record))
+
+    async def _audited(self, hook: Callable[[], _T]) -> _T:
+        """``hook()`` (sync checks), then its audit records, appended in order — also when the hook
+        raised (a pause for a decision is an exception too)."""
+        outbox: list[tuple[Any, str, dict[str, Any]]] = []
+        token = _OUTBOX.set(outbox)
+        try:
+            return hook()
+        finally:
+            _OUTBOX.reset(token)
+            for log, kind, record in outbox:
+                await log.aappend(kind, **record)
 
     # -- the task --------------------------------------------------------------
 
@@ -251,7 +273,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         }
 
     async def abefore_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return self.before_model(state, runtime)
+        return await self._audited(lambda: self.before_model(state, runtime))
 
     # -- after each model call: usage, cost, the contract on a final answer ------
 
@@ -323,10 +345,10 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         raise ContractViolation("contract violated: " + "; ".join(problems), data={"violations": problems})
 
     async def aafter_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return self.after_agent(state, runtime)
+        return await self._audited(lambda: self.after_agent(state, runtime))
 
     async def aafter_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return self.after_model(state, runtime)
+        return await self._audited(lambda: self.after_model(state, runtime))
 
     # -- each tool call ----------------------------------------------------------
 
@@ -475,7 +497,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
-        runnable, refused, extra = self._prepare(request)
+        runnable, refused, extra = await self._audited(lambda: self._prepare(request))
         if runnable is None:
             assert refused is not None
             return Command(update={"messages": [refused], **extra})
@@ -484,7 +506,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             result = await handler(runnable)
         finally:
             CALL_CONTEXT.reset(token)
-        return self._finish(runnable, result, extra)
+        return await self._audited(lambda: self._finish(runnable, result, extra))
 
 
 def stopped_by(failure: CAError) -> dict[str, Any]:

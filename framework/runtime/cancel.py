@@ -1,0 +1,174 @@
+"""Ending any task, wherever it is: ``ca tasks cancel TASK`` and :meth:`Runtime.cancel`.
+
+    the task is                      it is ended by
+    ───────────────────────────────  ─────────────────────────────────────────────────────────
+    waiting for a decision           one compare-and-set from ``input-required`` to ``canceled``
+                                     (the same one a decision's claim makes: exactly one wins)
+    running in this process          cancelling its run (its tools stopped, a shell command's
+                                     whole process group killed)
+    running in another live process  a cancel request on its record; every process that runs
+                                     tasks polls its running tasks' records (:class:`CancelWatch`,
+                                     every :data:`POLL_S`) and cancels the run itself
+    running in a process now gone    one compare-and-set on that dead owner
+
+Each ending is audited (``task.state`` canceled, with who asked). A final task is left as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from framework.errors import RunError, StoreBusy, UsageError
+from framework.runtime.audit import AuditLog, Source
+from framework.runtime.tasks import FINAL_STATES, Task, TaskStore, process_alive, this_process
+
+POLL_S = 0.25
+"""How often a process running tasks looks for cancel requests on their records."""
+STOP_WAIT_S = 5.0
+"""How long ``ca tasks cancel`` waits for another process to stop a running task."""
+REASON_KEPT_S = 60.0
+"""How long a canceled run's reason is remembered after its run ended."""
+
+How = Literal["paused", "here", "other process", "orphan"]
+
+
+@dataclass(frozen=True)
+class Canceled:
+    """What a cancel did: the task as it is now, and how it was reached."""
+
+    task: Task
+    how: How
+
+
+class StillRunning(RunError):
+    """The process running a task did not stop it within the wait (the request stays on its record)."""
+
+
+async def cancel_task(
+    tasks: TaskStore,
+    audit: AuditLog,
+    task_id: str,
+    *,
+    by: str,
+    source: Source,
+    here: Callable[[str, str], bool] = lambda _task, _reason: False,
+    wait: float = STOP_WAIT_S,
+) -> Canceled:
+    """End ``task_id`` (an id or a unique prefix) canceled, as the module doc says.
+
+    ``here(task_id, reason)`` cancels a run of this process and says whether it had one.
+    Raises UsageError for an unknown task, RunError for a task already final, and
+    :class:`StillRunning` when another process did not stop it within ``wait`` seconds.
+    """
+    try:
+        task = tasks.get(task_id)
+    except RunError as exc:  # unknown or ambiguous: the argument is wrong
+        raise UsageError(str(exc)) from exc
+    reason = f"canceled by {by}"
+    while True:
+        if task.state in FINAL_STATES:
+            raise RunError(f"task {task.id[:12]} is already {task.state}; there is nothing to cancel")
+        if task.state == "input-required":
+            if await tasks.acancel_paused(task.id, by, reason):
+                return await _ended(tasks, audit, task, by, source, reason, "paused")
+        elif task.owner_pid == this_process()[0] and here(task.id, reason):
+            return await _stopped(tasks, task, "here", wait)
+        elif task.owner_host == this_process()[1] and task.owner_pid and not process_alive(task.owner_pid):
+            dead = f"{reason} (the process running it, pid {task.owner_pid}, had stopped)"
+            if await tasks.acancel_orphan(task.id, task.owner_pid, dead):
+                return await _ended(tasks, audit, task, by, source, dead, "orphan")
+        elif await tasks.arequest_cancel(task.id, by):
+            return await _stopped(tasks, task, "other process", wait)
+        task = tasks.get(task.id)  # it changed meanwhile (decided, ended, claimed again): look again
+
+
+async def _ended(
+    tasks: TaskStore, audit: AuditLog, task: Task, by: str, source: Source, reason: str, how: How
+) -> Canceled:
+    await audit.aappend(
+        "task.state",
+        source=source,
+        task_id=task.id,
+        conversation_id=task.conversation,
+        agent=task.agent,
+        data={"state": "canceled", "error": reason, "by": by},
+    )
+    return Canceled(tasks.get(task.id), how)
+
+
+async def _stopped(tasks: TaskStore, task: Task, how: How, wait: float) -> Canceled:
+    """Wait for the run's own process to end the task (it records and audits the cancel)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while (now := tasks.get(task.id)).state not in FINAL_STATES:
+        if loop.time() >= deadline:
+            raise StillRunning(
+                f"task {task.id[:12]} is still {now.state}: the process running it (pid {task.owner_pid} on "
+                f"{task.owner_host}) did not stop it within {wait:g} s; the cancel request stays on the task, "
+                "and that process stops it when it next looks"
+            )
+        await asyncio.sleep(0.05)
+    return Canceled(now, how)
+
+
+class CancelWatch:
+    """The runs of one process, stopped when another process asks (a cancel request on the record).
+
+    ``track`` registers a run (the asyncio task driving it) for the time it runs; while any run is
+    tracked, one watcher polls their records every :data:`POLL_S` and cancels each run asked to
+    stop, remembering who asked (:meth:`reason`), so the transport can say so to its client.
+    """
+
+    def __init__(self, tasks: TaskStore) -> None:
+        self.tasks = tasks
+        self.runs: dict[str, asyncio.Task[object]] = {}
+        self.reasons: dict[str, str] = {}
+        self._watcher: asyncio.Task[None] | None = None
+
+    def track(self, task_id: str) -> None:
+        current = asyncio.current_task()
+        if current is None:
+            return
+        self.runs[task_id] = current
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    def untrack(self, task_id: str) -> None:
+        self.runs.pop(task_id, None)
+        if task_id in self.reasons:  # kept a while: the transport reads it as the cancel reaches it
+            try:
+                asyncio.get_running_loop().call_later(REASON_KEPT_S, self.reasons.pop, task_id, None)
+            except RuntimeError:  # no loop runs any more (the generator closed at exit): nobody will read it
+                self.reasons.pop(task_id, None)
+
+    def stop(self, task_id: str, reason: str) -> bool:
+        """Cancel this process's run of ``task_id`` with ``reason``; whether there was one."""
+        run = self.runs.get(task_id)
+        if run is None or run.done():
+            return False
+        self.reasons[task_id] = reason
+        run.cancel(reason)
+        return True
+
+    def reason(self, task_id: str) -> str | None:
+        """Why the run of ``task_id`` was canceled, when it was canceled through this watch."""
+        return self.reasons.get(task_id)
+
+    async def _watch(self) -> None:
+        while self.runs:
+            await asyncio.sleep(POLL_S)
+            try:
+                asked = self.tasks.cancel_requests(list(self.runs))
+            except StoreBusy as exc:  # the file is locked just now: look again at the next poll
+                print(f"warning: cancel requests not read: {exc}", file=sys.stderr)
+                continue
+            except sqlite3.ProgrammingError:  # the task store was closed: this process is stopping
+                return
+            for task_id, who in asked.items():
+                if task_id not in self.reasons:
+                    self.stop(task_id, f"canceled by {who}")
