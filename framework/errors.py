@@ -20,6 +20,8 @@
         ├── TaskNotWaiting       task_not_waiting     a decision for a task that waits for none
         ├── ConversationBusy     conversation_busy    another turn of the conversation ran past the wait limit
                                                       (retryable: send the message again later)
+        ├── ConversationTooLarge conversation_too_large  the conversation holds store.max_conversation_bytes
+                                                      (start a new conversation)
         ├── BudgetExceeded       budget_exceeded      a budget with on_exceed: fail was spent
         ├── PolicyDenied         policy_denied        a capability, contract or profile rule refused an action
         │   ├── PathRefused      policy_denied        a path no capability can allow (outside the root, ...)
@@ -62,6 +64,7 @@ ErrorCode = Literal[
     "agent_not_found",
     "task_not_waiting",
     "conversation_busy",
+    "conversation_too_large",
     "budget_exceeded",
     "policy_denied",
     "contract_violation",
@@ -236,6 +239,16 @@ class PathChanged(PathRefused):
 
 class UrlRefused(PolicyDenied):
     """A URL refused before the allowlist is consulted."""
+
+
+class ConversationTooLarge(RunError):
+    """A message that would take its conversation past ``store.max_conversation_bytes``.
+
+    Nothing of the message ran; the conversation is as it was. A new conversation (no
+    ``contextId``, a new ACP session) starts from empty.
+    """
+
+    code = "conversation_too_large"
 
 
 class ConversationNotYours(PolicyDenied):

@@ -63,6 +63,7 @@ class Code(IntEnum):
     TOOL_FAILED = -32090
     RUN_FAILED = -32091
     STORE_BUSY = -32092
+    CONVERSATION_TOO_LARGE = -32093
 
 
 ERROR_CODES: dict[ErrorCode, Code] = {
@@ -76,6 +77,7 @@ ERROR_CODES: dict[ErrorCode, Code] = {
     "agent_not_found": Code.AGENT_NOT_FOUND,
     "spec_invalid": Code.SPEC_INVALID,
     "conversation_busy": Code.CONVERSATION_BUSY,
+    "conversation_too_large": Code.CONVERSATION_TOO_LARGE,
     "task_not_waiting": Code.TASK_NOT_WAITING,
     "provider_error": Code.PROVIDER_ERROR,
     "tool_failed": Code.TOOL_FAILED,

@@ -36,6 +36,7 @@ from framework.errors import (
     CAError,
     ConversationBusy,
     ConversationNotYours,
+    ConversationTooLarge,
     Diagnostic,
     Failure,
     RunError,
@@ -292,6 +293,14 @@ class Runtime:
         if caller is not None and self.tasks.callers_in(conversation) - {caller}:
             raise ConversationNotYours(
                 f"conversation {conversation!r} was started by another caller: start a new one (send no contextId)"
+            )
+        limit = self.bundle.project.config.store.max_conversation_bytes
+        held = self.tasks.conversation_bytes(conversation) if not parent else 0  # a call's size is its caller's
+        if held + len(text.encode("utf-8", "surrogatepass")) > limit:
+            raise ConversationTooLarge(
+                f"conversation {conversation!r} would hold more than {limit} bytes (store.max_conversation_bytes):"
+                " nothing of this message ran; start a new conversation (another contextId, session or --session)",
+                data={"conversation": conversation, "bytes": held, "limit": limit},
             )
         task = await self.tasks.acreate(
             agent=agent,

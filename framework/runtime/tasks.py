@@ -592,6 +592,16 @@ class TaskStore:
             )
         )
 
+    def conversation_bytes(self, conversation: str) -> int:
+        """What the tasks of a conversation hold: their messages and answers, in UTF-8 bytes."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT COALESCE(SUM(LENGTH(CAST(input AS BLOB)) + LENGTH(CAST(COALESCE(output, '') AS BLOB))), 0)"
+                " FROM tasks WHERE conversation = ? AND parent = ''",
+                (conversation,),
+            ).fetchone()
+        return int(row[0])
+
     def callers_in(self, conversation: str) -> set[str]:
         """Who sent the tasks of this conversation (a conversation belongs to the caller who started it)."""
         rows = self._run(

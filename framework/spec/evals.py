@@ -91,7 +91,7 @@ class BudgetExpectation(Spec):
     max_duration: Duration | None = Field(default=None, description="Wall time of the case, e.g. '5s'.")
 
 
-State = Literal["completed", "failed", "input-required", "canceled"]
+State = Literal["completed", "failed", "rejected", "input-required", "canceled"]
 
 
 class Expectations(Spec):
@@ -130,8 +130,8 @@ class Expectations(Spec):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if self.failure_code is not None and self.state not in (None, "failed"):
-            raise fail("expect", "failure_code goes with state: failed (or no state)")
+        if self.failure_code is not None and self.state not in (None, "failed", "rejected"):
+            raise fail("expect", "failure_code goes with state: failed or rejected (or no state)")
         if self.in_order and not self.tools_called:
             raise fail("expect", "in_order needs tools_called")
         return self

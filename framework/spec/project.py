@@ -206,6 +206,14 @@ class StoreConfig(Spec):
             " fails with store_busy (retryable; nothing of it is written)."
         ),
     )
+    max_conversation_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description=(
+            "The most a conversation may hold (its messages and answers, in UTF-8 bytes): a message that would"
+            " take it past this fails with conversation_too_large before anything runs; start a new conversation."
+        ),
+    )
 
     @field_validator("url")
     @classmethod

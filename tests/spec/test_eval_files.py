@@ -47,7 +47,7 @@ cases:
         "e.yaml:3:12: a conversation needs at least one message",
         "e.yaml:4:12: '../outside.txt' must be a path inside the project, like 'src/app.py'",
         "e.yaml:5:17: decision 'edit' needs `args:`, the tool call's new arguments",
-        "e.yaml:6:13: failure_code goes with state: failed (or no state)",
+        "e.yaml:6:13: failure_code goes with state: failed or rejected (or no state)",
         "e.yaml:7:11: duplicate case name 'a': case 1 has it (give every case of a file its own name)",
         "e.yaml:9:12: agent 'flow' is a workflow: it has no model to replace"
         " (set the model on the agents its steps call, or remove `model:`)",
