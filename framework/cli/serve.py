@@ -92,7 +92,10 @@ class Draining(uvicorn.Server):
 def listen_on(host: str, port: int) -> socket.socket:
     """The server's listening socket, bound here so that a port in use is a UsageError naming it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say they are TCP,
+    # and an accepted connection inherits this one's protocol; with Nagle on, each small SSE event
+    # waits for the client's delayed ACK (~40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -50,3 +50,32 @@ def test_the_folder_is_free_again_once_the_server_stopped(make_project: ProjectF
     again = start_serve(root, logs=logs)
     again.stop()
     again.assert_clean_exit()
+
+
+def test_connections_to_ca_serve_have_nagle_off() -> None:
+    """Each small SSE event goes out at once: asyncio sets TCP_NODELAY only on sockets that say they
+    are TCP, and an accepted connection inherits the listening socket's protocol (a 0 there cost each
+    streamed event the client's delayed ACK, ~40 ms)."""
+    import asyncio
+    import socket
+
+    from framework.cli.serve import listen_on
+
+    async def main() -> int:
+        accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            sock = writer.get_extra_info("socket")
+            accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        listening = listen_on("127.0.0.1", 0)
+        server = await asyncio.start_server(connected, sock=listening)
+        async with server:
+            port = listening.getsockname()[1]
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            nodelay = await asyncio.wait_for(accepted, 10)
+            writer.close()
+        return nodelay
+
+    assert asyncio.run(main()) != 0
