@@ -432,12 +432,15 @@ def test_ctrl_c_stops_the_cases_and_leaves_no_scratch_copy(make_project: Project
         text=True,
         start_new_session=True,
     ) as proc:
-        deadline = time.monotonic() + 30
-        while len(list(scratch.glob("*/*"))) < 2 and time.monotonic() < deadline:  # both cases running
-            time.sleep(0.1)
+        deadline = time.monotonic() + 60
+        while len(list(scratch.glob("*/*"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # until both cases run, each in its scratch copy
+        running = len(list(scratch.glob("*/*")))
         time.sleep(1)
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole process group
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole process group
+        out, err = proc.communicate(timeout=30)
+    assert running == 2, f"the cases never ran together: {out}{err}"
+    assert proc.returncode == 130, f"{out}{err}"
     assert "interrupted" in err and "Traceback" not in err
     assert list(scratch.iterdir()) == []
