@@ -58,7 +58,7 @@ _BATCH = 1000
 
 @dataclass(frozen=True)
 class AuditRecord:
-    """One entry of the log. ``kind`` is e.g. "task.state", "tool.call", "tool.result",
+    """One entry of the log. ``kind`` is e.g. "task.state", "model.call", "tool.call", "tool.result",
     "decision", "denial", "budget", "contract" or "approval"; ``ts`` is UTC ISO-8601 with
     microseconds; ``data`` is JSON, secrets already masked; ``chain`` and ``key_id`` say how
     ``hash`` was made (:mod:`framework.runtime.audit_chain`)."""
