@@ -539,6 +539,27 @@ def audit(
     raise typer.Exit(audit_command(AuditOptions(_project_dir(project), task, verify, limit, since, as_json)))
 
 
+@app.command()
+def usage(
+    by: Annotated[str, typer.Option("--by", help="Group by agent, model, caller or day (UTC).")] = "agent",
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="Only calls from then on: an ISO time (2026-05-01T09:00) or an age (30m, 2h, 7d)."
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Sum model calls, tokens, cost (USD) and tool calls from the audit log, with a totals row.
+
+    A cost is "unknown" when a model has no price (genai-prices' table, or `ca.yaml` `prices:`).
+    """
+    from framework.cli.usage import UsageOptions, usage_command
+
+    raise typer.Exit(usage_command(UsageOptions(_project_dir(project), by, since, as_json)))
+
+
 def _masked(text: str) -> str:
     """``text`` with the secrets this process knows masked (imported here: it is off the start-up path)."""
     from framework.runtime.governance.secrets import KNOWN

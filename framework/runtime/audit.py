@@ -58,7 +58,7 @@ _BATCH = 1000
 
 @dataclass(frozen=True)
 class AuditRecord:
-    """One entry of the log. ``kind`` is e.g. "task.state", "tool.call", "tool.result",
+    """One entry of the log. ``kind`` is e.g. "task.state", "model.call", "tool.call", "tool.result",
     "decision", "denial", "budget", "contract" or "approval"; ``ts`` is UTC ISO-8601 with
     microseconds; ``data`` is JSON, secrets already masked; ``chain`` and ``key_id`` say how
     ``hash`` was made (:mod:`framework.runtime.audit_chain`)."""
@@ -232,16 +232,17 @@ class AuditLog:
             self.query, task_id=task_id, conversation_id=conversation_id, kind=kind, since_seq=since_seq, limit=limit
         )
 
-    def _records(self) -> Iterator[AuditRecord]:
+    def records(self, *, since_ts: str | None = None) -> Iterator[AuditRecord]:
+        """Every record (from ``since_ts`` on, inclusive), oldest first, read a batch at a time."""
         last = 0
-        while batch := self.query(since_seq=last, limit=_BATCH):
+        while batch := self.query(since_seq=last, since_ts=since_ts, limit=_BATCH):
             yield from batch
             last = batch[-1].seq
 
     def verify(self) -> VerifyResult:
         """Walk the whole chain and the head, and report every problem with the seq it concerns
         (see :func:`~framework.runtime.audit_chain.verify_chain`; keyed records are checked with this log's key)."""
-        return verify_chain((asdict(record) for record in self._records()), self._store.head(), self._key)
+        return verify_chain((asdict(record) for record in self.records()), self._store.head(), self._key)
 
     def close(self) -> None:
         """Release the database connections."""

@@ -261,6 +261,7 @@ class Runtime:
             task_id=task.id,
             conversation_id=task.conversation,
             source=self.source,
+            caller=task.caller,
             audit=self.audit,
             profile=self.profiles.get(task.conversation),
             request=request,

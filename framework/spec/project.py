@@ -269,7 +269,9 @@ class ProjectConfig(Spec):
     description: str = ""
     default_agent: Name | None = None
     defaults: Defaults = Field(default_factory=Defaults)
-    prices: dict[str, Price] = Field(default_factory=dict, description="'provider:model' -> price; adds to built-ins.")
+    prices: dict[str, Price] = Field(
+        default_factory=dict, description="'provider:model' -> price; wins over genai-prices' table."
+    )
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     registries: list[Registry] = Field(default_factory=list)
