@@ -104,16 +104,17 @@ class UsageRow:
                 mine[decision] = mine.get(decision, 0) + n
 
     def to_json(self) -> dict[str, Any]:
-        """camelCase, integers as integers, cost as a number or null (unknown)."""
+        """snake_case like every ``--json`` of the CLI (A2A camelCases it), integers as integers,
+        cost as a number or null (unknown)."""
         return {
             "group": self.group,
             "runs": len(self.tasks),
-            "modelCalls": self.model_calls,
-            "inputTokens": self.input_tokens,
-            "outputTokens": self.output_tokens,
-            "costUsd": self.cost_usd,
-            "unknownPrices": sorted(self.unpriced),
-            "toolCalls": self.tool_calls,
+            "model_calls": self.model_calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd,
+            "unknown_prices": sorted(self.unpriced),
+            "tool_calls": self.tool_calls,
             "tools": {tool: dict(sorted(counts.items())) for tool, counts in sorted(self.tools.items())},
         }
 

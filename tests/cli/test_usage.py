@@ -126,21 +126,21 @@ def assert_matches(report: Json, sums: dict[str, Json]) -> None:
     for group in report["groups"]:
         want = sums[group["group"]]
         assert group["runs"] == len(want["tasks"])
-        assert (group["modelCalls"], group["inputTokens"], group["outputTokens"]) == (
+        assert (group["model_calls"], group["input_tokens"], group["output_tokens"]) == (
             want["calls"],
             want["in"],
             want["out"],
         )
-        assert group["toolCalls"] == want["tools"]
+        assert group["tool_calls"] == want["tools"]
         if None in want["cost"]:
-            assert group["costUsd"] is None
+            assert group["cost_usd"] is None
         else:
-            assert group["costUsd"] == pytest.approx(sum(want["cost"]), abs=1e-12)
+            assert group["cost_usd"] == pytest.approx(sum(want["cost"]), abs=1e-12)
     total = report["total"]
-    assert total["modelCalls"] == sum(s["calls"] for s in sums.values())
-    assert total["inputTokens"] == sum(s["in"] for s in sums.values())
-    assert total["outputTokens"] == sum(s["out"] for s in sums.values())
-    assert total["toolCalls"] == sum(s["tools"] for s in sums.values())
+    assert total["model_calls"] == sum(s["calls"] for s in sums.values())
+    assert total["input_tokens"] == sum(s["in"] for s in sums.values())
+    assert total["output_tokens"] == sum(s["out"] for s in sums.values())
+    assert total["tool_calls"] == sum(s["tools"] for s in sums.values())
     assert total["runs"] == len(set().union(*(s["tasks"] for s in sums.values())))
 
 
@@ -150,17 +150,17 @@ def test_usage_totals_equal_the_sum_over_the_audit_records(project: Path) -> Non
         report = usage(project, "--by", by)
         assert report["by"] == by
         assert_matches(report, expected(records, by))
-        assert report["total"]["modelCalls"] == 3 + 1 + 3 * 1  # reader's 3 turns, local's 1, three provider runs
+        assert report["total"]["model_calls"] == 3 + 1 + 3 * 1  # reader's 3 turns, local's 1, three provider runs
         assert report["total"]["runs"] == 5
-        assert report["total"]["costUsd"] is None  # the unpriced model makes the whole total unknown
-        assert report["total"]["unknownPrices"] == ["openai:no-such-model-anywhere"]
+        assert report["total"]["cost_usd"] is None  # the unpriced model makes the whole total unknown
+        assert report["total"]["unknown_prices"] == ["openai:no-such-model-anywhere"]
 
 
 def test_prices_come_from_genai_prices_with_ca_yaml_over_them(project: Path) -> None:
     groups = {g["group"]: g for g in usage(project, "--by", "model")["groups"]}
     tokens_in, tokens_out = USAGE["prompt_tokens"], USAGE["completion_tokens"]
     mini = groups["openai:gpt-4o-mini"]
-    assert (mini["runs"], mini["modelCalls"], mini["inputTokens"], mini["outputTokens"]) == (
+    assert (mini["runs"], mini["model_calls"], mini["input_tokens"], mini["output_tokens"]) == (
         1,
         1,
         tokens_in,
@@ -170,21 +170,21 @@ def test_prices_come_from_genai_prices_with_ca_yaml_over_them(project: Path) -> 
         genai_prices.Usage(input_tokens=tokens_in, output_tokens=tokens_out), "gpt-4o-mini", provider_id="openai"
     )
     assert listed.total_price > 0
-    assert mini["costUsd"] == pytest.approx(float(listed.total_price))
+    assert mini["cost_usd"] == pytest.approx(float(listed.total_price))
     # ca.yaml's table wins: 1000 $/Mtok in, 2000 $/Mtok out.
     override = (Decimal(1000) * tokens_in + Decimal(2000) * tokens_out) / Decimal(1_000_000)
-    assert groups["openai:gpt-4.1"]["costUsd"] == pytest.approx(float(override))
+    assert groups["openai:gpt-4.1"]["cost_usd"] == pytest.approx(float(override))
     # Local models cost nothing, and that is known.
-    assert groups["scripted"]["costUsd"] == 0 and groups["offline"]["costUsd"] == 0
-    assert groups["scripted"]["unknownPrices"] == []
+    assert groups["scripted"]["cost_usd"] == 0 and groups["offline"]["cost_usd"] == 0
+    assert groups["scripted"]["unknown_prices"] == []
     unknown = groups["openai:no-such-model-anywhere"]
-    assert unknown["costUsd"] is None and unknown["unknownPrices"] == ["openai:no-such-model-anywhere"]
-    assert unknown["inputTokens"] == tokens_in  # its tokens still count
+    assert unknown["cost_usd"] is None and unknown["unknown_prices"] == ["openai:no-such-model-anywhere"]
+    assert unknown["input_tokens"] == tokens_in  # its tokens still count
 
 
 def test_tool_calls_are_counted_by_tool_and_decision(project: Path) -> None:
     [reader] = [g for g in usage(project, "--by", "agent")["groups"] if g["group"] == "reader"]
-    assert reader["toolCalls"] == 2
+    assert reader["tool_calls"] == 2
     assert reader["tools"] == {"fs.read": {"allowed": 1, "denied": 1}}
 
 
@@ -209,8 +209,8 @@ def test_since_keeps_only_the_calls_from_then_on(project: Path) -> None:
     done = run_ca("run", "local", "again", cwd=project)
     assert done.returncode == 0, done.stderr
     after = usage(project, "--since", mark)
-    assert [(g["group"], g["runs"], g["modelCalls"]) for g in after["groups"]] == [("local", 1, 1)]
-    assert usage(project)["total"]["modelCalls"] == before["modelCalls"] + 1
+    assert [(g["group"], g["runs"], g["model_calls"]) for g in after["groups"]] == [("local", 1, 1)]
+    assert usage(project)["total"]["model_calls"] == before["model_calls"] + 1
 
 
 @pytest.mark.parametrize(

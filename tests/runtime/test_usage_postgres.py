@@ -57,10 +57,10 @@ def test_the_report_reads_a_postgresql_audit_as_it_reads_sqlite(database: str) -
         everything = usage_report(log.records(), "agent")
         recent = usage_report(log.records(since_ts=mark), "model", since=mark)
     writer, critic = (row.to_json() for row in everything.rows[::-1])
-    assert (writer["group"], writer["runs"], writer["modelCalls"]) == ("writer", 2, 2)
-    assert (writer["inputTokens"], writer["outputTokens"], writer["toolCalls"]) == (1010, 205, 2)
-    assert writer["costUsd"] is None and writer["unknownPrices"] == ["openai:my-finetune"]
+    assert (writer["group"], writer["runs"], writer["model_calls"]) == ("writer", 2, 2)
+    assert (writer["input_tokens"], writer["output_tokens"], writer["tool_calls"]) == (1010, 205, 2)
+    assert writer["cost_usd"] is None and writer["unknown_prices"] == ["openai:my-finetune"]
     assert writer["tools"] == {"fs.read": {"allowed": 1}, "shell": {"denied": 1}}
-    assert critic["costUsd"] == 0
+    assert critic["cost_usd"] == 0
     assert [row.group for row in recent.rows] == ["offline", "openai:my-finetune"]  # t1 came before the mark
     assert recent.total.model_calls == 2

@@ -285,7 +285,9 @@ class Platform:
         report = await asyncio.to_thread(
             lambda: usage_report(audit.records(since_ts=since), params.by, since=since, tasks=mine)
         )
-        return report.to_json()
+        found = report.to_json()
+        # camelCase on A2A; a row's ``tools`` keeps its keys: they are the tools' own names.
+        return {**found, "groups": [to_wire(row) for row in found["groups"]], "total": to_wire(found["total"])}
 
     async def diagnostics(self) -> dict[str, Any]:
         bundle = self.runtime.bundle
