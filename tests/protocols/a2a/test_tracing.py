@@ -9,7 +9,6 @@ one trace id from the first caller to the callee, across the HTTP hop.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 
 from tests.a2a_peers import result_of, user_message
 from tests.conftest import run_ca, write_project
-from tests.otlp import Exported, otlp_receiver, traced_env
+from tests.otlp import Exported, ancestors, otlp_receiver, traced_env, wait_for_spans
 from tests.serving import start_serve
 
 
@@ -53,22 +52,16 @@ def test_a_call_between_two_servers_is_one_trace(tmp_path: Path, receiver: tuple
         b.stop()
     assert answer["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answer
 
-    deadline = time.monotonic() + 10  # both flushed at shutdown; the receiver may still be decoding
-    while time.monotonic() < deadline and not {"server-a", "server-b"} <= {s.service for s in spans}:
-        time.sleep(0.05)
-    by_id = {s.span_id: s for s in spans}
+    wait_for_spans(spans, lambda got: {"server-a", "server-b"} <= {s.service for s in got})
     [boss] = [s for s in spans if s.name == "invoke_agent boss" and s.service == "server-a"]
     [tool] = [s for s in spans if s.name == "execute_tool echo" and s.service == "server-a"]
     [echo] = [s for s in spans if s.name == "invoke_agent echo" and s.service == "server-b"]
     assert boss.trace_id == tool.trace_id == echo.trace_id
     assert echo.attributes["gen_ai.agent.name"] == "echo" and echo.attributes["ca.state"] == "completed"
     assert tool.attributes["gen_ai.tool.name"] == "echo"
-    ancestors, current = [], echo
-    while current.parent_id and current.parent_id in by_id:
-        current = by_id[current.parent_id]
-        ancestors.append(current)
-    assert tool in ancestors and boss in ancestors, [(s.service, s.name) for s in ancestors]
-    hop = ancestors[: ancestors.index(tool)]
+    above = ancestors(echo, spans)
+    assert tool in above and boss in above, [(s.service, s.name) for s in above]
+    hop = above[: above.index(tool)]
     assert hop and all(s.service == "server-b" for s in hop)  # a2a-sdk's server spans on B, below A's tool call
     assert any(s.service == "server-b" and s.name.startswith("a2a.") for s in spans)
 
