@@ -9,13 +9,15 @@ one trace id from the first caller to the callee, across the HTTP hop.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.a2a_peers import result_of, user_message
-from tests.conftest import run_ca, write_project
+from tests.conftest import free_port, run_ca, write_project
 from tests.otlp import Exported, ancestors, otlp_receiver, traced_env, wait_for_spans
 from tests.serving import start_serve
 
@@ -64,6 +66,68 @@ def test_a_call_between_two_servers_is_one_trace(tmp_path: Path, receiver: tuple
     hop = above[: above.index(tool)]
     assert hop and all(s.service == "server-b" for s in hop)  # a2a-sdk's server spans on B, below A's tool call
     assert any(s.service == "server-b" and s.name.startswith("a2a.") for s in spans)
+
+
+def _imported(stderr: str) -> set[str]:
+    """The modules a process imported, from its ``PYTHONPROFILEIMPORTTIME`` lines (``-X importtime``)."""
+    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
+def _sdk(modules: set[str]) -> set[str]:
+    return {m for m in modules if m.startswith(("opentelemetry.sdk", "opentelemetry.exporter"))}
+
+
+OURS = ("opentelemetry.sdk.trace.export", "opentelemetry.exporter")
+"""What only ca's tracing imports: the span processors and the exporters."""
+
+
+@pytest.fixture(scope="module")
+def langchains_own() -> set[str]:
+    """What of the SDK LangChain imports by itself when the SDK is installed: its langsmith client
+    tries ``opentelemetry.sdk.trace`` at import, which loading any chat model does. Not ours to
+    avoid; what ca adds to it is what these tests measure."""
+    code = "import langchain_core.language_models.chat_models"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPROFILEIMPORTTIME": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    return _sdk(_imported(done.stderr))
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["off", "on"])
+def test_ca_run_adds_nothing_of_the_otel_sdk_unless_telemetry_is_on(
+    tmp_path: Path, traced: bool, langchains_own: set[str]
+) -> None:
+    write_project(tmp_path, {"agents/echo.yaml": "name: echo\n"})
+    # On: export to a port nobody listens on (the export fails quietly after the run; the import is what counts).
+    on = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}", "OTEL_BSP_EXPORT_TIMEOUT": "500"}
+    result = run_ca("run", "echo", "hi", cwd=tmp_path, env={"PYTHONPROFILEIMPORTTIME": "1", **(on if traced else {})})
+    assert result.returncode == 0, result.stderr[-3000:]
+    modules = _imported(result.stderr)
+    assert "framework.runtime.runtime" in modules  # the run went through the runtime, and was measured
+    added = _sdk(modules) - langchains_own
+    assert bool(added) is traced, sorted(added)
+    assert any(m.startswith(OURS) for m in modules) is traced
+
+
+def test_ca_serve_with_telemetry_off_adds_nothing_of_the_otel_sdk(tmp_path: Path, langchains_own: set[str]) -> None:
+    root = write_project(tmp_path, {"agents/echo.yaml": "name: echo\nprofile: autonomous\n"})
+    server = start_serve(root, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    try:
+        answer = result_of(server.rpc("SendMessage", {"message": user_message("hello")}))
+        streamed = server.post(
+            {"jsonrpc": "2.0", "id": 2, "method": "SendStreamingMessage", "params": {"message": user_message("hi")}},
+            path="/agents/echo/",
+            headers={"A2A-Version": "1.0", "Accept": "text/event-stream"},
+        )
+    finally:
+        server.stop()
+    assert answer["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answer
+    assert streamed.status_code == 200 and "TASK_STATE_COMPLETED" in streamed.text
+    modules = _imported(server.stderr())
+    assert {"framework.protocols.a2a.http", "framework.runtime.runtime"} <= modules  # served, and measured
+    assert not _sdk(modules) - langchains_own, sorted(_sdk(modules) - langchains_own)
+    assert not [m for m in modules if m.startswith(OURS)]
 
 
 def test_a_wrong_exporter_name_is_one_clear_error(tmp_path: Path) -> None:
