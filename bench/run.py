@@ -161,13 +161,15 @@ def report_telemetry(args: argparse.Namespace, project: Path) -> None:
     print(f"telemetry (OTLP/HTTP to a local sink), off and on interleaved; load average {os.getloadavg()[0]:.2f}")
     print(f"  cold `ca run` to first token ({args.runs} runs each)")
     print(f"    off {spread(off, 's', 3)}   on {spread(on, 's', 3)}")
-    print(f"    on - off, paired: +{spread([b - a for a, b in zip(off, on, strict=True)], 's', 3)}")
+    print(f"    on - off, paired: {spread([b - a for a, b in zip(off, on, strict=True)], 's', 3)}")
     print(f"  turns through the Runtime ({args.rounds} rounds of {args.turns} turns each, fresh Runtime per round)")
     for label, index in (("wall", 0), ("CPU", 1)):
         plain = [f[index] for f in figures[False]]
         traced = [f[index] for f in figures[True]]
         delta = [b - a for a, b in zip(plain, traced, strict=True)]
-        print(f"    {label:4} off {spread(plain, 'ms')}   on {spread(traced, 'ms')}   +{spread(delta, 'ms')} per turn")
+        print(
+            f"    {label:4} off {spread(plain, 'ms')}   on {spread(traced, 'ms')}   on - off {spread(delta, 'ms')} per turn"
+        )
     print(f"  exported {exported[0]} OTLP requests, {exported[1] / 1024:.0f} KiB to the sink")
 
 

@@ -462,8 +462,8 @@ def overhead(what: str, traced: list[Round], plain: list[Round]) -> None:
     p50 = [t.load.percentile(0.5) - p.load.percentile(0.5) for t, p in zip(traced, plain, strict=True)]
     rate = [t.load.rate / p.load.rate for t, p in zip(traced, plain, strict=True) if p.load.rate]
     print(f"tracing on ({what}; OTLP/HTTP to a local sink) against off, per request, paired by round")
-    print(f"  CPU/request  +{spread(cpu, 'ms', 2)}")
-    print(f"  p50          +{spread(p50, 'ms', 2)}")
+    print(f"  CPU/request  on - off {spread(cpu, 'ms', 2)}")
+    print(f"  p50          on - off {spread(p50, 'ms', 2)}")
     print(f"  throughput   on/off {spread(rate, '×', 2)}")
 
 

@@ -28,10 +28,15 @@ def receiver() -> Iterator[tuple[str, list[Exported]]]:
         yield received
 
 
-def test_a_call_between_two_servers_is_one_trace(tmp_path: Path, receiver: tuple[str, list[Exported]]) -> None:
+@pytest.mark.parametrize("sdk_spans", [True, False], ids=["with-a2a-sdk-spans", "ca-spans-only"])
+def test_a_call_between_two_servers_is_one_trace(
+    tmp_path: Path, receiver: tuple[str, list[Exported]], sdk_spans: bool
+) -> None:
     endpoint, spans = receiver
+    # Without a2a-sdk's spans (the cheap setting, docs/observability.md) ca's own middleware still parents the run.
+    switch = {} if sdk_spans else {"OTEL_INSTRUMENTATION_A2A_SDK_ENABLED": "false"}
     b_root = write_project(tmp_path / "b", {"agents/echo.yaml": "name: echo\nprofile: autonomous\n"})
-    b = start_serve(b_root, env=traced_env(endpoint, "server-b"))
+    b = start_serve(b_root, env={**traced_env(endpoint, "server-b"), **switch})
     try:
         a_root = write_project(
             tmp_path / "a",
@@ -44,7 +49,7 @@ def test_a_call_between_two_servers_is_one_trace(tmp_path: Path, receiver: tuple
                 """
             },
         )
-        a = start_serve(a_root, env=traced_env(endpoint, "server-a"))
+        a = start_serve(a_root, env={**traced_env(endpoint, "server-a"), **switch})
         try:
             text = "@tool echo " + json.dumps({"input": "hello from A"})
             answer = result_of(a.rpc("SendMessage", {"message": user_message(text)}, agent="boss"))
@@ -64,8 +69,9 @@ def test_a_call_between_two_servers_is_one_trace(tmp_path: Path, receiver: tuple
     above = ancestors(echo, spans)
     assert tool in above and boss in above, [(s.service, s.name) for s in above]
     hop = above[: above.index(tool)]
-    assert hop and all(s.service == "server-b" for s in hop)  # a2a-sdk's server spans on B, below A's tool call
-    assert any(s.service == "server-b" and s.name.startswith("a2a.") for s in spans)
+    assert all(s.service == "server-b" for s in hop)  # a2a-sdk's server spans on B, below A's tool call
+    assert bool(hop) is sdk_spans, [s.name for s in hop]  # without them, the run is the tool call's child
+    assert any(s.name.startswith("a2a.") for s in spans) is sdk_spans
 
 
 def _imported(stderr: str) -> set[str]:
