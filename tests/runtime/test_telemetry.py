@@ -304,3 +304,32 @@ def test_tracing_asked_for_without_the_sdk_is_one_clear_error(tmp_path: Path) ->
 )
 def test_the_standard_variables_switch_tracing_on_and_off(environ: dict[str, str], expected: bool) -> None:
     assert telemetry.wanted(environ) is expected
+
+
+@pytest.mark.parametrize(
+    ("carrier", "continues"),
+    [
+        ({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, True),
+        ({"traceparent": "00-not-a-trace-01"}, False),
+        ({"traceparent": 12}, False),  # not a string: not a trace context
+        ("traceparent", False),  # a `_meta` that is not an object
+        (None, False),
+    ],
+)
+def test_a_carried_trace_context_is_continued_only_when_valid(
+    spans: InMemorySpanExporter, carrier: Any, continues: bool
+) -> None:
+    tracing = telemetry.tracing()
+    assert tracing is not None
+    with (
+        tracing.tracer.start_as_current_span("ambient") as ambient,
+        telemetry.continued(carrier),
+        tracing.tracer.start_as_current_span("run"),
+    ):
+        pass
+    run = _tree(spans)["run"]
+    assert run.parent is not None
+    if continues:
+        assert (run.parent.trace_id, run.parent.span_id) == (0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331)
+    else:  # the current span stays the parent: a bad carrier neither breaks nor orphans the trace
+        assert run.parent.span_id == ambient.get_span_context().span_id
