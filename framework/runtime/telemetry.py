@@ -128,6 +128,39 @@ def extracted(headers: Mapping[str, str]) -> Any:
     return TraceContextTextMapPropagator().extract(headers)  # a client's baggage is not ours to carry on
 
 
+CARRIED = ("traceparent", "tracestate")
+"""The keys of a W3C trace context in a message (MCP and ACP ``_meta``, A2A message ``metadata``)."""
+
+
+def carried(carrier: Any) -> dict[str, str]:
+    """The W3C trace context keys a message's ``_meta`` / ``metadata`` object carries (strings only)."""
+    if not isinstance(carrier, Mapping):
+        return {}
+    return {key: value for key in CARRIED if isinstance(value := carrier.get(key), str)}
+
+
+@contextmanager
+def continued(carrier: Any) -> Iterator[None]:
+    """Inside, the trace context ``carrier`` holds (``traceparent``, ``tracestate``) is current, when
+    tracing: what starts there (a run's ``invoke_agent`` span) is its child. A carrier without a
+    valid ``traceparent`` changes nothing, so the current context stays the parent."""
+    keys = carried(carrier) if _current else {}
+    if "traceparent" not in keys:
+        yield
+        return
+    from opentelemetry import context, trace
+
+    found = extracted(keys)
+    if not trace.get_current_span(found).get_span_context().is_valid:
+        yield
+        return
+    token = context.attach(found)
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
 def install(provider: TracerProvider, *, contents: bool = False) -> Tracing:
     """Trace with ``provider`` from now on (the tests' in-memory exporter; :func:`start` otherwise)."""
     _current[:] = [Tracing(provider, contents=contents)]

@@ -18,7 +18,9 @@ gets its error (-32700 for invalid JSON or UTF-8) and the loop goes on; blank li
 skipped; a notification (no ``id``) runs and gets no answer; a line longer than
 ``server.max_request_bytes`` is refused unread. At end of input, requests in flight finish
 (and tasks a non-blocking send left running), then the process exits; every task is in the stores. Nothing but protocol is
-written to stdout. The caller is the local user who started the process, so ``server.auth``
+written to stdout. A message's ``metadata.traceparent`` (and ``tracestate``) is the W3C trace
+context a caller on stdio cannot send as a header: with tracing on, the run continues its trace.
+The caller is the local user who started the process, so ``server.auth``
 asks it for no credentials.
 """
 
@@ -49,6 +51,7 @@ from framework.protocols.jsonrpc import (
     result,
 )
 from framework.protocols.jsontext import read_line
+from framework.runtime import telemetry
 from framework.runtime.runtime import Runtime
 
 JSON = {"content-type": "application/json"}
@@ -115,6 +118,7 @@ class StdioServer:
             name = ALIASES[name]
             body = json.dumps({**obj, "method": name}, ensure_ascii=False).encode()
         headers = {**JSON, "A2A-Version": "1.0"} if name in V1_METHODS else JSON
+        headers = {**headers, **_trace_context(obj)}
         if name in STREAMING and not request.notification:
             await self._stream(body, headers, request_id)
             return
@@ -169,6 +173,14 @@ class StdioServer:
                     )
                 last = event
         await self.write(last if last is not None else result(request_id, None))
+
+
+def _trace_context(obj: dict[str, Any]) -> dict[str, str]:
+    """The W3C trace context of a request's message (``metadata.traceparent`` / ``tracestate``), as
+    the headers an HTTP caller would send: with tracing on, the app makes it the parent of the run."""
+    params = obj.get("params")
+    message = params.get("message") if isinstance(params, dict) else None
+    return telemetry.carried(message.get("metadata")) if isinstance(message, dict) else {}
 
 
 def _state(task: dict[str, Any]) -> Any:

@@ -364,13 +364,16 @@ class AcpServer:
         session.cancelled = False
         from framework.compiler.builtin_tools import CLIENT_FS
         from framework.compiler.mcp_tools import CLIENT_MCP
+        from framework.runtime import telemetry
 
         # fs tools use the editor's files (unsaved buffers included) when it offers them, and its
         # MCP servers are tools of agents that take them; the prompt's task inherits this context.
+        # The prompt's `_meta.traceparent` (ACP reserves the W3C keys, as MCP does) is the parent of its run.
         token = CLIENT_FS.set(self._client_files(session))
         servers = CLIENT_MCP.set(session.mcp)
         try:
-            session.prompt = asyncio.create_task(turn.run())
+            with telemetry.continued(params.get("_meta")):
+                session.prompt = asyncio.create_task(turn.run())
         finally:
             CLIENT_MCP.reset(servers)
             CLIENT_FS.reset(token)
