@@ -41,7 +41,7 @@ from framework.errors import (
     Failure,
     RunError,
 )
-from framework.runtime import telemetry
+from framework.runtime import logs, telemetry
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
 from framework.runtime.cancel import Canceled, CancelWatch, cancel_task
@@ -128,6 +128,7 @@ class Runtime:
         audit = AuditLog.open(project.root, secrets=KNOWN.values, key=key, lock_timeout=lock_timeout)
         stack.callback(audit.close)
         audit.check_extendable()
+        audit.observers.append(logs.audited)  # at INFO: shown by --log-format json
         tracing = telemetry.start()
         if tracing is not None:
             audit.observers.append(tracing.audited)
