@@ -71,12 +71,17 @@ def test_ca_run_stdio_logs_json_on_stderr_from_ca_log_format(tmp_path: Path) -> 
     try:
         task = result_of(peer.request("SendMessage", _send("hello", "ctx-stdio")))["task"]
         assert task["status"]["state"] == "TASK_STATE_COMPLETED"
-        stderr = peer.stderr()  # the run's records are written before its answer
+        peer.send_raw(b'{"jsonrpc": "2.0", "id": "no-method"}\n')
+        assert peer.answer("no-method")["error"]["code"] == -32600
+        stderr = peer.stderr()  # the records are written before the answers
     finally:
         peer.kill()
-    mine = _of_task(_records(stderr), task["id"])
+    records = _records(stderr)
+    mine = _of_task(records, task["id"])
     assert [r["message"] for r in mine][-1] == "task.state state=completed"
     assert all(r["context_id"] == "ctx-stdio" for r in mine), mine
+    [refused] = [r for r in records if r["message"].startswith("refused a request: -32600")]
+    assert refused["level"] == "warning" and refused["logger"] == "framework.protocols.a2a.stdio"
 
 
 @pytest.mark.e2e
