@@ -3,9 +3,9 @@
 Both go to stderr (over stdio, stdout is the protocol's). The JSON form is the standard
 ``logging`` module with :class:`JsonFormatter`: each record is ``time``, ``level``, ``logger``,
 ``message``, and, when known, ``task_id``, ``context_id``, ``agent``, ``caller`` and
-``trace_id``. The ids come from the record (``extra=``) or else from :data:`FIELDS`, which a
-transport sets where a task runs (:func:`bind`), so a library's record made inside a run
-carries its task too. The trace id is the current OpenTelemetry span's, read only when
+``trace_id``. The ids come from the record (``extra=``) or else from :data:`FIELDS`, set where
+a task runs (:func:`bind`: ``Runtime.send`` and ``decide`` for every transport, and a2a-sdk's
+executor task from its start), so a library's record made inside a run carries its task too. The trace id is the current OpenTelemetry span's, read only when
 something already imported OpenTelemetry (tracing on): with tracing off nothing of it is
 imported here.
 

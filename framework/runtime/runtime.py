@@ -312,6 +312,7 @@ class Runtime:
             parent=parent,
             caller=who,
         )
+        _bind_logs(task)
         await self._audit_task(task, "submitted", input_chars=len(text), by=who)
         context = dataclasses.replace(self._context(task, skill, request), caps=caps or None, depth=depth, chain=chain)
         async for event in self._drive(
@@ -342,6 +343,7 @@ class Runtime:
         """
         task = self.check_decision(task_id, decision)
         task = await self.tasks.aclaim(task.id, by or self.decider)
+        _bind_logs(task)
         try:
             answers = await self._answers(task, decision)
         except ApprovalTimedOut as exc:
@@ -584,6 +586,12 @@ class Runtime:
         if profile is None:
             return None, "reject"
         return profile.approval.timeout, profile.approval.on_timeout
+
+
+def _bind_logs(task: Task) -> None:
+    """Every record made from here on in this asyncio task (the transport's, for this task) carries
+    the task's ids: the audit's, a library's (``--log-format json``)."""
+    logs.bind(task_id=task.id, context_id=task.conversation, agent=task.agent, caller=task.caller)
 
 
 class ChildTasks:

@@ -15,6 +15,7 @@ import pytest
 from framework.runtime.governance.secrets import KNOWN, mask_logs
 from framework.runtime.logs import JsonFormatter, bind
 from tests.a2a_peers import StdioPeer, result_of, user_message
+from tests.acp_client import Raw, agent_env, initialize_params
 from tests.conftest import run_ca, write_project
 from tests.otlp import otlp_receiver, traced_env
 from tests.serving import start_serve
@@ -82,6 +83,21 @@ def test_ca_run_stdio_logs_json_on_stderr_from_ca_log_format(tmp_path: Path) -> 
     assert all(r["context_id"] == "ctx-stdio" for r in mine), mine
     [refused] = [r for r in records if r["message"].startswith("refused a request: -32600")]
     assert refused["level"] == "warning" and refused["logger"] == "framework.protocols.a2a.stdio"
+
+
+@pytest.mark.e2e
+def test_an_acp_session_logs_json_with_its_session_as_the_context(tmp_path: Path) -> None:
+    with Raw(write_project(tmp_path, PROJECT), "--log-format", "json", env=agent_env()) as raw:
+        raw.answer(raw.request("initialize", initialize_params()))
+        new = raw.answer(raw.request("session/new", {"cwd": str(raw.root), "mcpServers": []}), timeout=120)
+        session = new["result"]["sessionId"]
+        prompt = raw.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]})
+        assert raw.answer(prompt, timeout=120)["result"]["stopReason"] == "end_turn"
+        assert raw.close() == 0
+        stderr = raw.stderr_text()
+    states = [r for r in _records(stderr) if r["message"].startswith("task.state")]
+    assert [r["message"] for r in states][-1] == "task.state state=completed"
+    assert {(r["context_id"], r["agent"], r["caller"]) for r in states} == {(session, "echo", "acp")}
 
 
 @pytest.mark.e2e
