@@ -5,15 +5,15 @@ Both go to stderr (over stdio, stdout is the protocol's). The JSON form is the s
 ``message``, and, when known, ``task_id``, ``context_id``, ``agent``, ``caller`` and
 ``trace_id``. The ids come from the record (``extra=``) or else from :data:`FIELDS`, set where
 a task runs (:func:`bind`: ``Runtime.send`` and ``decide`` for every transport, and a2a-sdk's
-executor task from its start), so a library's record made inside a run carries its task too. The trace id is the current OpenTelemetry span's, read only when
-something already imported OpenTelemetry (tracing on): with tracing off nothing of it is
-imported here.
+executor task from its start), so a library's record made inside a run carries its task too.
+The trace id is the current OpenTelemetry span's, read only when something already imported
+OpenTelemetry (tracing on): with tracing off nothing of it is imported here.
 
 Records are masked where they are made (``governance.secrets.mask_logs``, the record factory);
 the formatter masks the traceback text once more, as it may be formatted here.
 
-Every audit record is logged at INFO by :func:`audited` (``task.state completed``, ``tool.call``
-…), so a JSON log shows each task's transitions with its ids; in the human form INFO is not shown,
+Every audit record is logged at INFO by :func:`audited` (``task.state state=completed``,
+``tool.call tool=fs.read`` …), so a JSON log shows each task's transitions with its ids; in the human form INFO is not shown,
 as before.
 """
 
