@@ -13,8 +13,8 @@ Records are masked where they are made (``governance.secrets.mask_logs``, the re
 the formatter masks the traceback text once more, as it may be formatted here.
 
 Every audit record is logged at INFO by :func:`audited` (``task.state state=completed``,
-``tool.call tool=fs.read`` …), so a JSON log shows each task's transitions with its ids; in the human form INFO is not shown,
-as before.
+``tool.call tool=fs.read`` …), so a JSON log shows each task's transitions with its ids; in
+the human form INFO is not shown, as before.
 """
 
 from __future__ import annotations
