@@ -17,6 +17,8 @@ from typing import IO
 import uvicorn
 
 from framework.errors import UsageError
+from framework.runtime.logs import chosen, configure
+from framework.spec.project import LogFormat
 
 
 @dataclass
@@ -27,6 +29,8 @@ class ServeOptions:
     public_url: str | None
     insecure: bool
     reload: bool = False
+    log_format: LogFormat | None = None
+    """``--log-format``; None: ``CA_LOG_FORMAT``, else human."""
 
 
 def is_loopback(host: str) -> bool:
@@ -148,7 +152,9 @@ async def serve(options: ServeOptions) -> int:
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
-    project = load_project(options.project)
+    project = load_project(options.project)  # CA_HOST, CA_PORT … are in its config from here on
+    log_format = chosen(options.log_format, os.environ)
+    configure(log_format)
     server = project.config.server
     host = options.host or server.host
     port = options.port if options.port is not None else server.port
@@ -170,8 +176,15 @@ async def serve(options: ServeOptions) -> int:
         served = build_server(runtime)
         # uvicorn's own wait only cuts connections once it is over: the runs are stopped first
         # (``Draining``), so the grace left is for the answers to be written.
+        # In JSON, uvicorn's records go through the root logger's JSON handler instead of its own.
         config = uvicorn.Config(
-            served.app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
+            served.app,
+            host=host,
+            port=port,
+            log_level="warning",
+            log_config=None if log_format == "json" else uvicorn.config.LOGGING_CONFIG,
+            lifespan="on",
+            timeout_graceful_shutdown=5,
         )
         uv = Draining(config, lambda: served.stop(runtime.bundle.project.config.server.shutdown_timeout))
         task = asyncio.create_task(uv.serve(sockets=[listening]))

@@ -41,7 +41,7 @@ from framework.errors import (
     Failure,
     RunError,
 )
-from framework.runtime import telemetry
+from framework.runtime import logs, telemetry
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
 from framework.runtime.cancel import Canceled, CancelWatch, cancel_task
@@ -128,6 +128,7 @@ class Runtime:
         audit = AuditLog.open(project.root, secrets=KNOWN.values, key=key, lock_timeout=lock_timeout)
         stack.callback(audit.close)
         audit.check_extendable()
+        audit.observers.append(logs.audited)  # at INFO: shown by --log-format json
         tracing = telemetry.start()
         if tracing is not None:
             audit.observers.append(tracing.audited)
@@ -312,6 +313,7 @@ class Runtime:
             parent=parent,
             caller=who,
         )
+        _bind_logs(task)
         await self._audit_task(task, "submitted", input_chars=len(text), by=who)
         context = dataclasses.replace(self._context(task, skill, request), caps=caps or None, depth=depth, chain=chain)
         async for event in self._drive(
@@ -342,6 +344,7 @@ class Runtime:
         """
         task = self.check_decision(task_id, decision)
         task = await self.tasks.aclaim(task.id, by or self.decider)
+        _bind_logs(task)
         try:
             answers = await self._answers(task, decision)
         except ApprovalTimedOut as exc:
@@ -584,6 +587,12 @@ class Runtime:
         if profile is None:
             return None, "reject"
         return profile.approval.timeout, profile.approval.on_timeout
+
+
+def _bind_logs(task: Task) -> None:
+    """Every record made from here on in this asyncio task (the transport's, for this task) carries
+    the task's ids: the audit's, a library's (``--log-format json``)."""
+    logs.bind(task_id=task.id, context_id=task.conversation, agent=task.agent, caller=task.caller)
 
 
 class ChildTasks:

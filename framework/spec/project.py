@@ -179,9 +179,12 @@ def auth_variables(auth: AuthConfig) -> list[tuple[tuple[str | int, ...], str]]:
     return [((key,), name) for key in keys if (name := getattr(auth, key)) is not None]
 
 
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
 class ServerConfig(Spec):
     host: str = "127.0.0.1"
-    port: int = Field(default=8765, ge=1, le=65535)
+    port: Port = 8765
     public_url: HttpUrl | None = Field(default=None, description="External URL behind a proxy.")
     auth: AuthConfig | None = None
     max_request_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
@@ -194,8 +197,31 @@ class ServerConfig(Spec):
 _STORE_SCHEMES = ("sqlite", "sqlite+aiosqlite", "postgresql", "postgresql+asyncpg")
 
 
+def _check_store_url(value: str) -> str:
+    scheme = value.split("://", 1)[0] if "://" in value else ""
+    if scheme not in _STORE_SCHEMES:
+        raise fail(
+            "store",
+            "unsupported store URL {value!r}: use one of {schemes}",
+            value=value,
+            schemes=", ".join(f"{s}://" for s in _STORE_SCHEMES),
+        )
+    return value
+
+
+StoreUrl = Annotated[str, AfterValidator(_check_store_url)]
+"""``store.url``, and ``CA_STORE_URL`` that overrides it (framework.spec.settings)."""
+
+SETTINGS_PREFIX = "CA_"
+"""The prefix of the deployment settings' variables (framework.spec.settings): the loader reads
+them (and imports pydantic-settings) only when a variable of the environment starts with it."""
+
+LogFormat = Literal["human", "json"]
+"""How ``ca serve`` and ``ca run --stdio`` log (``--log-format``, ``CA_LOG_FORMAT``): see framework.runtime.logs."""
+
+
 class StoreConfig(Spec):
-    url: str = Field(
+    url: StoreUrl = Field(
         default="sqlite:///.ca/state.db",
         description="Where `ca serve` keeps A2A tasks: a SQLite file, or PostgreSQL to share them between servers.",
     )
@@ -214,19 +240,6 @@ class StoreConfig(Spec):
             " take it past this fails with conversation_too_large before anything runs; start a new conversation."
         ),
     )
-
-    @field_validator("url")
-    @classmethod
-    def _scheme(cls, value: str) -> str:
-        scheme = value.split("://", 1)[0] if "://" in value else ""
-        if scheme not in _STORE_SCHEMES:
-            raise fail(
-                "store",
-                "unsupported store URL {value!r}: use one of {schemes}",
-                value=value,
-                schemes=", ".join(f"{s}://" for s in _STORE_SCHEMES),
-            )
-        return value
 
 
 class Registry(Spec):

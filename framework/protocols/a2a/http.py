@@ -4,7 +4,7 @@
     /agents/{name}/rest/...                       HTTP+JSON binding
     /agents/{name}/.well-known/agent-card.json    the agent's card
     /  /.well-known/agent-card.json  /.well-known/agent.json   the default agent
-    /healthz                                      liveness and the bundle's digest
+    /healthz  /readyz                             liveness, readiness (framework.protocols.a2a.probes)
 
 Tasks live in a2a-sdk's DatabaseTaskStore (``.ca/state.db`` unless ``store.url`` says
 otherwise), behind a WriteBehindTaskStore that skips the writes of a run's intermediate
@@ -46,6 +46,8 @@ from framework.protocols.a2a.auth import ANONYMOUS, DECIDED_BY, AuthMiddleware, 
 from framework.protocols.a2a.executor import CleverAgentExecutor
 from framework.protocols.a2a.gate import RequestGate
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware, declare_methods
+from framework.protocols.a2a.probes import HEALTH_PATH, READY_PATH, Probes
+from framework.protocols.a2a.probes import PATHS as PROBE_PATHS
 from framework.protocols.a2a.request_metrics import RequestMetrics
 from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
@@ -263,6 +265,7 @@ def build_server(runtime: Runtime) -> Server:
     from framework.protocols.mcp.http import MCP_PATH, McpEndpoint  # the mcp SDK loads on the first /mcp request
 
     mcp = McpEndpoint(runtime)
+    probes = Probes(runtime, store)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -313,7 +316,8 @@ def build_server(runtime: Runtime) -> Server:
     layers.insert(0, Middleware(RequestMetrics, metrics=metrics))
     app = Starlette(
         routes=[
-            Route("/healthz", _health(runtime), methods=["GET"]),
+            Route(HEALTH_PATH, probes.health, methods=["GET"]),
+            Route(READY_PATH, probes.ready, methods=["GET"]),
             Route("/metrics", _metrics(metrics), methods=["GET"]),
             Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]),
             Mount("", app=agents),
@@ -321,7 +325,12 @@ def build_server(runtime: Runtime) -> Server:
         middleware=layers,
         lifespan=lifespan,
     )
-    return Server(app, agents.stop)
+
+    async def stop(timeout: float) -> None:
+        probes.drain()  # /readyz answers 503 from now on
+        await agents.stop(timeout)
+
+    return Server(app, stop)
 
 
 class TaskOwner(User):
@@ -340,11 +349,12 @@ class TaskOwner(User):
 
 
 def public_path(runtime: Runtime, path: str) -> bool:
-    """Whether anyone may fetch ``path`` under ``server.auth``: exactly ``/healthz`` and the served cards.
+    """Whether anyone may fetch ``path`` under ``server.auth``: exactly the probes (``/healthz``,
+    ``/readyz``) and the served cards.
 
     A path that only ends like one (``/agents/x/healthz``, ``/foo/.well-known/agent.json``) is not.
     """
-    if path in ("/healthz", CARD_PATH, LEGACY_CARD_PATH):
+    if path in (*PROBE_PATHS, CARD_PATH, LEGACY_CARD_PATH):
         return True
     name = path.removeprefix("/agents/").removesuffix(CARD_PATH)
     return path == f"/agents/{name}{CARD_PATH}" and name in runtime.bundle.agents
@@ -424,15 +434,6 @@ def _metrics(metrics: Metrics) -> Endpoint:
     return exposition
 
 
-def _health(runtime: Runtime) -> Endpoint:
-    async def health(request: Request) -> Response:
-        return JSONResponse(
-            {"status": "ok", "agents": sorted(runtime.bundle.agents), "bundle": runtime.bundle.digest[:12]}
-        )
-
-    return health
-
-
 def describe(runtime: Runtime, base_url: str) -> str:
     """What ``ca serve`` prints when it is ready."""
     count = len(runtime.bundle.agents)
@@ -441,5 +442,7 @@ def describe(runtime: Runtime, base_url: str) -> str:
     for name in sorted(runtime.bundle.agents):
         mark = "  (default, also at /)" if name == default else ""
         lines.append(f"  {name:<16} {base_url}/agents/{name}/{mark}")
-    lines.append(f"cards: {base_url}/agents/NAME{CARD_PATH}   health: {base_url}/healthz")
+    lines.append(
+        f"cards: {base_url}/agents/NAME{CARD_PATH}   health: {base_url}{HEALTH_PATH}   ready: {base_url}{READY_PATH}"
+    )
     return "\n".join(lines)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -53,6 +54,8 @@ from framework.protocols.jsonrpc import (
 from framework.protocols.jsontext import read_line
 from framework.runtime import telemetry
 from framework.runtime.runtime import Runtime
+
+logger = logging.getLogger(__name__)
 
 JSON = {"content-type": "application/json"}
 SENDS = {"SendMessage", "message/send"}
@@ -84,15 +87,15 @@ class StdioServer:
             request = parse_request(obj)
         except JsonRpcError as exc:
             if exc.code == Code.INVALID_PARAMS and isinstance(obj, dict) and "id" not in obj:
-                sys.stderr.write(f"dropped a notification: {exc.code} {exc.message}\n")
+                logger.warning("dropped a notification: %s %s", exc.code, exc.message)
                 return
-            sys.stderr.write(f"refused a request: {exc.code} {exc.message}\n")
+            logger.warning("refused a request: %s %s", exc.code, exc.message)
             await self.write(error(answer_id(obj), exc))  # null when the id is what is invalid
             return
         try:
             await self._dispatch(obj, request, line)
         except Exception as exc:  # a bug here must not leave the caller waiting for an answer forever
-            sys.stderr.write(f"error: request failed: {type(exc).__name__}: {exc}\n")
+            logger.error("error: request failed: %s: %s", type(exc).__name__, exc)
             if not request.notification:
                 failure = JsonRpcError(Code.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
                 await self.write(error(request.id, failure))
@@ -234,7 +237,7 @@ async def serve_stdio(
                 line = await loop.run_in_executor(None, read_line, source, limit)
             if isinstance(line, int):
                 message = f"a line of {line} bytes is longer than server.max_request_bytes ({limit} bytes)"
-                sys.stderr.write(f"refused a request: {message}\n")
+                logger.warning("refused a request: %s", message)
                 await server.write(error(None, JsonRpcError(Code.INVALID_REQUEST, message)))
                 continue
             if not line:

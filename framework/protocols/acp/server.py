@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,8 @@ from framework.protocols.jsonrpc import Code, JsonRpcError, answer_id, error_for
 from framework.protocols.jsontext import read_line
 from framework.spec.common import shown
 from framework.spec.root import find_root
+
+logger = logging.getLogger(__name__)
 
 AUTH_REQUIRED = -32000
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -136,7 +139,7 @@ class AcpServer:
         await self.dispatch(message)
 
     def _refuse(self, request_id: Any, exc: JsonRpcError) -> None:
-        print(f"refused a message: {exc.code} {exc.message}", file=sys.stderr)
+        logger.warning("refused a message: %s %s", exc.code, exc.message)
         self.send({"id": request_id, "error": exc.to_json()})
 
     async def dispatch(self, message: dict[str, Any]) -> None:
@@ -164,7 +167,7 @@ class AcpServer:
                 self.send({"id": request_id, "error": error_for(exc).to_json()})
             return
         except Exception as exc:  # a bug of ours: answer it, keep the connection
-            print(f"internal error in {method}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            logger.error("internal error in %s: %s: %s", method, type(exc).__name__, exc)
             if request_id is not None:
                 self.send({"id": request_id, "error": {"code": Code.INTERNAL_ERROR, "message": f"{exc}"}})
             return
