@@ -18,6 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -131,27 +132,33 @@ def test_a_conversation_started_on_one_replica_continues_on_the_other(
     assert seen_on_b.status.state == TaskState.TASK_STATE_COMPLETED and reply(seen_on_b) == "first answer"
 
 
+async def started_on(first: ServerProcess, second: ServerProcess, context: str) -> tuple[asyncio.Task[Task], str]:
+    """A run of ``slow`` sent to ``first`` (its answer, pending) and its task id, once ``second`` lists it."""
+
+    async def nap_on_a() -> Task:
+        async with a2a_client(first, "slow") as on_a:
+            return await send(on_a, "take a nap", context)
+
+    async with a2a_client(second, "slow") as lister:
+        running = asyncio.create_task(nap_on_a())
+        deadline = time.monotonic() + 60
+        while not (found := await lister.list_tasks(ListTasksRequest(context_id=context))).tasks:
+            assert time.monotonic() < deadline, "the task started on A never showed on B"
+            assert not running.done(), running  # A writes the task's row when its run starts
+            await asyncio.sleep(0.05)
+    return running, found.tasks[0].id
+
+
 def test_a_subscriber_on_one_replica_gets_the_run_on_the_other_to_its_end(
     replicas: tuple[ServerProcess, ServerProcess],
 ) -> None:
     first, second = replicas
-    context = f"ctx-{uuid.uuid4().hex}"
 
     async def main() -> tuple[Task, list[StreamResponse]]:
-        async with (
-            a2a_client(first, "slow") as on_a,
-            a2a_client(second, "slow") as lister,
-            a2a_client(second, "slow", streaming=True) as on_b,
-        ):
-            running = asyncio.create_task(send(on_a, "take a nap", context))
-            deadline = time.monotonic() + 60
-            while not (found := await lister.list_tasks(ListTasksRequest(context_id=context))).tasks:
-                assert time.monotonic() < deadline, "the task started on A never showed on B"
-                assert not running.done(), running  # A writes the task's row when its run starts
-                await asyncio.sleep(0.05)
-            task_id = found.tasks[0].id
+        running, task_id = await started_on(first, second, f"ctx-{uuid.uuid4().hex}")
+        async with a2a_client(second, "slow", streaming=True) as on_b:
             events = [event async for event in on_b.subscribe(SubscribeToTaskRequest(id=task_id))]
-            return await running, events
+        return await running, events
 
     done, events = asyncio.run(main())
     assert done.status.state == TaskState.TASK_STATE_COMPLETED and reply(done) == "rested enough"
@@ -161,6 +168,33 @@ def test_a_subscriber_on_one_replica_gets_the_run_on_the_other_to_its_end(
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
     relayed = [e.artifact_update.artifact for e in events if e.HasField("artifact_update")]
     assert relayed and get_artifact_text(relayed[-1]) == "rested enough"
+
+
+def test_a_v03_resubscribe_on_one_replica_gets_the_run_on_the_other_to_its_end(
+    replicas: tuple[ServerProcess, ServerProcess],
+) -> None:
+    first, second = replicas
+
+    async def main() -> tuple[Task, list[dict[str, Any]]]:
+        running, task_id = await started_on(first, second, f"ctx-{uuid.uuid4().hex}")
+        body = {"jsonrpc": "2.0", "id": "r1", "method": "tasks/resubscribe", "params": {"id": task_id}}
+        results: list[dict[str, Any]] = []
+        async with (
+            httpx.AsyncClient(timeout=60) as http,
+            http.stream(
+                "POST", f"{second.url}/agents/slow/", json=body, headers={"Accept": "text/event-stream"}
+            ) as sse,
+        ):
+            assert sse.status_code == 200
+            async for line in sse.aiter_lines():  # no A2A-Version header: the v0.3 shapes
+                if line.startswith("data:"):
+                    results.append(json.loads(line.removeprefix("data:"))["result"])
+        return await running, results
+
+    done, results = asyncio.run(main())
+    assert results[0]["kind"] == "task" and results[0]["id"] == done.id
+    assert results[-1]["kind"] == "status-update" and results[-1]["final"] is True, results[-1]
+    assert results[-1]["status"]["state"] == "completed" and results[-1]["taskId"] == done.id
 
 
 def test_one_audit_chain_holds_both_replicas_records(replicas: tuple[ServerProcess, ServerProcess]) -> None:
