@@ -34,7 +34,7 @@ def audit_command(options: AuditOptions) -> int:
     loaded = load_project(options.project)
     root = loaded.root
     key = chain_key(loaded.config.audit, root) if options.verify else None  # listing records needs no key
-    log = AuditLog.open(root, key=key)
+    log = AuditLog.of_project(loaded, key=key)
     try:
         if options.verify:
             result = log.verify()

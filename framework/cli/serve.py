@@ -18,6 +18,7 @@ import uvicorn
 
 from framework.errors import UsageError
 from framework.runtime.logs import chosen, configure
+from framework.runtime.store_url import unreachable
 from framework.spec.project import LogFormat
 
 
@@ -115,8 +116,9 @@ def listen_on(host: str, port: int) -> socket.socket:
 
 
 async def check_store(url: str) -> None:
-    """Connect to a PostgreSQL task store once before serving: unreachable, refused or missing is a
-    UsageError saying what to fix, not a failed start-up deep in the server (SQLite needs no check)."""
+    """Connect to a PostgreSQL task store once before serving, through its driver (asyncpg):
+    unreachable, refused or missing is the one StoreUnreachable line the conversations and the
+    audit give too, not a failed start-up deep in the server (SQLite needs no check)."""
     if url.startswith("sqlite"):
         return
     from sqlalchemy.engine import make_url
@@ -136,11 +138,7 @@ async def check_store(url: str) -> None:
             async with engine.connect():
                 pass
     except (OSError, TimeoutError, SQLAlchemyError) as exc:  # refused, unreachable, no such database, auth
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise UsageError(
-            f"cannot use the task store {shown} ({type(getattr(exc, 'orig', None) or exc).__name__}"
-            f"{': ' + reason if reason else ''}): start PostgreSQL there, or fix store.url in ca.yaml"
-        ) from None
+        raise unreachable(shown, getattr(exc, "orig", None) or exc) from None
     finally:
         await engine.dispose()
 

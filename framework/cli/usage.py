@@ -28,7 +28,7 @@ def usage_command(options: UsageOptions) -> int:
         raise UsageError(f"--by {options.by!r} is not a grouping: use one of {', '.join(GROUPINGS)}")
     since = since_bound(options.since) if options.since is not None else None
     loaded = load_project(options.project)
-    with AuditLog.open(loaded.root) as log:
+    with AuditLog.of_project(loaded) as log:
         report = usage_report(log.records(since_ts=since), cast(By, options.by), since=since)
     print(json.dumps(report.to_json(), indent=2) if options.as_json else format_report(report))
     return 0

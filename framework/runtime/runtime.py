@@ -116,7 +116,10 @@ class Runtime:
         mask_logs()
         key = chain_key(project.config.audit, project.root)  # a missing key stops us before anything opens
         lock_timeout = project.config.store.lock_timeout
-        saver = await stack.enter_async_context(open_checkpointer(project.root, lock_timeout=lock_timeout))
+        store_url = project.config.store.url
+        saver = await stack.enter_async_context(
+            open_checkpointer(project.root, lock_timeout=lock_timeout, url=store_url)
+        )
         tasks = TaskStore.open(project.root, lock_timeout=lock_timeout)
         stack.callback(tasks.close)
         turns = Turns.open(project.root, lock_timeout=lock_timeout)
@@ -125,7 +128,7 @@ class Runtime:
         KNOWN.add(project_secrets(project, {**dotenv, **os.environ}, dotenv))
         if key is not None:
             KNOWN.add([key.secret.decode("utf-8")])
-        audit = AuditLog.open(project.root, secrets=KNOWN.values, key=key, lock_timeout=lock_timeout)
+        audit = AuditLog.of_project(project, secrets=KNOWN.values, key=key, lock_timeout=lock_timeout)
         stack.callback(audit.close)
         audit.check_extendable()
         audit.observers.append(logs.audited)  # at INFO: shown by --log-format json

@@ -223,7 +223,11 @@ LogFormat = Literal["human", "json"]
 class StoreConfig(Spec):
     url: StoreUrl = Field(
         default="sqlite:///.ca/state.db",
-        description="Where `ca serve` keeps A2A tasks: a SQLite file, or PostgreSQL to share them between servers.",
+        description=(
+            "Where ca keeps every piece of state: SQLite under .ca/ by default; a postgresql:// URL puts the"
+            " A2A task rows, the conversations and the audit chain in that database, shared by every"
+            " `ca serve` replica that names it."
+        ),
     )
     lock_timeout: Duration = Field(
         default=30.0,

@@ -48,6 +48,7 @@ from framework.protocols.a2a.gate import RequestGate
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware, declare_methods
 from framework.protocols.a2a.probes import HEALTH_PATH, READY_PATH, Probes
 from framework.protocols.a2a.probes import PATHS as PROBE_PATHS
+from framework.protocols.a2a.relay import RelayingRequestHandler, TaskFollower
 from framework.protocols.a2a.request_metrics import RequestMetrics
 from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
@@ -56,6 +57,7 @@ from framework.protocols.jsonrpc import error_for
 from framework.runtime import telemetry
 from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
+from framework.runtime.store_url import libpq_url
 from framework.runtime.stores import state_dir
 from framework.runtime.tasks import Task as Record
 
@@ -117,7 +119,9 @@ def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     url = store_url(runtime)
     records = runtime.tasks.find  # the one task record: every row's state is derived from it
     if not url.startswith("sqlite"):
-        return WriteBehindTaskStore(DatabaseTaskStore(create_async_engine(url)), records=records)
+        engine = create_async_engine(url)
+        follower = TaskFollower(engine, libpq_url(url))  # subscribers here relay runs of the other servers
+        return WriteBehindTaskStore(DatabaseTaskStore(engine), records=records, follower=follower)
     # Saves and reads go through SqliteTaskStore's own sqlite3 connection; the engine serves
     # initialize, ListTasks and delete. SQLite takes one write at a time: one pooled connection
     # (callers queue on the pool instead of sleeping in SQLite's busy handler, which gave p99
@@ -151,11 +155,12 @@ def served_card(runtime: Runtime, name: str) -> AgentCard:
 def request_handler(runtime: Runtime, name: str, store: WriteBehindTaskStore) -> DefaultRequestHandler:
     """a2a-sdk's handler for one agent; authenticated callers get the full card from GetExtendedAgentCard."""
     authed = runtime.bundle.project.config.server.auth is not None
-    return DefaultRequestHandler(
+    return RelayingRequestHandler(
         CleverAgentExecutor(runtime, name),
         AgentTaskStore(store, name),
         served_card(runtime, name),
         extended_agent_card=full_card(runtime, name) if authed else None,
+        follower=store.follower,
     )
 
 

@@ -17,7 +17,9 @@ status from the runtime's task record (``records``; :func:`~framework.protocols.
 the record is the one source of truth, so a task decided or ended by another entry point
 (``ca approve``, ACP, another process) shows its real state.
 
-On SQLite, :class:`SqliteTaskStore` serves ``save`` and ``get`` through the sqlite3 module.
+On SQLite, :class:`SqliteTaskStore` serves ``save`` and ``get`` through the sqlite3 module. On
+PostgreSQL a ``follower`` (:class:`~framework.protocols.a2a.relay.TaskFollower`) is told of
+each row written, so other replicas relay the task to their subscribers.
 """
 
 from __future__ import annotations
@@ -37,10 +39,12 @@ from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabaseTaskStore, TaskStore
 from a2a.types import ListTasksRequest, ListTasksResponse, Task
 from sqlalchemy import JSON, DateTime
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import class_mapper
 
 from framework.errors import StoreBusy
+from framework.protocols.a2a.relay import TaskFollower
 from framework.protocols.a2a.statuses import derived
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, until_free
@@ -89,8 +93,11 @@ class WriteBehindTaskStore(TaskStore):
         *,
         records: Callable[[str], Record | None] = lambda _: None,
         interval: float = FLUSH_SECONDS,
+        follower: TaskFollower | None = None,
     ) -> None:
         self.store = store
+        self.follower = follower
+        """Told of every row written; None on SQLite (one server per project has no one to tell)."""
         self.records = records
         self.interval = interval
         self._owner: Callable[[ServerCallContext], str] = store.owner_resolver
@@ -206,10 +213,17 @@ class WriteBehindTaskStore(TaskStore):
         await self.flush()
         if isinstance(self.store, SqliteTaskStore):
             self.store.close()  # a save after this (written through) opens it again
+        if self.follower is not None:
+            await self.follower.close()
 
     async def _write(self, live: _Live, task: Task, context: ServerCallContext) -> None:
         async with live.lock:
             await self.store.save(task, context)
+        if self.follower is not None:
+            try:
+                await self.follower.written(task.id)
+            except SQLAlchemyError as exc:  # the row is written; subscribers elsewhere see it at their next poll
+                logger.warning("task %s: could not notify the other servers of its row (%s)", task.id, exc)
 
     def _schedule_flush(self) -> None:
         if self._sleeper is not None:
