@@ -14,6 +14,7 @@ from tests.acp_client import Raw, agent_env, initialize_params
 from tests.conftest import events, run_ca
 
 IMPORT_LOG = {"PYTHONPROFILEIMPORTTIME": "1", "CA_MODEL": "offline"}
+SLOW = 180  # seconds: the import log slows a cold start, and a loaded machine more so
 
 SERVING_ONLY = (
     "a2a",  # a2a-sdk and its protobuf types: Agent Cards and the A2A server and client
@@ -52,7 +53,7 @@ def scaffold(tmp_path: Path) -> Path:
 
 def test_a_cold_ca_run_imports_nothing_of_serving(tmp_path: Path) -> None:
     root = scaffold(tmp_path)
-    done = run_ca("run", "assistant", "hello there", "--json", cwd=root, env=IMPORT_LOG)
+    done = run_ca("run", "assistant", "hello there", "--json", cwd=root, env=IMPORT_LOG, timeout=SLOW)
     assert done.returncode == 0, done.stderr[-3000:]
     assert events(done.stdout)[-1]["output"] == "[assistant] You said: hello there"
     modules = imported(done.stderr)
@@ -63,11 +64,11 @@ def test_a_cold_ca_run_imports_nothing_of_serving(tmp_path: Path) -> None:
 def test_a_cold_acp_prompt_imports_nothing_of_serving(tmp_path: Path) -> None:
     root = scaffold(tmp_path)
     with Raw(root, env=agent_env(IMPORT_LOG)) as raw:
-        assert "result" in raw.answer(raw.request("initialize", initialize_params()))
-        created = raw.answer(raw.request("session/new", {"cwd": str(root), "mcpServers": []}))
+        assert "result" in raw.answer(raw.request("initialize", initialize_params()), SLOW)
+        created = raw.answer(raw.request("session/new", {"cwd": str(root), "mcpServers": []}), SLOW)
         session = created["result"]["sessionId"]
         prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "hello there"}]}
-        answered = raw.answer(raw.request("session/prompt", prompt))
+        answered = raw.answer(raw.request("session/prompt", prompt), SLOW)
         assert answered["result"]["stopReason"] == "end_turn"
         assert raw.close() == 0
         modules = imported(raw.stderr_text())
