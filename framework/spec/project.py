@@ -18,7 +18,7 @@ from framework.spec.common import Duration, Money, Name, Spec, Version, fail
 from framework.spec.mcp import McpServer
 from framework.spec.model import ModelConfig
 from framework.spec.profile import Profile
-from framework.spec.skill import SkillFile
+from framework.spec.skill import Skill, SkillFile
 
 
 def _check_url(value: str) -> str:
@@ -332,6 +332,13 @@ class Project:
         if self.config.default_agent:
             return self.config.default_agent
         return next(iter(sorted(self.agents)), None)
+
+    def skills_of(self, agent: AgentSpec) -> list[Skill]:
+        """The agent's skills, with references to ``skills/NAME.yaml`` resolved.
+
+        Here, not beside the Agent Card: ACP slash commands and MCP prompts list skills too, and
+        must not load a2a-sdk's types (~150 ms) to do it."""
+        return [self.skills[s] if isinstance(s, str) else s for s in agent.skills]
 
     def summary(self) -> str:
         kinds: dict[str, int] = {}

@@ -24,7 +24,7 @@ from a2a.types import AgentCard
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from framework.compiler.card import EXTENSION_URI, agent_skills, card_to_json
+from framework.compiler.card import EXTENSION_URI, card_to_json
 from framework.errors import CAError, TaskNotWaiting, UsageError
 from framework.protocols.a2a.auth import ANONYMOUS, Caller
 from framework.protocols.a2a.wire import to_wire
@@ -183,10 +183,10 @@ class Platform:
                     "description": spec.description,
                     "url": bundle.card(name).supported_interfaces[0].url,
                     "source": "project",
-                    "tags": sorted({t for s in agent_skills(spec, bundle.project) for t in s.tags}),
+                    "tags": sorted({t for s in bundle.project.skills_of(spec) for t in s.tags}),
                     "skills": [
                         {"id": s.id, "name": s.name or s.id, "tags": list(s.tags)}
-                        for s in agent_skills(spec, bundle.project)
+                        for s in bundle.project.skills_of(spec)
                     ],
                 }
             )

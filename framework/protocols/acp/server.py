@@ -261,12 +261,10 @@ class AcpServer:
         return str(spec.profile or self.runtime.bundle.project.config.defaults.profile or DEFAULT_PROFILE)
 
     def commands(self) -> list[dict[str, Any]]:
-        from framework.compiler.card import agent_skills
-
         spec = self.runtime.bundle.agent(self.agent_name)
         return [
             {"name": s.id, "description": s.description or s.name or s.id, "input": {"hint": (s.examples or [""])[0]}}
-            for s in agent_skills(spec, self.runtime.bundle.project)
+            for s in self.runtime.bundle.project.skills_of(spec)
         ]
 
     def _check_model(self) -> None:
