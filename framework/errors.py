@@ -12,6 +12,8 @@
     │   └── McpServerFailed      tool_failed          an MCP server could not start or list its tools
     ├── StoreError               store_damaged        a state database under .ca/ is damaged or not one
                                                       (exit 2: the file is to move aside)
+    │   └── StoreUnavailable     store_unavailable    the PostgreSQL of store.url cannot be used (no driver, not
+    │                                                 reachable, no such database); retryable once it is back
     ├── StoreBusy                store_busy           another process held a database's write lock past
     │                                                 store.lock_timeout (retryable: nothing was written)
     └── RunError                 run_failed           a run cannot start or failed; its subclasses say why
@@ -61,6 +63,7 @@ ErrorCode = Literal[
     "tool_failed",
     "store_damaged",
     "store_busy",
+    "store_unavailable",
     "agent_not_found",
     "task_not_waiting",
     "conversation_busy",
@@ -170,8 +173,16 @@ class StoreError(CAError):
     Raised where the database driver's error enters, so no caller sees ``sqlite3`` errors.
     """
 
-    code = "store_damaged"
+    code: ClassVar[ErrorCode] = "store_damaged"
     exit_code = 2
+
+
+class StoreUnavailable(StoreError):
+    """The PostgreSQL server of ``store.url`` cannot be used: its driver is missing, it does not answer,
+    or the database does not exist. The message names the URL with its password hidden (exit 2 at
+    start-up: the URL or the server is to fix); a server lost mid-run is retryable once it is back."""
+
+    code = "store_unavailable"
 
 
 class StoreBusy(CAError):

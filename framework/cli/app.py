@@ -438,7 +438,8 @@ def tasks_list(
     from framework.runtime.tasks import TaskStore
     from framework.spec import load_project
 
-    store = TaskStore.open(load_project(_project_dir(project)).root)
+    loaded = load_project(_project_dir(project))
+    store = TaskStore.open(loaded.root, url=loaded.config.store.url)
     try:
         tasks = store.list(pending_only=pending, limit=limit)
     finally:

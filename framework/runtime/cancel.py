@@ -17,13 +17,12 @@ Each ending is audited (``task.state`` canceled, with who asked). A final task i
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from framework.errors import RunError, StoreBusy, UsageError
+from framework.errors import RunError, StoreBusy, StoreError, StoreUnavailable, UsageError
 from framework.runtime.audit import AuditLog, Source
 from framework.runtime.tasks import FINAL_STATES, Task, TaskStore, process_alive, this_process
 
@@ -66,7 +65,7 @@ async def cancel_task(
     :class:`StillRunning` when another process did not stop it within ``wait`` seconds.
     """
     try:
-        task = tasks.get(task_id)
+        task = await tasks.aget(task_id)
     except RunError as exc:  # unknown or ambiguous: the argument is wrong
         raise UsageError(str(exc)) from exc
     reason = f"canceled by {by}"
@@ -84,7 +83,7 @@ async def cancel_task(
                 return await _ended(tasks, audit, task, by, source, dead, "orphan")
         elif await tasks.arequest_cancel(task.id, by):
             return await _stopped(tasks, task, "other process", wait)
-        task = tasks.get(task.id)  # it changed meanwhile (decided, ended, claimed again): look again
+        task = await tasks.aget(task.id)  # it changed meanwhile (decided, ended, claimed again): look again
 
 
 async def _ended(
@@ -98,14 +97,14 @@ async def _ended(
         agent=task.agent,
         data={"state": "canceled", "error": reason, "by": by},
     )
-    return Canceled(tasks.get(task.id), how)
+    return Canceled(await tasks.aget(task.id), how)
 
 
 async def _stopped(tasks: TaskStore, task: Task, how: How, wait: float) -> Canceled:
     """Wait for the run's own process to end the task (it records and audits the cancel)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    while (now := tasks.get(task.id)).state not in FINAL_STATES:
+    while (now := await tasks.aget(task.id)).state not in FINAL_STATES:
         if loop.time() >= deadline:
             raise StillRunning(
                 f"task {task.id[:12]} is still {now.state}: the process running it (pid {task.owner_pid} on "
@@ -163,12 +162,14 @@ class CancelWatch:
         while self.runs:
             await asyncio.sleep(POLL_S)
             try:
-                asked = self.tasks.cancel_requests(list(self.runs))
-            except StoreBusy as exc:  # the file is locked just now: look again at the next poll
+                asked = await self.tasks.acancel_requests(list(self.runs))
+            except (StoreBusy, StoreUnavailable) as exc:  # locked, or the server lost, just now: look again
                 print(f"warning: cancel requests not read: {exc}", file=sys.stderr)
                 continue
-            except sqlite3.ProgrammingError:  # the task store was closed: this process is stopping
-                return
+            except StoreError:
+                if self.tasks.db.closed:  # the task store was closed: this process is stopping
+                    return
+                raise
             for task_id, who in asked.items():
                 if task_id not in self.reasons:
                     self.stop(task_id, f"canceled by {who}")
