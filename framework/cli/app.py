@@ -540,6 +540,24 @@ def audit(
     raise typer.Exit(audit_command(AuditOptions(_project_dir(project), task, verify, limit, since, as_json)))
 
 
+db_app = typer.Typer(
+    help="The project's task database (.ca/tasks.db, or PostgreSQL with store.url).", no_args_is_help=True
+)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade(project: ProjectOpt = None) -> None:
+    """Apply the task database's schema migrations that are missing, in order, and print them.
+
+    Every ca process does this when it opens the database; run it before starting or rolling
+    replicas. On PostgreSQL it runs under an advisory lock: replicas migrating at once wait for it.
+    """
+    from framework.cli.db import upgrade_command
+
+    raise typer.Exit(upgrade_command(_project_dir(project)))
+
+
 def _masked(text: str) -> str:
     """``text`` with the secrets this process knows masked (imported here: it is off the start-up path)."""
     from framework.runtime.governance.secrets import KNOWN

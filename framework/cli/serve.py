@@ -115,17 +115,18 @@ async def check_store(url: str) -> None:
     UsageError saying what to fix, not a failed start-up deep in the server (SQLite needs no check)."""
     if url.startswith("sqlite"):
         return
-    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    shown = make_url(url).render_as_string(hide_password=True).replace("+asyncpg", "")
+    from framework.runtime.database import postgres_url, shown
+
+    where = shown(postgres_url(url))
     try:
         engine = create_async_engine(url)
     except ImportError as exc:
         raise UsageError(
-            f"store.url {shown} needs the PostgreSQL driver ({exc.name or 'asyncpg'}): "
-            "pip install 'cleveragents[postgresql]', or use a sqlite:/// store"
+            f"store.url {where} needs the PostgreSQL driver ({exc.name or 'asyncpg'}): "
+            "pip install 'cleveragents[postgres]', or use a sqlite:/// store"
         ) from None
     try:
         async with asyncio.timeout(10):
@@ -134,7 +135,7 @@ async def check_store(url: str) -> None:
     except (OSError, TimeoutError, SQLAlchemyError) as exc:  # refused, unreachable, no such database, auth
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise UsageError(
-            f"cannot use the task store {shown} ({type(getattr(exc, 'orig', None) or exc).__name__}"
+            f"cannot use the task store {where} ({type(getattr(exc, 'orig', None) or exc).__name__}"
             f"{': ' + reason if reason else ''}): start PostgreSQL there, or fix store.url in ca.yaml"
         ) from None
     finally:

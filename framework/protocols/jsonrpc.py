@@ -70,6 +70,7 @@ ERROR_CODES: dict[ErrorCode, Code] = {
     "usage_error": Code.INVALID_PARAMS,
     "store_damaged": Code.INTERNAL_ERROR,
     "store_busy": Code.STORE_BUSY,
+    "store_unavailable": Code.STORE_BUSY,  # retryable too: the request can be sent again once the server is back
     "budget_exceeded": Code.BUDGET_EXCEEDED,
     "policy_denied": Code.POLICY_DENIED,
     "contract_violation": Code.CONTRACT_VIOLATION,

@@ -191,13 +191,16 @@ class ServerConfig(Spec):
     )
 
 
-_STORE_SCHEMES = ("sqlite", "sqlite+aiosqlite", "postgresql", "postgresql+asyncpg")
+_STORE_SCHEMES = ("sqlite", "sqlite+aiosqlite", "postgresql", "postgresql+asyncpg", "postgresql+psycopg")
 
 
 class StoreConfig(Spec):
     url: str = Field(
         default="sqlite:///.ca/state.db",
-        description="Where `ca serve` keeps A2A tasks: a SQLite file, or PostgreSQL to share them between servers.",
+        description=(
+            "Where `ca serve` keeps A2A tasks: a SQLite file, or PostgreSQL to share them between servers; with"
+            " PostgreSQL the task records, pending decisions, conversation turns and ACP sessions go there too."
+        ),
     )
     lock_timeout: Duration = Field(
         default=30.0,

@@ -52,6 +52,7 @@ from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, 
 from framework.protocols.a2a.tracing import TraceContext
 from framework.protocols.jsonrpc import error_for
 from framework.runtime import telemetry
+from framework.runtime.database import postgres_url
 from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
@@ -103,9 +104,7 @@ def store_url(runtime: Runtime) -> str:
         full = Path(path) if Path(path).is_absolute() else runtime.root / path
         state_dir(runtime.root)
         return f"sqlite+aiosqlite:///{full}"
-    if url.startswith("postgresql://"):
-        return "postgresql+asyncpg://" + url.removeprefix("postgresql://")
-    return url
+    return "postgresql+asyncpg://" + postgres_url(url).removeprefix("postgresql://")
 
 
 def task_store(runtime: Runtime) -> WriteBehindTaskStore:
