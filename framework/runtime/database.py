@@ -36,6 +36,9 @@ from framework.runtime.store_locks import LOCK_TIMEOUT_S, is_busy, no_wait, retr
 from framework.runtime.stores import opening, state_dir
 
 TASKS_DB = "tasks.db"
+PG_SCHEMA = "ca"
+"""The PostgreSQL schema of the task database's tables: a2a-sdk's own ``tasks`` table (and LangGraph's)
+may share the database, so ours live apart and every connection reads them first (``search_path``)."""
 CONNECT_TIMEOUT_S = 10
 """How long opening a PostgreSQL connection may take before the store is called unreachable."""
 _DRIVER_PREFIXES = ("postgresql+asyncpg://", "postgresql+psycopg://", "postgres://")
@@ -249,6 +252,11 @@ class PostgresDatabase(Database):
                 "pip install 'cleveragents[postgres]', or remove store.url to keep the state in .ca/"
             ) from None
         self._psycopg = psycopg
+        self._settings: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "options": f"-c search_path={PG_SCHEMA}",
+        }
         self._lock = threading.Lock()
         self._closed = False
         self._conn: Any = self._connect()
@@ -266,7 +274,7 @@ class PostgresDatabase(Database):
 
     def _connect(self) -> Any:
         try:
-            return self._psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            return self._psycopg.connect(self.url, **self._settings)
         except self._psycopg.Error as exc:
             raise self._unavailable(exc) from None
 
@@ -303,9 +311,7 @@ class PostgresDatabase(Database):
         async with self._aopening:
             if self._aconn is None or self._aconn.closed:
                 try:
-                    self._aconn = await self._psycopg.AsyncConnection.connect(
-                        self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-                    )
+                    self._aconn = await self._psycopg.AsyncConnection.connect(self.url, **self._settings)
                 except self._psycopg.Error as exc:
                     raise self._unavailable(exc) from None
             return self._aconn

@@ -4,7 +4,9 @@ The ``schema_version`` table holds one row per migration applied. Every opening 
 reads the latest version (one query) and applies what is missing, in one transaction. On
 PostgreSQL the migrations run under an advisory lock, so replicas that start together do not race:
 one migrates, the others wait for the lock and then find nothing left to do. On SQLite the write
-lock of the transaction (``BEGIN IMMEDIATE``) does the same between processes. ``ca db upgrade``
+lock of the transaction (``BEGIN IMMEDIATE``) does the same between processes. On PostgreSQL the
+tables are in a schema of their own (:data:`~framework.runtime.database.PG_SCHEMA`), apart from
+a2a-sdk's ``tasks`` table in the same database. ``ca db upgrade``
 runs them explicitly and says what it did.
 
 A ``tasks.db`` written before versions were kept has the tables of migration 1, perhaps without its
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from framework.errors import StoreError
-from framework.runtime.database import Database, PostgresDatabase, Run
+from framework.runtime.database import PG_SCHEMA, Database, PostgresDatabase, Run
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,8 @@ def _checked(db: Database, at: int) -> int:
 def _upgrade(db: Database) -> list[Migration]:
     applied = []
     with db.transaction() as run:
+        if db.dialect == "postgresql":  # the connections read it first (search_path): created, it holds the tables
+            run(f"CREATE SCHEMA IF NOT EXISTS {PG_SCHEMA}")
         run(
             "CREATE TABLE IF NOT EXISTS schema_version"
             " (version INTEGER PRIMARY KEY, about TEXT NOT NULL, applied_at TEXT NOT NULL)"

@@ -52,6 +52,7 @@ from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, 
 from framework.protocols.a2a.tracing import TraceContext
 from framework.protocols.jsonrpc import error_for
 from framework.runtime import telemetry
+from framework.runtime.cancel import StillRunning
 from framework.runtime.database import postgres_url
 from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
@@ -74,6 +75,8 @@ STOP_GRACE = 10.0
 """Seconds the canceled runs of a stopping server get to end (their tools' processes killed)."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+logger = logging.getLogger(__name__)
 
 
 _CLIENT_ERRORS = ("Failed to validate base JSON-RPC request", "Failed to parse request params")
@@ -107,6 +110,24 @@ def store_url(runtime: Runtime) -> str:
     return "postgresql+asyncpg://" + postgres_url(url).removeprefix("postgresql://")
 
 
+async def stop_elsewhere(runtime: Runtime, task_id: str) -> None:
+    """Before a task's A2A row is saved canceled, stop its run when another process runs it.
+
+    With a shared ``store.url`` the SDK answers a CancelTask for a task another replica runs by
+    saving its row canceled; the run itself is stopped through the task record, as ``ca tasks
+    cancel`` stops it (the owner's CancelWatch sees the request): this waits until it did.
+    """
+    record = await runtime.tasks.afind(task_id)
+    if record is None or record.state not in ("submitted", "working") or task_id in runtime.watch.runs:
+        return  # not running, or running here (the SDK cancels a run of this process itself)
+    try:
+        await runtime.cancel(task_id)
+    except StillRunning:
+        raise
+    except RunError as exc:  # it ended meanwhile: its record says how, and the row's state is derived from it
+        logger.info("task %s ended before it could be canceled: %s", task_id, exc)
+
+
 def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     from sqlalchemy import event
     from sqlalchemy.ext.asyncio import create_async_engine
@@ -114,7 +135,8 @@ def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     url = store_url(runtime)
     records = runtime.tasks.find  # the one task record: every row's state is derived from it
     if not url.startswith("sqlite"):
-        return WriteBehindTaskStore(DatabaseTaskStore(create_async_engine(url)), records=records)
+        shared = DatabaseTaskStore(create_async_engine(url))
+        return WriteBehindTaskStore(shared, records=records, stop=lambda task_id: stop_elsewhere(runtime, task_id))
     # Saves and reads go through SqliteTaskStore's own sqlite3 connection; the engine serves
     # initialize, ListTasks and delete. SQLite takes one write at a time: one pooled connection
     # (callers queue on the pool instead of sleeping in SQLite's busy handler, which gave p99
