@@ -24,7 +24,7 @@ from typing import Literal
 
 from framework.errors import RunError, StoreBusy, StoreError, StoreUnavailable, UsageError
 from framework.runtime.audit import AuditLog, Source
-from framework.runtime.tasks import FINAL_STATES, Task, TaskStore, process_alive, this_process
+from framework.runtime.tasks import FINAL_STATES, RENEW_S, Task, TaskStore, process_alive, this_process
 
 POLL_S = 0.25
 """How often a process running tasks looks for cancel requests on their records."""
@@ -120,7 +120,9 @@ class CancelWatch:
 
     ``track`` registers a run (the asyncio task driving it) for the time it runs; while any run is
     tracked, one watcher polls their records every :data:`POLL_S` and cancels each run asked to
-    stop, remembering who asked (:meth:`reason`), so the transport can say so to its client.
+    stop, remembering who asked (:meth:`reason`), so the transport can say so to its client. On
+    PostgreSQL it also renews their leases every :data:`~framework.runtime.tasks.RENEW_S`, so other
+    replicas see they still run.
     """
 
     def __init__(self, tasks: TaskStore) -> None:
@@ -159,8 +161,16 @@ class CancelWatch:
         return self.reasons.get(task_id)
 
     async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        renew_at = loop.time() + RENEW_S
         while self.runs:
             await asyncio.sleep(POLL_S)
+            if not self.tasks.db.local and loop.time() >= renew_at:  # replicas see each other's runs by lease
+                renew_at = loop.time() + RENEW_S
+                try:
+                    await self.tasks.arenew(list(self.runs))
+                except (StoreBusy, StoreUnavailable) as exc:
+                    print(f"warning: task leases not renewed: {exc}", file=sys.stderr)
             try:
                 asked = await self.tasks.acancel_requests(list(self.runs))
             except (StoreBusy, StoreUnavailable) as exc:  # locked, or the server lost, just now: look again

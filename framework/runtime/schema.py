@@ -90,6 +90,11 @@ MIGRATIONS = (
         "the host of each turn's process (a turn held on another host is not judged by a pid of this one)",
         columns=(("turns", "host", "TEXT NOT NULL DEFAULT ''"),),
     ),
+    Migration(
+        3,
+        "the lease of each running task (renewed by the process running it; expired: an orphan on any host)",
+        columns=(("tasks", "lease_until", "TEXT NOT NULL DEFAULT ''"),),
+    ),
 )
 LATEST = MIGRATIONS[-1].version
 _LOCK_KEY = 0x6361_7461_736B  # "catask": the advisory lock the migrations of the task database run under

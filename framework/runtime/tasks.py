@@ -29,9 +29,19 @@ TaskState = Literal["submitted", "working", "input-required", "completed", "fail
 FINAL_STATES = ("completed", "failed", "canceled", "rejected")
 Statement = tuple[str, tuple[Any, ...]]
 
+LEASE_S = 15.0
+"""How long a running task's lease lasts: the process running it renews it every :data:`RENEW_S`
+(while PostgreSQL holds the tasks); past it, any replica settles the task as orphaned."""
+RENEW_S = 5.0
+"""How often a process renews the leases of the tasks it runs (and a server looks for expired ones)."""
+
 ORPHANED = (
     "the process running this task (pid {pid} on {host}) stopped while this task was running; it was not "
     "resumed because a tool may have run halfway: send the message again"
+)
+LEASE_EXPIRED = (
+    "the process running this task (pid {pid} on {host}) stopped renewing its lease ({lease:g} s) while this task "
+    "was running; it was not resumed because a tool may have run halfway: send the message again"
 )
 _RUNNING = ("submitted", "working")
 
@@ -63,6 +73,11 @@ def _alive(pid: int) -> bool:
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def _lease() -> str:
+    """When a lease taken now ends (ISO, microseconds always: the text compares as the time does)."""
+    return (now() + timedelta(seconds=LEASE_S)).isoformat(timespec="microseconds")
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,8 @@ class Task:
     """The process that last started running the task (0: recorded before owners were)."""
     owner_host: str = ""
     """The host of that process."""
+    lease_until: str = ""
+    """Until when the owner's lease on this running task holds (renewed while it runs; see :data:`LEASE_S`)."""
     cancel_requested: str = ""
     """Who asked another process to stop this running task (``ca tasks cancel``), empty if no one."""
     caller: str = ""
@@ -170,11 +187,15 @@ class TaskStore:
             owner_pid=pid,
             owner_host=host,
             caller=caller,
+            lease_until=_lease(),
         )
-        values = (task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host, caller)
+        values = (
+            task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host, caller,
+            task.lease_until,
+        )  # fmt: skip
         return task, (
             "INSERT INTO tasks (id, agent, conversation, source, state, input, parent, created_at, updated_at,"
-            " owner_pid, owner_host, caller) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " owner_pid, owner_host, caller, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             values,
         )
 
@@ -241,8 +262,8 @@ class TaskStore:
         sets = ["state = ?", "updated_at = ?"]
         values: list[Any] = [state, now().isoformat()]
         if state in _RUNNING:  # whoever runs it owns it: a crash of this process leaves an orphan
-            sets.append("owner_pid = ?, owner_host = ?")
-            values.extend(_owner())
+            sets.append("owner_pid = ?, owner_host = ?, lease_until = ?")
+            values.extend((*_owner(), _lease()))
         for column, value in (("output", output), ("error", error)):
             if value is not None:
                 sets.append(f"{column} = ?")
@@ -308,8 +329,8 @@ class TaskStore:
         stamp = now().isoformat()
         return (
             "UPDATE tasks SET state = 'working', decided_by = ?, decided_at = ?, updated_at = ?,"
-            " owner_pid = ?, owner_host = ? WHERE id = ? AND state = 'input-required'",
-            (by, stamp, stamp, *_owner(), task_id),
+            " owner_pid = ?, owner_host = ?, lease_until = ? WHERE id = ? AND state = 'input-required'",
+            (by, stamp, stamp, *_owner(), _lease(), task_id),
         )
 
     @staticmethod
@@ -331,48 +352,77 @@ class TaskStore:
         claimed = (await self.db.aexecute(*self._claiming(task_id, by))).rowcount
         return self._claimed(await self.aget(task_id), claimed)
 
-    _RUNNING_HERE = "SELECT id, state, owner_pid FROM tasks WHERE state IN (?, ?) AND owner_host = ? AND owner_pid != 0"
+    # Running tasks of this host's processes (judged by their pid) and of other hosts' whose lease expired.
+    _RUNNING_OR_EXPIRED = (
+        "SELECT id, state, owner_pid, owner_host, lease_until FROM tasks WHERE state IN (?, ?) AND owner_pid != 0"
+        " AND (owner_host = ? OR (lease_until != '' AND lease_until < ?))"
+    )
+
+    def _running(self) -> tuple[Any, ...]:
+        # Leases are renewed only where replicas share the tasks (PostgreSQL): on SQLite none expires.
+        expired_before = "" if self.db.local else now().isoformat(timespec="microseconds")
+        return (*_RUNNING, _owner()[1], expired_before)
 
     @staticmethod
-    def _orphans(rows: list[tuple[Any, ...]]) -> list[tuple[str, str, int, str, str]]:
-        """(id, state, owner pid, reason, failure JSON) of each running task whose process is gone."""
+    def _orphans(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """(id, state, owner pid, owner host, lease, reason, failure JSON) of each running task whose
+        process is gone: on this host a pid that no longer runs, on another a lease that expired."""
         pid, host = _owner()
         found = []
-        for task_id, state, owner in rows:
-            if owner == pid or _alive(owner):
-                continue
-            reason = ORPHANED.format(pid=owner, host=host)
-            found.append((task_id, state, owner, reason, json.dumps(Failure.of(RunError(reason)).to_json())))
+        for task_id, state, owner, owner_host, lease in rows:
+            if owner_host == host:
+                if owner == pid or _alive(owner):
+                    continue
+                reason = ORPHANED.format(pid=owner, host=host)
+            else:
+                reason = LEASE_EXPIRED.format(pid=owner, host=owner_host, lease=LEASE_S)
+            failure = json.dumps(Failure.of(RunError(reason)).to_json())
+            found.append((task_id, state, owner, owner_host, lease, reason, failure))
         return found
 
     @staticmethod
-    def _settling(orphan: tuple[str, str, int, str, str]) -> Statement:
-        task_id, state, owner, reason, failure = orphan
+    def _settling(orphan: tuple[Any, ...]) -> Statement:
+        task_id, state, owner, owner_host, lease, reason, failure = orphan
+        # A compare-and-set on the owner and its lease: a task claimed or renewed meanwhile is left alone.
         return (
             "UPDATE tasks SET state = 'failed', error = ?, failure = ?, pending = '[]', updated_at = ?"
-            " WHERE id = ? AND state = ? AND owner_pid = ? AND owner_host = ?",
-            (reason, failure, now().isoformat(), task_id, state, owner, _owner()[1]),
+            " WHERE id = ? AND state = ? AND owner_pid = ? AND owner_host = ? AND lease_until = ?",
+            (reason, failure, now().isoformat(), task_id, state, owner, owner_host, lease),
         )
 
     def settle_orphans(self) -> list[Task]:
         """End ``failed`` (:data:`ORPHANED`, with the pid) every running task whose process is gone.
 
-        Only tasks owned on this host by a process that no longer exists: a task another live
-        process runs is never touched (nor one of another host, whose processes cannot be seen
-        from here). Each is one compare-and-set on its owner, so a task that was meanwhile
-        claimed again is left alone. Returns the tasks settled, as they are now.
+        On this host, tasks owned by a process that no longer exists: a task another live process
+        runs is never touched. Another host's processes cannot be seen from here (replicas sharing
+        PostgreSQL): its task is settled (:data:`LEASE_EXPIRED`) once the lease its process renews
+        while running it (:data:`LEASE_S`) has expired. Each is one compare-and-set on its owner and
+        lease, so a task that was meanwhile claimed again or renewed is left alone. Returns the tasks
+        settled, as they are now.
         """
-        rows = self.db.execute(self._RUNNING_HERE, (*_RUNNING, _owner()[1])).rows
+        rows = self.db.execute(self._RUNNING_OR_EXPIRED, self._running()).rows
         return [self.get(o[0]) for o in self._orphans(rows) if self.db.execute(*self._settling(o)).rowcount == 1]
 
     async def asettle_orphans(self) -> list[Task]:
         """:meth:`settle_orphans`, waiting with the event loop running."""
-        rows = (await self.db.aexecute(self._RUNNING_HERE, (*_RUNNING, _owner()[1]))).rows
+        rows = (await self.db.aexecute(self._RUNNING_OR_EXPIRED, self._running())).rows
         return [
             await self.aget(o[0])
             for o in self._orphans(rows)
             if (await self.db.aexecute(*self._settling(o))).rowcount == 1
         ]
+
+    async def arenew(self, task_ids: Collection[str]) -> int:
+        """Extend this process's leases on these running tasks by :data:`LEASE_S`; how many it still holds."""
+        if not task_ids:
+            return 0
+        marks = ", ".join("?" for _ in task_ids)
+        renewed = await self.db.aexecute(
+            f"UPDATE tasks SET lease_until = ? WHERE id IN ({marks}) AND state IN (?, ?)"  # noqa: S608
+            " AND owner_pid = ? AND owner_host = ?",
+            (_lease(), *task_ids, *_RUNNING, *_owner()),
+        )
+        return renewed.rowcount
 
     async def acancel_paused(self, task_id: str, by: str, reason: str) -> bool:
         """End a task that waits for a decision ``canceled``: the same compare-and-set on

@@ -203,6 +203,35 @@ def test_a_dead_process_task_is_settled_once(engine: Engine) -> None:
         other.close()
 
 
+def test_another_hosts_task_is_settled_once_its_lease_expired(engine: Engine) -> None:
+    one, other = engine.tasks(), engine.tasks()
+    try:
+        expired = one.create(agent="a", conversation="c", source="cli", input="go")
+        renewed = one.create(agent="a", conversation="c", source="cli", input="go on")
+        for task in (expired, renewed):  # run by a process of another host, whose pid cannot be seen from here
+            one.db.execute(
+                "UPDATE tasks SET state = 'working', owner_pid = 4242, owner_host = 'replica-b', lease_until = ?"
+                " WHERE id = ?",
+                ("2026-01-01T00:00:00.000000+00:00", task.id),
+            )
+        one.db.execute("UPDATE tasks SET lease_until = '9999-01-01T00:00:00.000000+00:00' WHERE id = ?", (renewed.id,))
+        settled = asyncio.run(one.asettle_orphans())
+        if engine.name == "sqlite":  # one machine: leases are not renewed there, and none expires
+            assert settled == []
+            return
+        assert [t.id for t in settled] == [expired.id]
+        assert settled[0].state == "failed" and "stopped renewing its lease (15 s)" in settled[0].error
+        assert other.settle_orphans() == []  # settled once
+        assert one.get(renewed.id).state == "working"
+        mine = one.create(agent="a", conversation="c", source="cli", input="mine")
+        before = one.get(mine.id).lease_until
+        assert asyncio.run(one.arenew([mine.id, renewed.id])) == 1  # only this process's own run
+        assert one.get(mine.id).lease_until > before
+    finally:
+        one.close()
+        other.close()
+
+
 def test_a_turn_is_held_across_connections(engine: Engine) -> None:
     tasks = engine.tasks()
     first, second = Turns.open(engine.root, url=engine.url), Turns.open(engine.root, url=engine.url)
@@ -283,7 +312,8 @@ def test_two_processes_migrating_a_fresh_database_at_once(engine: Engine, tmp_pa
             assert applied == [[], [m.version for m in MIGRATIONS]]  # one migrated, the other found it done
             db = connect(root, url)
             try:
-                assert [r[0] for r in db.execute("SELECT version FROM schema_version").rows] == [1, 2]
+                versions = db.execute("SELECT version FROM schema_version ORDER BY version").rows
+                assert [r[0] for r in versions] == [m.version for m in MIGRATIONS]
             finally:
                 db.close()
 

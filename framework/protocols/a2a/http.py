@@ -41,7 +41,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from framework.compiler.card import public_card
-from framework.errors import AgentNotFound, Failure, RunError
+from framework.errors import AgentNotFound, Failure, RunError, StoreBusy, StoreUnavailable
 from framework.protocols.a2a.auth import ANONYMOUS, DECIDED_BY, AuthMiddleware, Caller, CallerBackend, Credentials
 from framework.protocols.a2a.executor import CleverAgentExecutor
 from framework.protocols.a2a.gate import RequestGate
@@ -57,6 +57,7 @@ from framework.runtime.database import postgres_url
 from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
 from framework.runtime.stores import state_dir
+from framework.runtime.tasks import RENEW_S
 from framework.runtime.tasks import Task as Record
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -108,6 +109,18 @@ def store_url(runtime: Runtime) -> str:
         state_dir(runtime.root)
         return f"sqlite+aiosqlite:///{full}"
     return "postgresql+asyncpg://" + postgres_url(url).removeprefix("postgresql://")
+
+
+async def sweep_orphans(runtime: Runtime) -> None:
+    """With replicas sharing PostgreSQL, settle every :data:`~framework.runtime.tasks.RENEW_S` the tasks
+    another replica was running when it died (its leases expired), as ``Runtime.open`` settles them
+    at start: a task is settled at most ``LEASE_S + RENEW_S`` after its replica stopped renewing."""
+    while True:
+        await asyncio.sleep(RENEW_S)
+        try:
+            await runtime.settle_orphans()
+        except (StoreBusy, StoreUnavailable) as exc:
+            logger.warning("orphaned tasks not looked for: %s", exc)
 
 
 async def stop_elsewhere(runtime: Runtime, task_id: str) -> None:
@@ -291,9 +304,12 @@ def build_server(runtime: Runtime) -> Server:
         if credentials is None and runtime.source == "a2a-http":
             await adopt_unowned(runtime, store)
         await fail_interrupted(runtime, store)
+        sweeper = None if runtime.tasks.db.local else asyncio.create_task(sweep_orphans(runtime))
         try:
             yield
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
             await mcp.close()
             await store.close()
 
