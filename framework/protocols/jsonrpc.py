@@ -64,13 +64,14 @@ class Code(IntEnum):
     RUN_FAILED = -32091
     STORE_BUSY = -32092
     CONVERSATION_TOO_LARGE = -32093
+    STORE_UNAVAILABLE = -32094
 
 
 ERROR_CODES: dict[ErrorCode, Code] = {
     "usage_error": Code.INVALID_PARAMS,
     "store_damaged": Code.INTERNAL_ERROR,
     "store_busy": Code.STORE_BUSY,
-    "store_unavailable": Code.STORE_BUSY,  # retryable too: the request can be sent again once the server is back
+    "store_unavailable": Code.STORE_UNAVAILABLE,
     "budget_exceeded": Code.BUDGET_EXCEEDED,
     "policy_denied": Code.POLICY_DENIED,
     "contract_violation": Code.CONTRACT_VIOLATION,

@@ -24,6 +24,7 @@ import asyncio
 import functools
 import sqlite3
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -91,7 +92,7 @@ Run = Callable[..., "Result"]
 """A statement in a transaction: ``run(sql, params=())``."""
 
 
-class Database:
+class Database(ABC):
     """One connection (or, on PostgreSQL, one blocking and one async connection) to the task database.
 
     Every statement is its own transaction. ``execute`` blocks its thread; ``aexecute`` lets the
@@ -108,33 +109,38 @@ class Database:
     local: bool
     """Whether a statement is a local call (SQLite) rather than a round trip to a server."""
 
+    @abstractmethod
     def execute(self, sql: str, params: Params = ()) -> Result:
-        raise NotImplementedError
+        """One statement (``?`` placeholders), blocking this thread; StoreBusy past the lock timeout."""
 
+    @abstractmethod
     async def aexecute(self, sql: str, params: Params = ()) -> Result:
-        raise NotImplementedError
+        """One statement, the event loop running while it waits (for a lock or for the server)."""
 
+    @abstractmethod
     def attempt(self, sql: str, params: Params = ()) -> Result | None:
-        raise NotImplementedError
+        """One try: None, with nothing done, while another process holds SQLite's write lock."""
 
     async def aattempt(self, sql: str, params: Params = ()) -> Result | None:
         """:meth:`attempt` with the event loop running: on SQLite the same one local try."""
         return self.attempt(sql, params)
 
+    @abstractmethod
     def transaction(self) -> AbstractContextManager[Run]:
         """Statements that commit together (``with db.transaction() as run: run(sql, params)``)."""
-        raise NotImplementedError
 
     def ready(self) -> Database:
         """The database once migrated, for the stores to use."""
         return self
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Close the connections (another thread's statement in progress ends first)."""
 
     @property
+    @abstractmethod
     def closed(self) -> bool:
-        raise NotImplementedError
+        """Whether :meth:`close` was called (a statement then fails with StoreError)."""
 
 
 def _sqlite_result(cursor: sqlite3.Cursor) -> Result:
