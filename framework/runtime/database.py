@@ -273,7 +273,7 @@ class PostgresDatabase(Database):
     def _unavailable(self, exc: Exception) -> StoreUnavailable:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return StoreUnavailable(
-            f"cannot use the store {self.name} ({type(exc).__name__}{': ' + reason if reason else ''}): "
+            f"cannot use the task store {self.name} ({type(exc).__name__}{': ' + reason if reason else ''}): "
             "start PostgreSQL there, create the database, or fix store.url in ca.yaml",
             data={"store": self.name, "retryable": True},
         )
@@ -395,16 +395,3 @@ def open_database(root: Path, url: str = "", *, lock_timeout: float = LOCK_TIMEO
     if is_postgres(url):
         return PostgresDatabase(url, lock_timeout=lock_timeout)
     return SqliteDatabase(state_dir(root) / TASKS_DB, lock_timeout=lock_timeout)
-
-
-def connect(root: Path, url: str = "", *, lock_timeout: float = LOCK_TIMEOUT_S) -> Database:
-    """:func:`open_database`, migrated to the current schema (:mod:`framework.runtime.schema`)."""
-    from framework.runtime.schema import migrate
-
-    db = open_database(root, url, lock_timeout=lock_timeout)
-    try:
-        migrate(db)
-    except BaseException:
-        db.close()
-        raise
-    return db.ready()

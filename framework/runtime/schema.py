@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 from framework.errors import StoreError
-from framework.runtime.database import PG_SCHEMA, Database, PostgresDatabase, Run
+from framework.runtime.database import PG_SCHEMA, Database, PostgresDatabase, Run, open_database
+from framework.runtime.store_locks import LOCK_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -162,3 +164,15 @@ def _columns(db: Database, run: Run, table: str) -> set[str]:
         )
         return {row[0] for row in found.rows}
     return {row[1] for row in run(f"PRAGMA table_info({table})").rows}
+
+
+def connect(root: Path, url: str = "", *, lock_timeout: float = LOCK_TIMEOUT_S) -> Database:
+    """The task database of the project at ``root`` (:func:`~framework.runtime.database.open_database`:
+    PostgreSQL when ``url`` names it, else ``.ca/tasks.db``), migrated to the current schema."""
+    db = open_database(root, url, lock_timeout=lock_timeout)
+    try:
+        migrate(db)
+    except BaseException:
+        db.close()
+        raise
+    return db.ready()

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from framework.errors import Failure, RunError, TaskNotWaiting
-from framework.runtime.database import Database, SqliteDatabase, connect
+from framework.runtime.database import Database, SqliteDatabase
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.pauses import Pause, all_questions, read_pause
+from framework.runtime.schema import connect
 from framework.runtime.store_locks import LOCK_TIMEOUT_S
 
 TaskState = Literal["submitted", "working", "input-required", "completed", "failed", "canceled", "rejected"]

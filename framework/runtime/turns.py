@@ -30,7 +30,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from framework.errors import ConversationBusy, StoreError
-from framework.runtime.database import Database, connect
+from framework.runtime.database import Database
+from framework.runtime.schema import connect
 from framework.runtime.store_locks import LOCK_TIMEOUT_S
 from framework.runtime.tasks import FINAL_STATES, now
 

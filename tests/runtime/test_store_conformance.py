@@ -20,8 +20,8 @@ import pytest
 
 from framework.errors import ConversationBusy, RunError, StoreUnavailable
 from framework.protocols.acp.sessions import SessionStore
-from framework.runtime.database import connect, open_database
-from framework.runtime.schema import LATEST, MIGRATIONS, migrate, version
+from framework.runtime.database import open_database
+from framework.runtime.schema import LATEST, MIGRATIONS, connect, migrate, version
 from framework.runtime.tasks import AlreadyDecided, Pending, TaskStore
 from framework.runtime.turns import Turns
 from tests.postgres_db import own_database
@@ -322,7 +322,7 @@ def test_an_unreachable_server_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable) as unavailable:
         TaskStore.open(tmp_path, url="postgresql+psycopg://ca:s3cret@127.0.0.1:1/nowhere")
     message = str(unavailable.value)
-    assert message.startswith("cannot use the store postgresql://ca:***@127.0.0.1:1/nowhere (OperationalError")
+    assert message.startswith("cannot use the task store postgresql://ca:***@127.0.0.1:1/nowhere (OperationalError")
     assert "s3cret" not in message and unavailable.value.exit_code == 2
     assert message.endswith("start PostgreSQL there, create the database, or fix store.url in ca.yaml")
 

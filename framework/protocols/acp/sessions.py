@@ -11,7 +11,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from framework.runtime.database import Database, connect
+from framework.runtime.database import Database
+from framework.runtime.schema import connect
 from framework.runtime.store_locks import LOCK_TIMEOUT_S
 
 
