@@ -173,7 +173,7 @@ class StoreError(CAError):
     Raised where the database driver's error enters, so no caller sees ``sqlite3`` errors.
     """
 
-    code = "store_damaged"
+    code: ClassVar[ErrorCode] = "store_damaged"
     exit_code = 2
 
 

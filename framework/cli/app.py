@@ -470,7 +470,8 @@ def tasks_list(
     from framework.runtime.tasks import TaskStore
     from framework.spec import load_project
 
-    store = TaskStore.open(load_project(_project_dir(project)).root)
+    loaded = load_project(_project_dir(project))
+    store = TaskStore.open(loaded.root, url=loaded.config.store.url)
     try:
         tasks = store.list(pending_only=pending, limit=limit)
     finally:
@@ -590,6 +591,24 @@ def usage(
     from framework.cli.usage import UsageOptions, usage_command
 
     raise typer.Exit(usage_command(UsageOptions(_project_dir(project), by, since, as_json)))
+
+
+db_app = typer.Typer(
+    help="The project's task database (.ca/tasks.db, or PostgreSQL with store.url).", no_args_is_help=True
+)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade(project: ProjectOpt = None) -> None:
+    """Apply the task database's schema migrations that are missing, in order, and print them.
+
+    Every ca process does this when it opens the database; run it before starting or rolling
+    replicas. On PostgreSQL it runs under an advisory lock: replicas migrating at once wait for it.
+    """
+    from framework.cli.db import upgrade_command
+
+    raise typer.Exit(upgrade_command(_project_dir(project)))
 
 
 def _masked(text: str) -> str:

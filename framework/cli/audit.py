@@ -51,7 +51,7 @@ def audit_command(options: AuditOptions) -> int:
             return 0
         task_id = None
         if options.task:
-            store = TaskStore.open(root)
+            store = TaskStore.open(root, url=loaded.config.store.url)
             try:
                 task_id = store.get(options.task).id
             finally:

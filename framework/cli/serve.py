@@ -121,24 +121,25 @@ async def check_store(url: str) -> None:
     audit give too, not a failed start-up deep in the server (SQLite needs no check)."""
     if url.startswith("sqlite"):
         return
-    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    shown = make_url(url).render_as_string(hide_password=True).replace("+asyncpg", "")
+    from framework.runtime.store_url import hidden, libpq_url
+
+    where = hidden(libpq_url(url))
     try:
         engine = create_async_engine(url)
     except ImportError as exc:
         raise UsageError(
-            f"store.url {shown} needs the PostgreSQL driver ({exc.name or 'asyncpg'}): "
-            "pip install 'cleveragents[postgresql]', or use a sqlite:/// store"
+            f"store.url {where} needs the PostgreSQL driver ({exc.name or 'asyncpg'}): "
+            "pip install 'cleveragents[postgres]', or use a sqlite:/// store"
         ) from None
     try:
         async with asyncio.timeout(10):
             async with engine.connect():
                 pass
     except (OSError, TimeoutError, SQLAlchemyError) as exc:  # refused, unreachable, no such database, auth
-        raise unreachable(shown, getattr(exc, "orig", None) or exc) from None
+        raise unreachable(url, getattr(exc, "orig", None) or exc) from None
     finally:
         await engine.dispose()
 

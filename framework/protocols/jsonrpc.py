@@ -6,7 +6,7 @@ Error codes — one table for every transport (A2A's JSON-RPC and platform metho
     -32600  invalid request        not a JSON-RPC 2.0 request object
     -32601  method not found
     -32602  invalid params         (also: UsageError)
-    -32603  internal error         (also: StoreError, a damaged database under .ca/ or an unreachable store.url)
+    -32603  internal error         (also: StoreError, a damaged database under .ca/)
     -32001…-32009                  A2A's own (task not found … version not supported), as a2a-sdk maps them
 
 How a message is read (every wire, :func:`read_message`): its text is decoded strictly
@@ -64,13 +64,14 @@ class Code(IntEnum):
     RUN_FAILED = -32091
     STORE_BUSY = -32092
     CONVERSATION_TOO_LARGE = -32093
+    STORE_UNREACHABLE = -32094
 
 
 ERROR_CODES: dict[ErrorCode, Code] = {
     "usage_error": Code.INVALID_PARAMS,
     "store_damaged": Code.INTERNAL_ERROR,
-    "store_unreachable": Code.INTERNAL_ERROR,
     "store_busy": Code.STORE_BUSY,
+    "store_unreachable": Code.STORE_UNREACHABLE,
     "budget_exceeded": Code.BUDGET_EXCEEDED,
     "policy_denied": Code.POLICY_DENIED,
     "contract_violation": Code.CONTRACT_VIOLATION,

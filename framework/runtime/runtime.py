@@ -120,9 +120,9 @@ class Runtime:
         saver = await stack.enter_async_context(
             open_checkpointer(project.root, lock_timeout=lock_timeout, url=store_url)
         )
-        tasks = TaskStore.open(project.root, lock_timeout=lock_timeout)
+        tasks = TaskStore.open(project.root, url=store_url, lock_timeout=lock_timeout)
         stack.callback(tasks.close)
-        turns = Turns.open(project.root, lock_timeout=lock_timeout)
+        turns = Turns.open(project.root, url=project.config.store.url, lock_timeout=lock_timeout)
         stack.callback(turns.close)
         dotenv = load_dotenv(project.root)
         KNOWN.add(project_secrets(project, {**dotenv, **os.environ}, dotenv))

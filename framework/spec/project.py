@@ -194,7 +194,7 @@ class ServerConfig(Spec):
     )
 
 
-_STORE_SCHEMES = ("sqlite", "sqlite+aiosqlite", "postgresql", "postgresql+asyncpg")
+_STORE_SCHEMES = ("sqlite", "sqlite+aiosqlite", "postgresql", "postgresql+asyncpg", "postgresql+psycopg")
 
 
 def _check_store_url(value: str) -> str:
@@ -225,8 +225,9 @@ class StoreConfig(Spec):
         default="sqlite:///.ca/state.db",
         description=(
             "Where ca keeps every piece of state: SQLite under .ca/ by default; a postgresql:// URL puts the"
-            " A2A task rows, the conversations and the audit chain in that database, shared by every"
-            " `ca serve` replica that names it."
+            " A2A task rows, the task records with their pending decisions, conversation turns, ACP sessions,"
+            " the conversations and the audit chain in that database, shared by every `ca serve` replica"
+            " that names it."
         ),
     )
     lock_timeout: Duration = Field(

@@ -41,7 +41,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from framework.compiler.card import public_card
-from framework.errors import AgentNotFound, Failure, RunError
+from framework.errors import AgentNotFound, Failure, RunError, StoreBusy, StoreUnreachable
 from framework.protocols.a2a.auth import ANONYMOUS, DECIDED_BY, AuthMiddleware, Caller, CallerBackend, Credentials
 from framework.protocols.a2a.executor import CleverAgentExecutor
 from framework.protocols.a2a.gate import RequestGate
@@ -55,10 +55,12 @@ from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, 
 from framework.protocols.a2a.tracing import TraceContext
 from framework.protocols.jsonrpc import error_for
 from framework.runtime import telemetry
+from framework.runtime.cancel import StillRunning
 from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
 from framework.runtime.store_url import libpq_url
 from framework.runtime.stores import state_dir
+from framework.runtime.tasks import RENEW_S
 from framework.runtime.tasks import Task as Record
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -77,6 +79,8 @@ STOP_GRACE = 10.0
 """Seconds the canceled runs of a stopping server get to end (their tools' processes killed)."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+logger = logging.getLogger(__name__)
 
 
 _CLIENT_ERRORS = ("Failed to validate base JSON-RPC request", "Failed to parse request params")
@@ -107,9 +111,37 @@ def store_url(runtime: Runtime) -> str:
         full = Path(path) if Path(path).is_absolute() else runtime.root / path
         state_dir(runtime.root)
         return f"sqlite+aiosqlite:///{full}"
-    if url.startswith("postgresql://"):
-        return "postgresql+asyncpg://" + url.removeprefix("postgresql://")
-    return url
+    return "postgresql+asyncpg://" + libpq_url(url).removeprefix("postgresql://")
+
+
+async def sweep_orphans(runtime: Runtime) -> None:
+    """With replicas sharing PostgreSQL, settle every :data:`~framework.runtime.tasks.RENEW_S` the tasks
+    another replica was running when it died (its leases expired), as ``Runtime.open`` settles them
+    at start: a task is settled at most ``LEASE_S + RENEW_S`` after its replica stopped renewing."""
+    while True:
+        await asyncio.sleep(RENEW_S)
+        try:
+            await runtime.settle_orphans()
+        except (StoreBusy, StoreUnreachable) as exc:
+            logger.warning("orphaned tasks not looked for: %s", exc)
+
+
+async def stop_elsewhere(runtime: Runtime, task_id: str) -> None:
+    """Before a task's A2A row is saved canceled, stop its run when another process runs it.
+
+    With a shared ``store.url`` the SDK answers a CancelTask for a task another replica runs by
+    saving its row canceled; the run itself is stopped through the task record, as ``ca tasks
+    cancel`` stops it (the owner's CancelWatch sees the request): this waits until it did.
+    """
+    record = await runtime.tasks.afind(task_id)
+    if record is None or record.state not in ("submitted", "working") or task_id in runtime.watch.runs:
+        return  # not running, or running here (the SDK cancels a run of this process itself)
+    try:
+        await runtime.cancel(task_id)
+    except StillRunning:
+        raise
+    except RunError as exc:  # it ended meanwhile: its record says how, and the row's state is derived from it
+        logger.info("task %s ended before it could be canceled: %s", task_id, exc)
 
 
 def task_store(runtime: Runtime) -> WriteBehindTaskStore:
@@ -121,7 +153,8 @@ def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     if not url.startswith("sqlite"):
         engine = create_async_engine(url)
         follower = TaskFollower(engine, libpq_url(url))  # subscribers here relay runs of the other servers
-        return WriteBehindTaskStore(DatabaseTaskStore(engine), records=records, follower=follower)
+        stop = lambda task_id: stop_elsewhere(runtime, task_id)  # noqa: E731 - a cancel here stops the run there
+        return WriteBehindTaskStore(DatabaseTaskStore(engine), records=records, follower=follower, stop=stop)
     # Saves and reads go through SqliteTaskStore's own sqlite3 connection; the engine serves
     # initialize, ListTasks and delete. SQLite takes one write at a time: one pooled connection
     # (callers queue on the pool instead of sleeping in SQLite's busy handler, which gave p99
@@ -278,9 +311,12 @@ def build_server(runtime: Runtime) -> Server:
         if credentials is None and runtime.source == "a2a-http":
             await adopt_unowned(runtime, store)
         await fail_interrupted(runtime, store)
+        sweeper = None if runtime.tasks.db.local else asyncio.create_task(sweep_orphans(runtime))
         try:
             yield
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
             await mcp.close()
             await store.close()
 

@@ -28,7 +28,7 @@ import asyncio
 import json
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -37,7 +37,7 @@ from typing import Any
 from a2a.server.agent_execution.active_task import INTERRUPTED_TASK_STATES, TERMINAL_TASK_STATES
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabaseTaskStore, TaskStore
-from a2a.types import ListTasksRequest, ListTasksResponse, Task
+from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState
 from sqlalchemy import JSON, DateTime
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -94,11 +94,15 @@ class WriteBehindTaskStore(TaskStore):
         records: Callable[[str], Record | None] = lambda _: None,
         interval: float = FLUSH_SECONDS,
         follower: TaskFollower | None = None,
+        stop: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.follower = follower
         """Told of every row written; None on SQLite (one server per project has no one to tell)."""
         self.records = records
+        self.stop = stop
+        """Called with a task's id before its row is saved canceled: the SDK answers a CancelTask for a task
+        another replica runs by saving the row canceled, and the run must stop first (through its record)."""
         self.interval = interval
         self._owner: Callable[[ServerCallContext], str] = store.owner_resolver
         self._live: dict[tuple[str, str], _Live] = {}
@@ -115,6 +119,8 @@ class WriteBehindTaskStore(TaskStore):
         await self.store.initialize()
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
+        if self.stop is not None and task.status.state == TaskState.TASK_STATE_CANCELED:
+            await self.stop(task.id)
         key = (self._owner(context), task.id)
         latest = _masked(task)
         durable = self._closed or latest.status.state in DURABLE_STATES

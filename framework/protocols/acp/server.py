@@ -197,7 +197,9 @@ class AcpServer:
             self.load_error = exc
             return
         self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote, mcp=open_mcp)
-        self.rows = SessionStore.open(project.root, lock_timeout=project.config.store.lock_timeout)
+        self.rows = SessionStore.open(
+            project.root, url=project.config.store.url, lock_timeout=project.config.store.lock_timeout
+        )
         self.stack.callback(self.rows.close)
         self.agent_name = self.agent_name or project.default_agent
         if self.reload:
@@ -321,7 +323,7 @@ class AcpServer:
         session_id = _require(params, "sessionId", str)
         await self.use_cwd(_require(params, "cwd", str))
         await self.loaded()
-        saved = self.rows.get(session_id)
+        saved = await self.rows.aget(session_id)
         if saved is None:
             raise JsonRpcError(-32002, f"session {session_id!r} not found")
         if saved["agent"] != self.agent_name:

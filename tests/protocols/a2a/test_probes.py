@@ -103,7 +103,7 @@ def test_readyz_is_503_while_the_server_drains(tmp_path: Path) -> None:
 
 
 def test_readyz_is_503_when_the_postgresql_store_goes_away(tmp_path: Path) -> None:
-    database = _own_database()
+    database = _fresh_database()
     root = write_project(tmp_path, {"ca.yaml": "default_agent: echo\n", "agents/echo.yaml": "name: echo\n"})
     server = start_serve(root, env={"CA_STORE_URL": _database_url(database)})  # the store from the environment
     try:
@@ -159,7 +159,7 @@ def _admin(sql: str) -> None:
     asyncio.run(run())
 
 
-def _own_database() -> str:
+def _fresh_database() -> str:
     """A new database of this test's own on the PostgreSQL server (skip when none answers)."""
     name = f"ca_test_probes_{uuid.uuid4().hex[:12]}"
     try:
