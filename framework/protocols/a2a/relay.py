@@ -28,11 +28,19 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from a2a.server.agent_execution.active_task import INTERRUPTED_TASK_STATES, TERMINAL_TASK_STATES
+from a2a.server.agent_execution import RequestContext
+from a2a.server.agent_execution.active_task import INTERRUPTED_TASK_STATES, TERMINAL_TASK_STATES, ActiveTask
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.types import SubscribeToTaskRequest, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
+from a2a.types import (
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -154,6 +162,22 @@ class RelayingRequestHandler(DefaultRequestHandler):
         super().__init__(executor, rows, card, **kwargs)
         self.rows = rows
         self.follower = follower
+
+    async def _setup_active_task(
+        self, params: SendMessageRequest, call_context: ServerCallContext
+    ) -> tuple[ActiveTask, RequestContext]:
+        """A message to an ended task is refused, as a2a-sdk refuses it on the server that ended it.
+
+        The SDK asks its own active task, which on a replica that paused the task still waits for
+        input after another replica decided and finished it: the shared row says it ended.
+        """
+        if self.follower is not None and params.message.task_id:
+            task = await self.rows.get(params.message.task_id, call_context)
+            if task is not None and task.status.state in TERMINAL_TASK_STATES:
+                raise UnsupportedOperationError(
+                    message=f"Task {task.id} is in terminal state: {TaskState.Name(task.status.state)}"
+                )
+        return await super()._setup_active_task(params, call_context)
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext

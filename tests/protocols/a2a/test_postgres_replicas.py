@@ -105,5 +105,7 @@ def test_a_task_of_a_waiting_for_approval_is_approved_on_b_exactly_once(
     approved = b.rpc("SendMessage", _message("approve", **ids), agent="writer")
     assert approved["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", approved
     again = a.rpc("SendMessage", _message("approve", **ids), agent="writer")  # decided already, on the other replica
-    assert "error" in again, again
+    assert "terminal state" in again["error"]["message"], again
+    kept = b.rpc("GetTask", {"id": paused["id"]}, agent="writer")["result"]
+    assert kept["status"]["state"] == "TASK_STATE_COMPLETED", kept  # the refused message changed nothing
     assert (tmp_path / "effects.log").read_text() == "hello\n"  # the side effect ran once
