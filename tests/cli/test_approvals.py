@@ -200,7 +200,8 @@ def test_audit_records_the_whole_story_and_verifies(make_project: ProjectFactory
     log = run_ca("audit", "--task", task, cwd=root)
     assert log.returncode == 0, log.stderr
     kinds = [line.split()[3] for line in log.stdout.splitlines()]
-    assert kinds[:3] == ["task.state", "task.state", "task.state"]  # submitted, working, input-required
+    # submitted, working, the model's call that asked for the tool, input-required
+    assert kinds[:4] == ["task.state", "task.state", "model.call", "task.state"]
     assert "approval" in kinds and "decision" in kinds and "tool.call" in kinds and "tool.result" in kinds
     assert kinds[-1] == "task.state" and "state=completed" in log.stdout.splitlines()[-1]
     verified = run_ca("audit", "--verify", cwd=root)
