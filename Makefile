@@ -25,6 +25,7 @@ demo: $(VENV)/.installed
 
 ## test: install (with dev tools) and run the whole test suite
 test: $(VENV)/.installed
+	$(BIN)/python -m compileall -q framework tests bench
 	$(BIN)/pytest
 
 lint: $(VENV)/.installed
@@ -48,7 +49,9 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/mcp.py
 
 $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen --extra dev
+	# Compiled at install: the tests start hundreds of `ca` processes, and where the environment sets
+	# PYTHONDONTWRITEBYTECODE each of them would otherwise compile every module from source again.
+	$(UV) sync --frozen --extra dev --compile-bytecode
 	touch $@
 
 .tools/bin/uv:

@@ -1,12 +1,22 @@
 """What running an agent costs: cold start to first token, and framework overhead per turn.
 
-    python bench/run.py [--runs 7] [--turns 200]
+    python bench/run.py [--runs 7] [--turns 200] [--telemetry [--rounds 3]]
 
 1. Cold `ca run` on the offline model, whole process: time from spawn to the first
    streamed text event on stdout (median of --runs).
 2. Turns per second of a compiled agent with a zero-latency scripted model, in one
    process, through the real Runner (event translation) and the SQLite conversation
    store: one turn = one user message answered, each in a new conversation.
+
+``--telemetry`` measures what tracing costs, on and off interleaved, exporting over OTLP/HTTP to
+a local sink in a process of its own (bench/otlp_sink.py):
+
+3. Cold `ca run` to first token, off and on alternately (on: ``OTEL_EXPORTER_OTLP_ENDPOINT``
+   set, so the SDK is imported and a provider built before the run).
+4. Turns through the Runtime (what `ca run` and `ca serve` drive: task record, audit, the run's
+   ``invoke_agent`` and ``chat`` spans, with the audit records as events), --rounds rounds off
+   and on alternately, each a fresh Runtime: wall and CPU time (this process, the exporter's
+   thread included) per turn, and the paired difference.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -32,9 +43,9 @@ model:
 """
 
 
-def time_to_first_token(project: Path) -> float:
+def time_to_first_token(project: Path, extra: dict[str, str] | None = None) -> float:
     command = [sys.executable, "-m", "framework", "run", "assistant", "hello there", "--json"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CA_MODEL": "offline"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CA_MODEL": "offline", **(extra or {})}
     start = time.perf_counter()
     with subprocess.Popen(command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
         assert proc.stdout is not None
@@ -73,10 +84,101 @@ async def turns_per_second(project: Path, turns: int) -> tuple[float, float]:
     return turns / elapsed, elapsed / turns * 1000
 
 
+def cold_traced(project: Path, runs: int, endpoint: str) -> tuple[list[float], list[float]]:
+    """Time to first token with tracing off and on, alternately."""
+    off: list[float] = []
+    on: list[float] = []
+    for _ in range(runs):
+        off.append(time_to_first_token(project))
+        on.append(time_to_first_token(project, {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "bench"}))
+    return off, on
+
+
+async def runtime_turns(project: Path, turns: int) -> tuple[float, float]:
+    """Wall and CPU milliseconds per turn through a fresh Runtime (tracing as currently installed)."""
+    import uuid
+    from contextlib import AsyncExitStack
+
+    from framework.runtime.events import RunFinished
+    from framework.runtime.runtime import Runtime
+    from framework.spec import load_project
+
+    async with AsyncExitStack() as stack:
+        runtime = await Runtime.open(load_project(project), source="cli", stack=stack)
+
+        async def one() -> None:
+            async for event in runtime.send("fast", "go", conversation=uuid.uuid4().hex):
+                if isinstance(event, RunFinished):
+                    assert event.state == "completed", event.error
+
+        for _ in range(10):  # warm-up
+            await one()
+        start, cpu = time.perf_counter(), time.process_time()
+        for _ in range(turns):
+            await one()
+        return (time.perf_counter() - start) / turns * 1000, (time.process_time() - cpu) / turns * 1000
+
+
+def traced_turns(project: Path, turns: int, rounds: int, endpoint: str) -> dict[bool, list[tuple[float, float]]]:
+    """Rounds of :func:`runtime_turns` with tracing off and on, alternately, in this process."""
+    from framework.runtime import telemetry
+
+    os.environ.update({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "bench"})
+    tracing = telemetry.start()  # the provider and exporter `ca` builds from these variables
+    assert tracing is not None
+    figures: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for _ in range(rounds):
+        for on in (False, True):
+            if on:
+                os.environ.pop("OTEL_SDK_DISABLED", None)
+                telemetry.install(tracing.provider, contents=False)
+            else:
+                telemetry.uninstall()  # flushes what the last round exported
+                os.environ["OTEL_SDK_DISABLED"] = "true"  # so Runtime.open starts no tracing of its own
+            figures[on].append(asyncio.run(runtime_turns(project, turns)))
+    telemetry.uninstall()
+    return figures
+
+
+def spread(values: list[float], unit: str, digits: int = 2) -> str:
+    return f"{statistics.median(values):.{digits}f} {unit} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+
+
+def report_telemetry(args: argparse.Namespace, project: Path) -> None:
+    sys.path.insert(0, str(REPO))
+    from bench.otlp_sink import Sink
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    sink = Sink(port)
+    try:
+        off, on = cold_traced(project, args.runs, sink.endpoint)
+        figures = traced_turns(project, args.turns, args.rounds, sink.endpoint)
+        exported = sink.count()
+    finally:
+        sink.stop()
+    print(f"telemetry (OTLP/HTTP to a local sink), off and on interleaved; load average {os.getloadavg()[0]:.2f}")
+    print(f"  cold `ca run` to first token ({args.runs} runs each)")
+    print(f"    off {spread(off, 's', 3)}   on {spread(on, 's', 3)}")
+    print(f"    on - off, paired: {spread([b - a for a, b in zip(off, on, strict=True)], 's', 3)}")
+    print(f"  turns through the Runtime ({args.rounds} rounds of {args.turns} turns each, fresh Runtime per round)")
+    for label, index in (("wall", 0), ("CPU", 1)):
+        plain = [f[index] for f in figures[False]]
+        traced = [f[index] for f in figures[True]]
+        delta = [b - a for a, b in zip(plain, traced, strict=True)]
+        print(
+            f"    {label:4} off {spread(plain, 'ms')}   on {spread(traced, 'ms')}   on - off {spread(delta, 'ms')} per turn"
+        )
+    print(f"  exported {exported[0]} OTLP requests, {exported[1] / 1024:.0f} KiB to the sink")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--telemetry", action="store_true", help="also measure tracing off against on (see above)")
+    parser.add_argument("--rounds", type=int, default=3, help="with --telemetry: interleaved rounds off and on")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
@@ -88,10 +190,12 @@ def main() -> None:
         time_to_first_token(project)  # warm the OS file cache and .ca/ once
         firsts = [time_to_first_token(project) for _ in range(args.runs)]
         rate, per_turn = asyncio.run(turns_per_second(project, args.turns))
-    print(f"cold `ca run` to first token (offline model, whole process, {args.runs} runs)")
-    print(f"  median {statistics.median(firsts):.3f} s   min {min(firsts):.3f} s   max {max(firsts):.3f} s")
-    print(f"turns per second, zero-latency scripted model, one process ({args.turns} turns, SQLite store)")
-    print(f"  {rate:.1f} turns/s   {per_turn:.2f} ms per turn")
+        print(f"cold `ca run` to first token (offline model, whole process, {args.runs} runs)")
+        print(f"  median {statistics.median(firsts):.3f} s   min {min(firsts):.3f} s   max {max(firsts):.3f} s")
+        print(f"turns per second, zero-latency scripted model, one process ({args.turns} turns, SQLite store)")
+        print(f"  {rate:.1f} turns/s   {per_turn:.2f} ms per turn")
+        if args.telemetry:
+            report_telemetry(args, project)
 
 
 if __name__ == "__main__":

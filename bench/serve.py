@@ -1,6 +1,7 @@
 """What serving costs: `ca serve` against two bare a2a-sdk echo servers, under the same load.
 
     python bench/serve.py [--requests 600] [--concurrency 16] [--rounds 3] [--store sqlite|sqlite-sdk-default]
+                          [--telemetry]
 
 Three servers, each in its own process on a free loopback port, on a2a-sdk 1.3.0's Starlette
 routes and uvicorn, with the SDK's OpenTelemetry wrappers off
@@ -18,6 +19,12 @@ warm-up; req/s, CPU per request (the server process and its children, from /proc
 RSS ready -> after, spawn -> card ready and failures (anything but a completed task echoing
 the request's text), each a median over rounds with min–max; then the per-round ratios. Last,
 the streaming time to first event of `ca serve`.
+
+``--telemetry`` adds two servers to every round, right after `ca serve`: the same `ca serve` with
+tracing on as a user switches it on (``OTEL_EXPORTER_OTLP_ENDPOINT``; a2a-sdk's spans on too, ca's
+default), and with ca's spans only (``OTEL_INSTRUMENTATION_A2A_SDK_ENABLED=false``), both
+exporting over OTLP/HTTP to a local sink in a process of its own (bench/otlp_sink.py). The
+overhead per request is the paired difference with the untraced `ca serve` of the same round.
 
 The bare server is this file run with ``--bare-server``: an AgentExecutor that replies
 with the input text as a completed task with one artifact.
@@ -43,6 +50,7 @@ from pathlib import Path
 from typing import IO, Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # bench.otlp_sink (the bare server imports nothing of ours)
 HOST = "127.0.0.1"
 CARD = "/.well-known/agent-card.json"
 HEADERS = {"A2A-Version": "1.0", "Content-Type": "application/json"}
@@ -182,17 +190,30 @@ class Server:
         return f"http://{HOST}:{self.port}"
 
 
-def spawn(name: str, command: list[str], cwd: Path, port: int) -> Server:
+def traced_env(endpoint: str, *, sdk_spans: bool) -> dict[str, str]:
+    """Tracing on as a user switches it on: an OTLP endpoint; a2a-sdk's spans by ca's default (on) or off."""
+    env = {k: v for k, v in server_env().items() if k != OTEL_ENV}
+    return {
+        **env,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_SERVICE_NAME": "bench",
+        **({} if sdk_spans else {OTEL_ENV: "false"}),
+    }
+
+
+def spawn(name: str, command: list[str], cwd: Path, port: int, env: dict[str, str] | None = None) -> Server:
     # A file, not a pipe, so a chatty server never blocks on it; stop() reads and closes it.
     err = tempfile.TemporaryFile()  # noqa: SIM115
     start = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=cwd, env=server_env(), stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+    environ = server_env() if env is None else env
+    proc = subprocess.Popen(command, cwd=cwd, env=environ, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
     return Server(name, port, proc, start, err)
 
 
-def spawn_ca(project: Path) -> Server:
+def spawn_ca(project: Path, env: dict[str, str] | None = None) -> Server:
     port = free_port()
-    return spawn("ca serve", [sys.executable, "-m", "framework", "serve", "--port", str(port)], project, port)
+    command = [sys.executable, "-m", "framework", "serve", "--port", str(port)]
+    return spawn("ca serve", command, project, port, env)
 
 
 def spawn_bare(store: str) -> Server:
@@ -432,6 +453,20 @@ def ratios(ca: list[Round], base: list[Round], name: str) -> None:
     print(f"  against {name}: throughput ca/base {spread(rate, '×', 2)}, CPU per request base/ca {spread(cpu, '×', 2)}")
 
 
+def overhead(what: str, traced: list[Round], plain: list[Round]) -> None:
+    """What tracing on costs `ca serve` per request: paired with the untraced server of each round."""
+    cpu = [
+        (t.load.server_cpu / t.load.requests - p.load.server_cpu / p.load.requests) * 1000
+        for t, p in zip(traced, plain, strict=True)
+    ]
+    p50 = [t.load.percentile(0.5) - p.load.percentile(0.5) for t, p in zip(traced, plain, strict=True)]
+    rate = [t.load.rate / p.load.rate for t, p in zip(traced, plain, strict=True) if p.load.rate]
+    print(f"tracing on ({what}; OTLP/HTTP to a local sink) against off, per request, paired by round")
+    print(f"  CPU/request  on - off {spread(cpu, 'ms', 2)}")
+    print(f"  p50          on - off {spread(p50, 'ms', 2)}")
+    print(f"  throughput   on/off {spread(rate, '×', 2)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=600)
@@ -445,6 +480,11 @@ def main() -> None:
         " (default) or with SQLAlchemy's defaults",
     )
     parser.add_argument("--ttfe-runs", type=int, default=20)
+    parser.add_argument(
+        "--telemetry",
+        action="store_true",
+        help="also load ca serve with tracing on, exporting over OTLP/HTTP to a local sink, and print the overhead",
+    )
     parser.add_argument("--bare-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--store-url", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -455,26 +495,47 @@ def main() -> None:
         sys.exit("--requests must be 1..100000, --concurrency 1..256 and --rounds 1..50")
 
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start")
-    print(f"{OTEL_ENV}=false for every server: {'honoured by' if otel_honoured() else 'NOT read by'} a2a-sdk")
+    honoured = "honoured by" if otel_honoured() else "NOT read by"
+    print(f"{OTEL_ENV}=false for every server but the traced one: {honoured} a2a-sdk")
     memory = "bare a2a-sdk echo, InMemoryTaskStore"
     durable = "bare a2a-sdk echo, DatabaseTaskStore on SQLite"
     ca = "ca serve, offline echo agent, SQLite (.ca/state.db)"
+    traced = "ca serve, tracing on (ca's and a2a-sdk's spans), OTLP/HTTP to a local sink"
+    ours = f"ca serve, tracing on, ca's spans only ({OTEL_ENV}=false), OTLP/HTTP to a local sink"
     rounds: dict[str, list[Round]] = {memory: [], durable: [], ca: []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for n in range(args.rounds):
-            project = Path(tmp) / f"project{n}"
-            write_project(project)
-            sqlite = f"sqlite+aiosqlite:///{Path(tmp) / f'bare{n}.db'}"
-            stores = {memory: "memory", durable: sqlite if args.store == "sqlite" else f"sdk-default:{sqlite}"}
-            # Interleaved, fresh processes per round, one server at a time on the machine.
-            for name in (memory, durable, ca):
-                server = spawn_ca(project) if name == ca else spawn_bare(stores[name])
-                try:
-                    rounds[name].append(measure(server, args.requests, args.concurrency))
-                    if name == ca and n == args.rounds - 1:
-                        ttfe = asyncio.run(time_to_first_event(server.url + "/", args.ttfe_runs))
-                finally:
-                    stop(server)
+    if args.telemetry:
+        rounds |= {traced: [], ours: []}
+    sink = None
+    if args.telemetry:
+        from bench.otlp_sink import Sink
+
+        sink = Sink(free_port())
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for n in range(args.rounds):
+                sqlite = f"sqlite+aiosqlite:///{Path(tmp) / f'bare{n}.db'}"
+                stores = {memory: "memory", durable: sqlite if args.store == "sqlite" else f"sdk-default:{sqlite}"}
+                # Interleaved, fresh processes (and projects) per round, one server at a time on the machine.
+                for name in rounds:
+                    if name in (ca, traced, ours):
+                        project = Path(tmp) / f"project{n}-{list(rounds).index(name)}"
+                        write_project(project)
+                        env = None
+                        if name != ca and sink is not None:
+                            env = traced_env(sink.endpoint, sdk_spans=name == traced)
+                        server = spawn_ca(project, env)
+                    else:
+                        server = spawn_bare(stores[name])
+                    try:
+                        rounds[name].append(measure(server, args.requests, args.concurrency))
+                        if name == ca and n == args.rounds - 1:
+                            ttfe = asyncio.run(time_to_first_event(server.url + "/", args.ttfe_runs))
+                    finally:
+                        stop(server)  # a traced server flushes its spans to the sink as it stops
+        exported = sink.count() if sink is not None else (0, 0)
+    finally:
+        if sink is not None:
+            sink.stop()
 
     print(
         f"{args.requests} non-streaming SendMessage at concurrency {args.concurrency}, each a new context "
@@ -486,6 +547,10 @@ def main() -> None:
     print("ca serve")
     ratios(rounds[ca], rounds[memory], "the in-memory echo (headline; goal >= 0.55×, CPU <= 2.4 ms/request)")
     ratios(rounds[ca], rounds[durable], "the durable SQLite echo")
+    if args.telemetry:
+        overhead("ca's and a2a-sdk's spans", rounds[traced], rounds[ca])
+        overhead("ca's spans only", rounds[ours], rounds[ca])
+        print(f"  exported     {exported[0]} OTLP requests, {exported[1] / 1024:.0f} KiB to the sink in all")
     print(f"ca serve streaming time to first event (SendStreamingMessage, {args.ttfe_runs} runs)")
     print(f"  {spread([t * 1000 for t in ttfe], 'ms')}")
     print(f"machine: load average {os.getloadavg()[0]:.2f} at the end")

@@ -12,6 +12,8 @@
     │   └── McpServerFailed      tool_failed          an MCP server could not start or list its tools
     ├── StoreError               store_damaged        a state database under .ca/ is damaged or not one
                                                       (exit 2: the file is to move aside)
+    ├── StoreUnreachable         store_unreachable    store.url's server cannot be reached or used (down, no
+    │                                                 such database, its driver not installed; exit 2)
     ├── StoreBusy                store_busy           another process held a database's write lock past
     │                                                 store.lock_timeout (retryable: nothing was written)
     └── RunError                 run_failed           a run cannot start or failed; its subclasses say why
@@ -61,6 +63,7 @@ ErrorCode = Literal[
     "tool_failed",
     "store_damaged",
     "store_busy",
+    "store_unreachable",
     "agent_not_found",
     "task_not_waiting",
     "conversation_busy",
@@ -170,7 +173,17 @@ class StoreError(CAError):
     Raised where the database driver's error enters, so no caller sees ``sqlite3`` errors.
     """
 
-    code = "store_damaged"
+    code: ClassVar[ErrorCode] = "store_damaged"
+    exit_code = 2
+
+
+class StoreUnreachable(CAError):
+    """The database server of ``store.url`` cannot be used: it does not answer, refuses the login,
+    has no such database, or the driver for it is not installed. The message says which, with the
+    URL (password hidden) and what to change.
+    """
+
+    code = "store_unreachable"
     exit_code = 2
 
 

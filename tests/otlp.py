@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -31,6 +31,8 @@ class Exported:
     span_id: str
     parent_id: str
     attributes: dict[str, object]
+    links: tuple[tuple[str, str], ...] = ()
+    """(trace id, span id) of each span this one links to (a resumed run: the run that paused)."""
 
 
 @contextmanager
@@ -55,6 +57,7 @@ def otlp_receiver() -> Iterator[tuple[str, list[Exported]]]:
                             span.span_id.hex(),
                             span.parent_span_id.hex(),
                             attributes,
+                            tuple((link.trace_id.hex(), link.span_id.hex()) for link in span.links),
                         )
                     )
         answer = ExportTraceServiceResponse().SerializeToString()
@@ -72,6 +75,24 @@ def otlp_receiver() -> Iterator[tuple[str, list[Exported]]]:
     yield f"http://127.0.0.1:{port}", spans
     server.should_exit = True
     thread.join(timeout=5)
+
+
+def ancestors(span: Exported, spans: list[Exported]) -> list[Exported]:
+    """``span``'s parent, its parent's parent, ... as far as the received spans go."""
+    by_id = {s.span_id: s for s in spans}
+    found, current = [], span
+    while current.parent_id in by_id:
+        current = by_id[current.parent_id]
+        found.append(current)
+    return found
+
+
+def wait_for_spans(spans: list[Exported], done: Callable[[list[Exported]], bool], timeout: float = 15) -> None:
+    """Wait until the spans received satisfy ``done`` (an exporter flushes at exit; the receiver may
+    still be decoding), or the timeout passes (the test's assertions then say what is missing)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not done(list(spans)):
+        time.sleep(0.05)
 
 
 def traced_env(endpoint: str, service: str) -> dict[str, str]:

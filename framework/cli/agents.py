@@ -36,8 +36,6 @@ def describe_agent(project: Project, name: str) -> dict[str, Any]:
 
 
 def _described(bundle: Bundle, name: str) -> dict[str, Any]:
-    from framework.compiler.card import agent_skills
-
     project = bundle.project
     spec = bundle.agent(name)  # AgentNotFound (exit 2) names the agents there are
     model = getattr(spec, "model", None) or (project.config.defaults.model if spec.kind == "llm" else None)
@@ -48,7 +46,7 @@ def _described(bundle: Bundle, name: str) -> dict[str, Any]:
         "description": spec.description,
         "model": model.label() if model is not None else ("offline" if spec.kind == "llm" else None),
         "profile": profile,
-        "skills": [{"id": s.id, "name": s.name or s.id} for s in agent_skills(spec, project)],
+        "skills": [{"id": s.id, "name": s.name or s.id} for s in project.skills_of(spec)],
         "tools": bundle.tool_list(name),
     }
 

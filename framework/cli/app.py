@@ -14,12 +14,15 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
 from framework import __version__
 from framework.errors import CAError, SpecError
+
+if TYPE_CHECKING:
+    from framework.spec.project import LogFormat
 
 app = typer.Typer(
     name="ca",
@@ -202,6 +205,12 @@ def run(
         str, typer.Option("--protocol", help="With --stdio: acp or a2a instead of choosing from the first request.")
     ] = "auto",
     reload: Annotated[bool, typer.Option("--reload", help="With --stdio: reload when the project changes.")] = False,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format", help="With --stdio: human or json logs on stderr (default: CA_LOG_FORMAT, human)."
+        ),
+    ] = None,
     project: ProjectOpt = None,
 ) -> None:
     """Send one message to an agent and stream its reply; or, with --stdio, serve it to a program.
@@ -211,10 +220,11 @@ def run(
     """
     import asyncio
 
-    if stdio or protocol != "auto" or reload:
+    if stdio or protocol != "auto" or reload or log_format is not None:
         # Valid `--stdio` command lines never get here (framework.cli.entry takes a fast path).
         raise typer.BadParameter(
-            "use --stdio with only [AGENT], --protocol acp|a2a, -p PROJECT and --reload: requests come on stdin"
+            "use --stdio with only [AGENT], --protocol acp|a2a, -p PROJECT, --reload and --log-format human|json:"
+            " requests come on stdin"
         )
     from framework.cli.run import RunOptions, run_command
 
@@ -306,17 +316,39 @@ def serve_command(
     reload: Annotated[
         bool, typer.Option("--reload", help="Reload when the project's YAML, tools or .env change.")
     ] = False,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format", help="human, or json: one JSON object per line on stderr (default: CA_LOG_FORMAT, human)."
+        ),
+    ] = None,
     project_option: ProjectOpt = None,
 ) -> None:
-    """Serve every agent of the project over A2A (JSON-RPC and HTTP+JSON) until Ctrl-C."""
+    """Serve every agent of the project over A2A (JSON-RPC and HTTP+JSON) until Ctrl-C or SIGTERM.
+
+    Settings from the environment win over ca.yaml; a flag wins over both (docs/deploy.md):
+
+    \b
+      CA_STORE_URL         store.url: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB
+      CA_HOST              server.host (--host)
+      CA_PORT              server.port (--port)
+      CA_PUBLIC_URL        server.public_url (--public-url)
+      CA_SHUTDOWN_TIMEOUT  server.shutdown_timeout, e.g. 30s
+      CA_LOG_FORMAT        human or json (--log-format)
+      OTEL_*               traces (docs/observability.md)
+
+    Probes: GET /healthz (alive), GET /readyz (ready: the store answers; 503 while draining).
+    """
     import asyncio
 
     from framework.cli.serve import ServeOptions, serve
 
+    if log_format not in (None, "human", "json"):
+        raise typer.BadParameter(f"{log_format!r} is not a log format: use human or json", param_hint="--log-format")
+    chosen = cast("LogFormat | None", log_format)
+    options = ServeOptions(_project_dir(project_option, project), host, port, public_url, insecure, reload, chosen)
     try:
-        code = asyncio.run(
-            serve(ServeOptions(_project_dir(project_option, project), host, port, public_url, insecure, reload))
-        )
+        code = asyncio.run(serve(options))
     except KeyboardInterrupt:
         code = 0
     raise typer.Exit(code)
@@ -438,7 +470,8 @@ def tasks_list(
     from framework.runtime.tasks import TaskStore
     from framework.spec import load_project
 
-    store = TaskStore.open(load_project(_project_dir(project)).root)
+    loaded = load_project(_project_dir(project))
+    store = TaskStore.open(loaded.root, url=loaded.config.store.url)
     try:
         tasks = store.list(pending_only=pending, limit=limit)
     finally:
@@ -537,6 +570,45 @@ def audit(
     from framework.cli.audit import AuditOptions, audit_command
 
     raise typer.Exit(audit_command(AuditOptions(_project_dir(project), task, verify, limit, since, as_json)))
+
+
+@app.command()
+def usage(
+    by: Annotated[str, typer.Option("--by", help="Group by agent, model, caller or day (UTC).")] = "agent",
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="Only calls from then on: an ISO time (2026-05-01T09:00) or an age (30m, 2h, 7d)."
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Sum model calls, tokens, cost (USD) and tool calls from the audit log, with a totals row.
+
+    A cost is "unknown" when a model has no price (genai-prices' table, or `ca.yaml` `prices:`).
+    """
+    from framework.cli.usage import UsageOptions, usage_command
+
+    raise typer.Exit(usage_command(UsageOptions(_project_dir(project), by, since, as_json)))
+
+
+db_app = typer.Typer(
+    help="The project's task database (.ca/tasks.db, or PostgreSQL with store.url).", no_args_is_help=True
+)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade(project: ProjectOpt = None) -> None:
+    """Apply the task database's schema migrations that are missing, in order, and print them.
+
+    Every ca process does this when it opens the database; run it before starting or rolling
+    replicas. On PostgreSQL it runs under an advisory lock: replicas migrating at once wait for it.
+    """
+    from framework.cli.db import upgrade_command
+
+    raise typer.Exit(upgrade_command(_project_dir(project)))
 
 
 def _masked(text: str) -> str:

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from framework.errors import UsageError
-
-_AGE = re.compile(r"^(\d+)\s*([smhdw])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+from framework.runtime.usage import since_bound
 
 
 @dataclass
@@ -23,24 +19,6 @@ class AuditOptions:
     limit: int
     since: str | None
     as_json: bool
-
-
-def since_bound(text: str, now: datetime | None = None) -> str:
-    """``--since`` as the UTC ISO-8601 text records' ``ts`` compare with: an age (``30m``, ``2h``,
-    ``7d``) back from now, or an ISO date/time (without a zone: local time)."""
-    age = _AGE.match(text.strip())
-    if age:
-        moment = (now or datetime.now(UTC)) - timedelta(**{_UNITS[age[2]]: int(age[1])})
-    else:
-        try:
-            moment = datetime.fromisoformat(text.strip())
-        except ValueError:
-            raise UsageError(
-                f"--since {text!r} is neither an ISO time (2026-05-01 or 2026-05-01T09:30) nor an age (30m, 2h, 7d)"
-            ) from None
-        if moment.tzinfo is None:
-            moment = moment.astimezone()  # the person's local time
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def audit_command(options: AuditOptions) -> int:
@@ -56,7 +34,7 @@ def audit_command(options: AuditOptions) -> int:
     loaded = load_project(options.project)
     root = loaded.root
     key = chain_key(loaded.config.audit, root) if options.verify else None  # listing records needs no key
-    log = AuditLog.open(root, key=key)
+    log = AuditLog.of_project(loaded, key=key)
     try:
         if options.verify:
             result = log.verify()
@@ -73,7 +51,7 @@ def audit_command(options: AuditOptions) -> int:
             return 0
         task_id = None
         if options.task:
-            store = TaskStore.open(root)
+            store = TaskStore.open(root, url=loaded.config.store.url)
             try:
                 task_id = store.get(options.task).id
             finally:

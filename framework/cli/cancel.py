@@ -28,9 +28,9 @@ async def cancel_command(project_dir: Path, task_id: str, wait: float = STOP_WAI
     project = load_project(project_dir)
     key = chain_key(project.config.audit, project.root)  # a keyed chain takes only keyed records
     lock_timeout = project.config.store.lock_timeout
-    tasks = TaskStore.open(project.root, lock_timeout=lock_timeout)
+    tasks = TaskStore.open(project.root, url=project.config.store.url, lock_timeout=lock_timeout)
     try:
-        with AuditLog.open(project.root, secrets=KNOWN.values, key=key, lock_timeout=lock_timeout) as audit:
+        with AuditLog.of_project(project, secrets=KNOWN.values, key=key, lock_timeout=lock_timeout) as audit:
             return await cancel_task(tasks, audit, task_id, by=f"cli:{getpass.getuser()}", source="cli", wait=wait)
     finally:
         tasks.close()

@@ -17,6 +17,9 @@ from typing import IO
 import uvicorn
 
 from framework.errors import UsageError
+from framework.runtime.logs import chosen, configure
+from framework.runtime.store_url import unreachable
+from framework.spec.project import LogFormat
 
 
 @dataclass
@@ -27,6 +30,8 @@ class ServeOptions:
     public_url: str | None
     insecure: bool
     reload: bool = False
+    log_format: LogFormat | None = None
+    """``--log-format``; None: ``CA_LOG_FORMAT``, else human."""
 
 
 def is_loopback(host: str) -> bool:
@@ -111,32 +116,30 @@ def listen_on(host: str, port: int) -> socket.socket:
 
 
 async def check_store(url: str) -> None:
-    """Connect to a PostgreSQL task store once before serving: unreachable, refused or missing is a
-    UsageError saying what to fix, not a failed start-up deep in the server (SQLite needs no check)."""
+    """Connect to a PostgreSQL task store once before serving, through its driver (asyncpg):
+    unreachable, refused or missing is the one StoreUnreachable line the conversations and the
+    audit give too, not a failed start-up deep in the server (SQLite needs no check)."""
     if url.startswith("sqlite"):
         return
-    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    shown = make_url(url).render_as_string(hide_password=True).replace("+asyncpg", "")
+    from framework.runtime.store_url import hidden, libpq_url
+
+    where = hidden(libpq_url(url))
     try:
         engine = create_async_engine(url)
     except ImportError as exc:
         raise UsageError(
-            f"store.url {shown} needs the PostgreSQL driver ({exc.name or 'asyncpg'}): "
-            "pip install 'cleveragents[postgresql]', or use a sqlite:/// store"
+            f"store.url {where} needs the PostgreSQL driver ({exc.name or 'asyncpg'}): "
+            "pip install 'cleveragents[postgres]', or use a sqlite:/// store"
         ) from None
     try:
         async with asyncio.timeout(10):
             async with engine.connect():
                 pass
     except (OSError, TimeoutError, SQLAlchemyError) as exc:  # refused, unreachable, no such database, auth
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise UsageError(
-            f"cannot use the task store {shown} ({type(getattr(exc, 'orig', None) or exc).__name__}"
-            f"{': ' + reason if reason else ''}): start PostgreSQL there, or fix store.url in ca.yaml"
-        ) from None
+        raise unreachable(url, getattr(exc, "orig", None) or exc) from None
     finally:
         await engine.dispose()
 
@@ -148,7 +151,9 @@ async def serve(options: ServeOptions) -> int:
     from framework.runtime.runtime import Runtime
     from framework.spec import load_project
 
-    project = load_project(options.project)
+    project = load_project(options.project)  # CA_HOST, CA_PORT … are in its config from here on
+    log_format = chosen(options.log_format, os.environ)
+    configure(log_format)
     server = project.config.server
     host = options.host or server.host
     port = options.port if options.port is not None else server.port
@@ -170,8 +175,15 @@ async def serve(options: ServeOptions) -> int:
         served = build_server(runtime)
         # uvicorn's own wait only cuts connections once it is over: the runs are stopped first
         # (``Draining``), so the grace left is for the answers to be written.
+        # In JSON, uvicorn's records go through the root logger's JSON handler instead of its own.
         config = uvicorn.Config(
-            served.app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
+            served.app,
+            host=host,
+            port=port,
+            log_level="warning",
+            log_config=None if log_format == "json" else uvicorn.config.LOGGING_CONFIG,
+            lifespan="on",
+            timeout_graceful_shutdown=5,
         )
         uv = Draining(config, lambda: served.stop(runtime.bundle.project.config.server.shutdown_timeout))
         task = asyncio.create_task(uv.serve(sockets=[listening]))

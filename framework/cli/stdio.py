@@ -23,6 +23,7 @@ from typing import Any, BinaryIO, Literal, TextIO
 from framework.protocols.jsontext import JsonTextError, decode, read_line
 
 Protocol = Literal["auto", "acp", "a2a"]
+LOG_FORMATS = ("human", "json")
 FIRST_LINE_LIMIT = 4 * 1024 * 1024
 """Bytes a line may have before the protocol is chosen (then: server.max_request_bytes for A2A)."""
 
@@ -34,12 +35,15 @@ class StdioOptions:
     agent: str | None
     protocol: Protocol = "auto"
     reload: bool = False
+    log_format: Literal["human", "json"] | None = None
+    """``--log-format``; None: ``CA_LOG_FORMAT``, else human."""
 
 
 def parse_stdio_args(args: list[str]) -> StdioOptions | None:
     """Our own tiny parser (typer costs ~100 ms); None lets the Typer app report any mistake."""
     project: Path | None = None
     agent, protocol, reload = None, "auto", False
+    log_format: str | None = None
     rest = list(args)
     while rest:
         arg = rest.pop(0)
@@ -55,11 +59,15 @@ def parse_stdio_args(args: list[str]) -> StdioOptions | None:
             protocol = rest.pop(0)
         elif arg.startswith("--protocol=") and arg.split("=", 1)[1] in ("acp", "a2a", "auto"):
             protocol = arg.split("=", 1)[1]
+        elif arg == "--log-format" and rest and rest[0] in LOG_FORMATS:
+            log_format = rest.pop(0)
+        elif arg.startswith("--log-format=") and arg.split("=", 1)[1] in LOG_FORMATS:
+            log_format = arg.split("=", 1)[1]
         elif not arg.startswith("-") and agent is None:
             agent = arg
         else:
             return None
-    return StdioOptions(project, agent, protocol, reload)  # type: ignore[arg-type]
+    return StdioOptions(project, agent, protocol, reload, log_format)  # type: ignore[arg-type]
 
 
 def protocol_stream() -> TextIO:
@@ -88,6 +96,8 @@ def main(options: StdioOptions) -> int:
         from framework.protocols.acp.hello import answer_first
 
         first_answered = answer_first(message, out, root, options.agent)
+        if (failed := _logging(options)) is not None:  # after the answer: its imports cost ~100 ms
+            return failed
         from framework.protocols.acp.server import run_acp
 
         return run_acp(
@@ -99,7 +109,23 @@ def main(options: StdioOptions) -> int:
             reload=options.reload,
             pinned=options.project is not None,
         )
+    if (failed := _logging(options)) is not None:
+        return failed
     return _run_a2a(options, root, first, out)
+
+
+def _logging(options: StdioOptions) -> int | None:
+    """Set up logging (``--log-format``, ``CA_LOG_FORMAT``); the exit code of a bad ``CA_LOG_FORMAT``."""
+    from framework.errors import SpecError
+    from framework.runtime.logs import chosen, configure
+
+    try:
+        configure(chosen(options.log_format, os.environ))
+    except SpecError as exc:
+        for diagnostic in exc.diagnostics:
+            sys.stderr.write(diagnostic.render() + "\n")
+        return exc.exit_code
+    return None
 
 
 def _first_request(stdin: BinaryIO, out: TextIO, *, chosen: bool) -> tuple[bytes, Any] | None:

@@ -39,6 +39,9 @@ class RunContext:
     conversation_id: str = ""
     source: str = "cli"
     """Where the request came in: cli, a2a-http, a2a-stdio, acp, agent-call, mcp."""
+    caller: str = ""
+    """Who sent the task (its owner, as the task store records it); a callee's is its caller's.
+    Model and tool call records name it, so usage is counted by caller from the audit alone."""
     profile: str | None = None
     """An automation profile chosen for this conversation (an ACP session mode), over the agent's own."""
     depth: int = 0

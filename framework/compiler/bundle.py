@@ -179,9 +179,7 @@ class Bundle:
 
     def check_skill(self, agent: str, skill: str) -> None:
         """Raise SkillNotFound (listing the agent's skills) unless ``agent`` has the skill ``skill``."""
-        from framework.compiler.card import agent_skills
-
-        ids = [s.id for s in agent_skills(self.agent(agent), self.project)]
+        ids = [s.id for s in self.project.skills_of(self.agent(agent))]
         if skill not in ids:
             hint = did_you_mean(skill, ids)
             raise SkillNotFound(

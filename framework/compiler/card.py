@@ -34,11 +34,6 @@ LEGACY_PROTOCOL_VERSION = "0.3.0"
 """The older A2A version the same endpoints also answer (a2a-sdk's v0.3 compatibility)."""
 
 
-def agent_skills(agent: AgentSpec, project: Project) -> list[Skill]:
-    """The agent's skills, with references to ``skills/NAME.yaml`` resolved."""
-    return [project.skills[s] if isinstance(s, str) else s for s in agent.skills]
-
-
 def agent_digest(agent: AgentSpec) -> str:
     """A short content hash of the agent's spec: changes whenever its YAML means something else."""
     data = json.dumps(agent.model_dump(mode="json"), sort_keys=True, default=str)
@@ -88,7 +83,7 @@ def build_card(agent: AgentSpec, project: Project, *, base_url: str | None = Non
     server = project.config.server
     base = base_url or server.public_url or f"http://{server.host}:{server.port}"
     url = agent_url(base, agent.name)
-    skills = agent_skills(agent, project) or [
+    skills = project.skills_of(agent) or [
         Skill(id=agent.name, name=agent.name, description=agent.description or f"Talk to {agent.name}")
     ]
     output_modes = ["text/plain"]

@@ -17,26 +17,36 @@ whose call is refused or fails fails the step, and with it the run.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
-from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict, TypeVar, cast, get_type_hints
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from langchain.agents.middleware import AgentMiddleware, ToolCallRequest
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.config import get_stream_writer
 from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import get_runtime
 from langgraph.types import Command, interrupt
 
 from framework.compiler.conditions import Classify, LazyLabel, first_label_in, holds, label_or_other
 from framework.compiler.templates import input_text, render_template
+from framework.compiler.workflow_state import (
+    RunState,
+    Update,
+    WorkflowState,
+    as_text,
+    read_lane,
+    render,
+    render_value,
+    state_schema,
+    tested_text,
+    write_lane,
+)
 from framework.errors import ApprovalRejected, CAError, Failure, RunError, Signal, ToolError
 from framework.spec.agent import WorkflowAgent
 from framework.spec.workflow import (
@@ -50,7 +60,6 @@ from framework.spec.workflow import (
     RouterStep,
     Step,
     ToolStep,
-    is_template,
     step_kind,
 )
 
@@ -71,44 +80,6 @@ _V = TypeVar("_V")
 _PLAIN = re.compile(r"[\w .-]{1,40}")
 
 
-def merge(left: dict[str, _V] | None, right: dict[str, _V] | None) -> dict[str, _V]:
-    """Reducer for ``outputs`` / ``loops``: concurrent branches each add their keys; ``None`` clears."""
-    return {} if right is None else {**(left or {}), **right}
-
-
-class WorkflowState(TypedDict):
-    """The state of a workflow run; the input is ``{"messages": [HumanMessage(text)]}``."""
-
-    messages: Annotated[list[AnyMessage], add_messages]
-    outputs: NotRequired[Annotated[dict[str, str], merge]]
-    """Step id -> output text."""
-    loops: NotRequired[Annotated[dict[str, int], merge]]
-    """Loop id -> iterations done."""
-    last: NotRequired[str]
-    """The output of the most recent top-level step (a parallel block's: its branches', joined)."""
-
-
-class _RunState(WorkflowState):
-    lanes: NotRequired[Annotated[dict[str, str], merge]]
-    """Parallel branch lane -> the output of the most recent step in that branch."""
-
-
-_Update = dict[str, Any]
-_ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
-_AGENT_LOOP_KEYS = frozenset({"jump_to", "structured_response"})
-"""Keys of an agent's state that only its own model loop uses; a workflow does not take them."""
-
-
-def _state_schema(middleware: Sequence[AgentMiddleware[Any, Any]]) -> type[_RunState]:
-    """``_RunState`` plus the keys the middleware keep in graph state (e.g. governance counters)."""
-    fields = get_type_hints(_RunState, include_extras=True)
-    for layer in middleware:
-        for key, hint in get_type_hints(layer.state_schema, include_extras=True).items():
-            if key not in fields and key not in _AGENT_LOOP_KEYS:
-                fields[key] = hint
-    return cast("type[_RunState]", TypedDict("WorkflowRunState", fields))  # type: ignore[operator]
-
-
 def _wraps_tools(layer: AgentMiddleware[Any, Any]) -> bool:
     return type(layer).awrap_tool_call is not AgentMiddleware.awrap_tool_call
 
@@ -122,7 +93,7 @@ def _tool_chain(middleware: Sequence[AgentMiddleware[Any, Any]]) -> _ToolHandler
         return (
             result
             if isinstance(result, ToolMessage)
-            else ToolMessage(_as_text(result), tool_call_id=request.tool_call["id"])
+            else ToolMessage(as_text(result), tool_call_id=request.tool_call["id"])
         )
 
     handler: _ToolHandler = execute
@@ -137,10 +108,13 @@ def _tool_chain(middleware: Sequence[AgentMiddleware[Any, Any]]) -> _ToolHandler
     return handler
 
 
+_ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
+
+
 class _Node(Protocol):
     """A graph node: reads the run state, returns an update or a Command."""
 
-    def __call__(self, state: _RunState) -> Awaitable[Any]: ...
+    def __call__(self, state: RunState) -> Awaitable[Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,57 +148,6 @@ class _Reporter:
         except Exception:
             self("failed")
             raise
-
-
-def _read(state: _RunState, lane: str) -> str:
-    return state.get("last", "") if not lane else state.get("lanes", {}).get(lane, "")
-
-
-def _write(lane: str, text: str) -> _Update:
-    return {"last": text} if not lane else {"lanes": {lane: text}}
-
-
-def _request() -> Mapping[str, Any]:
-    """The request of the running graph (``RunContext.request``), or nothing outside a run."""
-    try:
-        context = get_runtime().context
-    except RuntimeError:  # called outside a graph run (a unit test of a node)
-        return {}
-    request = getattr(context, "request", None)
-    return request if isinstance(request, Mapping) else {}
-
-
-def _render(text: str, state: _RunState) -> str:
-    return render_template(
-        text, input=input_text(state["messages"]), outputs=state.get("outputs", {}), request=_request()
-    )
-
-
-def _render_value(value: Any, state: _RunState) -> Any:
-    """``value`` with every string in it rendered (artifact data)."""
-    if isinstance(value, str):
-        return _render(value, state)
-    if isinstance(value, dict):
-        return {key: _render_value(item, state) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_render_value(item, state) for item in value]
-    return value
-
-
-def _tested_text(on: str, state: _RunState) -> str:
-    """What a router's or loop's ``on`` names: a step's output, or a rendered template."""
-    return _render(on, state) if is_template(on) else state.get("outputs", {}).get(on, "")
-
-
-def _as_text(result: Any) -> str:
-    if isinstance(result, str):
-        return result
-    if isinstance(result, BaseMessage):
-        return result.text
-    try:
-        return json.dumps(result, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return str(result)
 
 
 def _step_failure(message: str, artifact: Any) -> CAError:
@@ -317,8 +240,8 @@ class _Builder:
         classify: Classify | None,
         middleware: Sequence[AgentMiddleware[Any, Any]] = (),
     ) -> None:
-        self.schema = _state_schema(middleware)
-        self.graph: StateGraph[_RunState, None, WorkflowState, WorkflowState] = StateGraph(
+        self.schema = state_schema(middleware)
+        self.graph: StateGraph[RunState, None, WorkflowState, WorkflowState] = StateGraph(
             self.schema, input_schema=WorkflowState, output_schema=WorkflowState
         )
         self.call_agent = call_agent
@@ -369,10 +292,10 @@ class _Builder:
         kind = cast(StepKind, step_kind(step))
         report = _Reporter(step_id, kind, title)
 
-        async def work(state: _RunState) -> tuple[str, _Update]:
+        async def work(state: RunState) -> tuple[str, Update]:
             """The step's output and what else it adds to the state."""
             if isinstance(step, AgentStep):
-                text = _render(step.input, state) if step.input is not None else _read(state, lane)
+                text = render(step.input, state) if step.input is not None else read_lane(state, lane)
                 return await self.call_agent(step.agent, text), {}
             if isinstance(step, ToolStep):
                 return await self.run_tool(step, state)
@@ -382,20 +305,20 @@ class _Builder:
                 return self.ask(step, state), {}
             if isinstance(step, ArtifactStep):
                 return self.artifact(step, state), {}
-            text = _render(step.message, state)
+            text = render(step.message, state)
             get_stream_writer()({"ca_event": "message", "step": step.id, "text": text})
             return text, {}
 
-        async def node(state: _RunState) -> _Update:
+        async def node(state: RunState) -> Update:
             report("started")
             output, extra = await report.guard(work(state))
             report("completed")
-            update: _Update = {**extra, "outputs": {step_id: output}}
-            return update if kind in _PASS_THROUGH else update | _write(lane, output)
+            update: Update = {**extra, "outputs": {step_id: output}}
+            return update if kind in _PASS_THROUGH else update | write_lane(lane, output)
 
         return node
 
-    async def run_tool(self, step: ToolStep, state: _RunState) -> tuple[str, _Update]:
+    async def run_tool(self, step: ToolStep, state: RunState) -> tuple[str, Update]:
         """Run the step's tool call through the middleware: its result, and the middleware's state update.
 
         A refused, rejected or failed call (an error result) fails the step: with the refusal's
@@ -404,7 +327,7 @@ class _Builder:
         tool = self.tools.get(step.tool)
         if tool is None:
             raise RunError(f"step {step.id!r}: tool {step.tool!r} is not available")
-        args = {key: _render(value, state) if isinstance(value, str) else value for key, value in step.args.items()}
+        args = {key: render(value, state) if isinstance(value, str) else value for key, value in step.args.items()}
         call = {"name": tool.name, "args": args, "id": f"step.{step.id}", "type": "tool_call"}
         request = ToolCallRequest(tool_call=call, tool=tool, state=state, runtime=get_runtime())  # type: ignore[arg-type]
         try:
@@ -413,7 +336,7 @@ class _Builder:
             raise
         except Exception as exc:
             raise ToolError(f"step {step.id!r}: tool {step.tool!r} failed: {exc}") from exc
-        update: _Update = {}
+        update: Update = {}
         if isinstance(result, Command):
             update = dict(result.update) if isinstance(result.update, Mapping) else {}
             messages = update.pop("messages", [])
@@ -423,9 +346,9 @@ class _Builder:
         return result.text, update
 
     @staticmethod
-    def gate(step: GateStep, state: _RunState) -> str:
+    def gate(step: GateStep, state: RunState) -> str:
         # No side effects before interrupt(): a resume runs this node again from the top.
-        payload: dict[str, Any] = {"kind": "gate", "step": step.id, "message": _render(step.gate.message, state)}
+        payload: dict[str, Any] = {"kind": "gate", "step": step.id, "message": render(step.gate.message, state)}
         if step.gate.timeout is not None:
             payload["timeout"] = step.gate.timeout
         approved, reason = _gate_decision(step.id, interrupt(payload))
@@ -434,9 +357,9 @@ class _Builder:
         return "approved"
 
     @staticmethod
-    def ask(step: AskStep, state: _RunState) -> str:
+    def ask(step: AskStep, state: RunState) -> str:
         """Pause for a person's answer, as text: the step's output."""
-        payload: dict[str, Any] = {"kind": "ask", "step": step.id, "message": _render(step.ask.message, state)}
+        payload: dict[str, Any] = {"kind": "ask", "step": step.id, "message": render(step.ask.message, state)}
         if step.ask.timeout is not None:
             payload["timeout"] = step.ask.timeout
         answer = interrupt(payload)
@@ -448,20 +371,18 @@ class _Builder:
         return str(answer)
 
     @staticmethod
-    def artifact(step: ArtifactStep, state: _RunState) -> str:
+    def artifact(step: ArtifactStep, state: RunState) -> str:
         """Send the artifact (rendered) to the custom stream; the step's output is its name."""
         name = step.artifact.name or step.id
         parts: list[dict[str, Any]] = []
         for part in step.artifact.parts:
             if part.text is not None:
-                parts.append({"text": _render(part.text, state)})
+                parts.append({"text": render(part.text, state)})
             elif part.file is not None:
                 file = part.file.model_dump(exclude_none=True)
-                parts.append(
-                    {"file": {k: _render(v, state) if k in ("content", "url") else v for k, v in file.items()}}
-                )
+                parts.append({"file": {k: render(v, state) if k in ("content", "url") else v for k, v in file.items()}})
             else:
-                parts.append({"data": _render_value(part.data, state)})
+                parts.append({"data": render_value(part.data, state)})
         event = {"ca_event": "artifact", "step": step.id, "name": name, "parts": parts}
         if step.artifact.description:
             event["description"] = step.artifact.description
@@ -473,15 +394,15 @@ class _Builder:
         report = _Reporter(step_id, "parallel", title)
         lanes = [f"{step_id}.{i}" for i in range(len(step.parallel))]
 
-        async def fork(state: _RunState) -> _Update:
+        async def fork(state: RunState) -> Update:
             report("started")
-            before = _read(state, lane)
+            before = read_lane(state, lane)
             return {"lanes": dict.fromkeys(lanes, before)}
 
-        async def join(state: _RunState) -> _Update:
-            text = "\n\n".join(_read(state, branch) for branch in lanes)
+        async def join(state: RunState) -> Update:
+            text = "\n\n".join(read_lane(state, branch) for branch in lanes)
             report("completed")
-            update = _write(lane, text)
+            update = write_lane(lane, text)
             return (update | {"outputs": {step.id: text}}) if step.id is not None else update
 
         entry = self.add(f"{STEP_NODE}{step_id}", fork)
@@ -506,21 +427,21 @@ class _Builder:
         targets = [chain[0].entry for chain in routes]
         fallback = default[0].entry if default else end
 
-        async def choose(state: _RunState) -> str:
-            text = _tested_text(router.on, state)
+        async def choose(state: RunState) -> str:
+            text = tested_text(router.on, state)
             label = LazyLabel(self.classify, text, labels)
             for route, target in zip(router.routes, targets, strict=True):
                 if await holds(route.when, text, label):
                     return target
             return fallback
 
-        async def pick(state: _RunState) -> Command[str]:
+        async def pick(state: RunState) -> Command[str]:
             report("started")
             return Command(goto=await report.guard(choose(state)))
 
-        async def finish(state: _RunState) -> _Update:
+        async def finish(state: RunState) -> Update:
             report("completed")
-            return {"outputs": {step.id: _read(state, lane)}}
+            return {"outputs": {step.id: read_lane(state, lane)}}
 
         destinations = {
             target: _edge_label(route.when.label, f"route {i}")
@@ -540,27 +461,27 @@ class _Builder:
         body = self.chain(loop.steps, lane)
         until = loop.until.label
 
-        async def start(state: _RunState) -> _Update:
+        async def start(state: RunState) -> Update:
             report("started")
             return {"loops": {step.id: 0}}
 
-        async def finished(state: _RunState, iterations: int) -> str:
+        async def finished(state: RunState, iterations: int) -> str:
             """How the loop ends after ``iterations`` runs: ``until`` (it held), ``max`` or not yet ('')."""
-            text = _tested_text(loop.on, state) if loop.on else _read(state, lane)
+            text = tested_text(loop.on, state) if loop.on else read_lane(state, lane)
             label = LazyLabel(self.label_or_other, text, [until, "other"] if until else [])
             if await holds(loop.until, text, label):
                 return "until"
             return "max" if iterations >= loop.max else ""
 
-        async def again(state: _RunState) -> Command[str]:
+        async def again(state: RunState) -> Command[str]:
             iterations = state.get("loops", {}).get(step.id, 0) + 1
             ended_by = await report.guard(finished(state, iterations))
             if ended_by:  # a loop that ran out of iterations says so: its until never held
                 report("completed", ended_by=ended_by)
             return Command(update={"loops": {step.id: iterations}}, goto=end if ended_by else body[0].entry)
 
-        async def finish(state: _RunState) -> _Update:
-            return {"outputs": {step.id: _read(state, lane)}}
+        async def finish(state: RunState) -> Update:
+            return {"outputs": {step.id: read_lane(state, lane)}}
 
         self.add(f"step.{step.id}", start)
         self.graph.add_edge(f"step.{step.id}", body[0].entry)
@@ -610,22 +531,22 @@ def compile_workflow(
     top = builder.chain(agent.steps, "")
     starts = [m for m in middleware if type(m).abefore_agent is not AgentMiddleware.abefore_agent]
 
-    async def plan(state: _RunState) -> _Update:
+    async def plan(state: RunState) -> Update:
         # A fresh dict each run: a consumer may update the statuses in place.
         entries = [{"step": f.step, "title": f.title, "status": "pending"} for f in top]
         get_stream_writer()({"ca_event": "plan", "entries": entries})
         # A new turn on the same thread starts clean: no outputs or counts from the last one.
-        update: _Update = {"outputs": None, "loops": None, "lanes": None, "last": input_text(state["messages"])}
+        update: Update = {"outputs": None, "loops": None, "lanes": None, "last": input_text(state["messages"])}
         for layer in starts:
             update |= await layer.abefore_agent(state, get_runtime()) or {}
         return update
 
     ends = [m for m in middleware if type(m).aafter_agent is not AgentMiddleware.aafter_agent]
 
-    async def output(state: _RunState) -> _Update:
-        text = _render(agent.output, state) if agent.output is not None else state.get("last", "")
+    async def output(state: RunState) -> Update:
+        text = render(agent.output, state) if agent.output is not None else state.get("last", "")
         answer = AIMessage(content=text)
-        update: _Update = {"messages": [answer]}
+        update: Update = {"messages": [answer]}
         for layer in ends:  # e.g. the contract's output rules; a violation raises
             update |= await layer.aafter_agent({**state, "messages": [*state["messages"], answer]}, get_runtime()) or {}
         return update

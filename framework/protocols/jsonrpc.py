@@ -64,12 +64,14 @@ class Code(IntEnum):
     RUN_FAILED = -32091
     STORE_BUSY = -32092
     CONVERSATION_TOO_LARGE = -32093
+    STORE_UNREACHABLE = -32094
 
 
 ERROR_CODES: dict[ErrorCode, Code] = {
     "usage_error": Code.INVALID_PARAMS,
     "store_damaged": Code.INTERNAL_ERROR,
     "store_busy": Code.STORE_BUSY,
+    "store_unreachable": Code.STORE_UNREACHABLE,
     "budget_exceeded": Code.BUDGET_EXCEEDED,
     "policy_denied": Code.POLICY_DENIED,
     "contract_violation": Code.CONTRACT_VIOLATION,

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self, get_args
+from typing import TYPE_CHECKING, Any, Literal, Self, get_args
 
 from framework.runtime.audit_chain import (
     KEYED,
@@ -45,7 +45,11 @@ from framework.runtime.audit_chain import (
 from framework.runtime.audit_store import AuditStore, Row
 from framework.runtime.governance.secrets import SecretValues
 from framework.runtime.store_locks import LOCK_TIMEOUT_S
+from framework.runtime.store_url import is_postgres, psycopg_url
 from framework.runtime.stores import state_dir
+
+if TYPE_CHECKING:
+    from framework.spec import Project
 
 Source = Literal["cli", "a2a-http", "a2a-stdio", "acp", "agent-call", "mcp"]
 """Where the request that caused a record came in."""
@@ -58,7 +62,7 @@ _BATCH = 1000
 
 @dataclass(frozen=True)
 class AuditRecord:
-    """One entry of the log. ``kind`` is e.g. "task.state", "tool.call", "tool.result",
+    """One entry of the log. ``kind`` is e.g. "task.state", "model.call", "tool.call", "tool.result",
     "decision", "denial", "budget", "contract" or "approval"; ``ts`` is UTC ISO-8601 with
     microseconds; ``data`` is JSON, secrets already masked; ``chain`` and ``key_id`` say how
     ``hash`` was made (:mod:`framework.runtime.audit_chain`)."""
@@ -128,6 +132,21 @@ class AuditLog:
         if isinstance(target, Path) or "://" not in target:
             target = f"sqlite:///{state_dir(Path(target)) / AUDIT_DB}"
         return cls(AuditStore(target, lock_timeout=lock_timeout), secrets, key)
+
+    @classmethod
+    def of_project(
+        cls,
+        project: Project,
+        *,
+        secrets: Iterable[str] = (),
+        key: ChainKey | None = None,
+        lock_timeout: float = LOCK_TIMEOUT_S,
+    ) -> AuditLog:
+        """The project's log: in the database ``store.url`` names when it is PostgreSQL (one chain
+        for every replica, appends serialised by the database), else ``ROOT/.ca/audit.db``."""
+        url = project.config.store.url
+        target = psycopg_url(url) if is_postgres(url) else project.root
+        return cls.open(target, secrets=secrets, key=key, lock_timeout=lock_timeout)
 
     def check_extendable(self) -> None:
         """Raise UsageError unless this log's records may follow the chain's last record: a keyed
@@ -232,16 +251,17 @@ class AuditLog:
             self.query, task_id=task_id, conversation_id=conversation_id, kind=kind, since_seq=since_seq, limit=limit
         )
 
-    def _records(self) -> Iterator[AuditRecord]:
+    def records(self, *, since_ts: str | None = None) -> Iterator[AuditRecord]:
+        """Every record (from ``since_ts`` on, inclusive), oldest first, read a batch at a time."""
         last = 0
-        while batch := self.query(since_seq=last, limit=_BATCH):
+        while batch := self.query(since_seq=last, since_ts=since_ts, limit=_BATCH):
             yield from batch
             last = batch[-1].seq
 
     def verify(self) -> VerifyResult:
         """Walk the whole chain and the head, and report every problem with the seq it concerns
         (see :func:`~framework.runtime.audit_chain.verify_chain`; keyed records are checked with this log's key)."""
-        return verify_chain((asdict(record) for record in self._records()), self._store.head(), self._key)
+        return verify_chain((asdict(record) for record in self.records()), self._store.head(), self._key)
 
     def close(self) -> None:
         """Release the database connections."""

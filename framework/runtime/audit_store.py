@@ -53,22 +53,26 @@ from sqlalchemy import (
 )
 from sqlalchemy import inspect as inspect_schema
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 from sqlalchemy.schema import CreateColumn
 
 from framework.errors import StoreError, UsageError
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, retried, until_free
+from framework.runtime.store_url import unreachable
 
 GENESIS = "0" * 64
 """The prev_hash of the first record, and the head of an empty log."""
 
 BUSY_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10
+"""Seconds a database server (PostgreSQL) may take to answer a new connection before it is unreachable."""
 _HEAD_ID = 1
 _IMMEDIATE = "ca_immediate"
 # The audit log uses a sync engine (run in a thread by the async facade); a URL written for an
 # async engine, e.g. the task store's, is mapped to the sync driver of the same database.
 _SYNC_DRIVERS = {
     "sqlite+aiosqlite": "sqlite",
+    "postgresql": "postgresql+psycopg",  # SQLAlchemy's default for it is psycopg2, which ca does not use
     "postgresql+asyncpg": "postgresql+psycopg",
     "postgresql+psycopg_async": "postgresql+psycopg",
 }
@@ -118,7 +122,7 @@ def _create_engine(url: str) -> Engine:
     shown = parsed.render_as_string(hide_password=True)
     if parsed.get_backend_name() != "sqlite":
         try:
-            return create_engine(parsed, pool_pre_ping=True)
+            return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
         except NoSuchModuleError as exc:
             raise UsageError(f"audit store {shown!r}: unknown database {parsed.drivername!r}") from exc
         except ImportError as exc:
@@ -201,10 +205,14 @@ class AuditStore:
 
     @contextmanager
     def _reported(self) -> Iterator[None]:
-        """Turn the driver's word for a damaged database into a StoreError; let every other error pass."""
+        """Turn the driver's word for a damaged database, or for a server that cannot be reached,
+        into a StoreError; let every other error pass."""
         try:
             yield
         except (DBAPIError, sqlite3.Error) as exc:
+            if isinstance(exc, OperationalError) and self._file is None:
+                # a server (PostgreSQL) that is down, refuses the login or has no such database
+                raise unreachable(self.where, exc.orig or exc) from exc
             error = exc.orig if isinstance(exc, DBAPIError) else exc
             # The primary result code (the low byte of an extended one); only the sqlite3 driver sets it.
             code = getattr(error, "sqlite_errorcode", -1) & 0xFF if isinstance(error, sqlite3.Error) else None

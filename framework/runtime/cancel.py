@@ -17,15 +17,14 @@ Each ending is audited (``task.state`` canceled, with who asked). A final task i
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from framework.errors import RunError, StoreBusy, UsageError
+from framework.errors import RunError, StoreBusy, StoreError, StoreUnreachable, UsageError
 from framework.runtime.audit import AuditLog, Source
-from framework.runtime.tasks import FINAL_STATES, Task, TaskStore, process_alive, this_process
+from framework.runtime.tasks import FINAL_STATES, RENEW_S, Task, TaskStore, process_alive, this_process
 
 POLL_S = 0.25
 """How often a process running tasks looks for cancel requests on their records."""
@@ -66,7 +65,7 @@ async def cancel_task(
     :class:`StillRunning` when another process did not stop it within ``wait`` seconds.
     """
     try:
-        task = tasks.get(task_id)
+        task = await tasks.aget(task_id)
     except RunError as exc:  # unknown or ambiguous: the argument is wrong
         raise UsageError(str(exc)) from exc
     reason = f"canceled by {by}"
@@ -84,7 +83,7 @@ async def cancel_task(
                 return await _ended(tasks, audit, task, by, source, dead, "orphan")
         elif await tasks.arequest_cancel(task.id, by):
             return await _stopped(tasks, task, "other process", wait)
-        task = tasks.get(task.id)  # it changed meanwhile (decided, ended, claimed again): look again
+        task = await tasks.aget(task.id)  # it changed meanwhile (decided, ended, claimed again): look again
 
 
 async def _ended(
@@ -98,14 +97,14 @@ async def _ended(
         agent=task.agent,
         data={"state": "canceled", "error": reason, "by": by},
     )
-    return Canceled(tasks.get(task.id), how)
+    return Canceled(await tasks.aget(task.id), how)
 
 
 async def _stopped(tasks: TaskStore, task: Task, how: How, wait: float) -> Canceled:
     """Wait for the run's own process to end the task (it records and audits the cancel)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    while (now := tasks.get(task.id)).state not in FINAL_STATES:
+    while (now := await tasks.aget(task.id)).state not in FINAL_STATES:
         if loop.time() >= deadline:
             raise StillRunning(
                 f"task {task.id[:12]} is still {now.state}: the process running it (pid {task.owner_pid} on "
@@ -121,7 +120,9 @@ class CancelWatch:
 
     ``track`` registers a run (the asyncio task driving it) for the time it runs; while any run is
     tracked, one watcher polls their records every :data:`POLL_S` and cancels each run asked to
-    stop, remembering who asked (:meth:`reason`), so the transport can say so to its client.
+    stop, remembering who asked (:meth:`reason`), so the transport can say so to its client. On
+    PostgreSQL it also renews their leases every :data:`~framework.runtime.tasks.RENEW_S`, so other
+    replicas see they still run.
     """
 
     def __init__(self, tasks: TaskStore) -> None:
@@ -160,15 +161,25 @@ class CancelWatch:
         return self.reasons.get(task_id)
 
     async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        renew_at = loop.time() + RENEW_S
         while self.runs:
             await asyncio.sleep(POLL_S)
+            if not self.tasks.db.local and loop.time() >= renew_at:  # replicas see each other's runs by lease
+                renew_at = loop.time() + RENEW_S
+                try:
+                    await self.tasks.arenew(list(self.runs))
+                except (StoreBusy, StoreUnreachable) as exc:
+                    print(f"warning: task leases not renewed: {exc}", file=sys.stderr)
             try:
-                asked = self.tasks.cancel_requests(list(self.runs))
-            except StoreBusy as exc:  # the file is locked just now: look again at the next poll
+                asked = await self.tasks.acancel_requests(list(self.runs))
+            except (StoreBusy, StoreUnreachable) as exc:  # locked, or the server lost, just now: look again
                 print(f"warning: cancel requests not read: {exc}", file=sys.stderr)
                 continue
-            except sqlite3.ProgrammingError:  # the task store was closed: this process is stopping
-                return
+            except StoreError:
+                if self.tasks.db.closed:  # the task store was closed: this process is stopping
+                    return
+                raise
             for task_id, who in asked.items():
                 if task_id not in self.reasons:
                     self.stop(task_id, f"canceled by {who}")

@@ -39,7 +39,7 @@ from framework.runtime.remote import RemoteFactory
 from framework.spec.agent import LlmAgent
 from framework.spec.eval_loader import EvalSuite
 from framework.spec.evals import Answer, EvalCase
-from framework.spec.project import Project
+from framework.spec.project import Project, StoreConfig
 
 NOT_COPIED = (
     ".ca",
@@ -195,13 +195,17 @@ def scratch_copy(root: Path, exclude: Sequence[str], into: Path) -> Path:
 
 
 def _case_project(project: Project, case: EvalCase, root: Path) -> Project:
-    """The project as the case runs it: rooted in its scratch copy, the case's model put in."""
+    """The project as the case runs it: rooted in its scratch copy, the case's model put in, its
+    state in the scratch copy's ``.ca/`` even when ``store.url`` names a shared database (a case
+    leaves nothing behind in the deployment's conversations and audit)."""
     agents = dict(project.agents)
     name = case.agent or project.default_agent or ""
     spec = agents.get(name)
     if case.model is not None and isinstance(spec, LlmAgent):
         agents[name] = spec.model_copy(update={"model": case.model})
-    return dataclasses.replace(project, root=root, agents=agents)
+    store = project.config.store.model_copy(update={"url": StoreConfig.model_fields["url"].default})
+    config = project.config.model_copy(update={"store": store})
+    return dataclasses.replace(project, root=root, agents=agents, config=config)
 
 
 async def run_case(

@@ -31,8 +31,8 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from framework.runtime.governance.budgets import cost
-from framework.runtime.telemetry import known_price, model_of, tool_name, usage_of
+from framework.runtime.telemetry import model_of, tool_name, usage_of
+from framework.spec.prices import call_cost
 
 if TYPE_CHECKING:
     from langchain_core.outputs import LLMResult
@@ -138,8 +138,9 @@ class RunMetrics(BaseCallbackHandler):
         tokens_in, tokens_out, _ = usage_of(response)
         m.tokens.labels(self.agent, model, "input").inc(tokens_in)
         m.tokens.labels(self.agent, model, "output").inc(tokens_out)
-        if known_price(model, m.prices):
-            m.cost.labels(self.agent, model).inc(cost(model, m.prices, tokens_in, tokens_out))
+        price = call_cost(model, m.prices, tokens_in, tokens_out)
+        if price is not None:
+            m.cost.labels(self.agent, model).inc(float(price))
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         started = self._started.pop(run_id, None)

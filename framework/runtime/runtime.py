@@ -41,7 +41,7 @@ from framework.errors import (
     Failure,
     RunError,
 )
-from framework.runtime import telemetry
+from framework.runtime import logs, telemetry
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
 from framework.runtime.cancel import Canceled, CancelWatch, cancel_task
@@ -116,18 +116,22 @@ class Runtime:
         mask_logs()
         key = chain_key(project.config.audit, project.root)  # a missing key stops us before anything opens
         lock_timeout = project.config.store.lock_timeout
-        saver = await stack.enter_async_context(open_checkpointer(project.root, lock_timeout=lock_timeout))
-        tasks = TaskStore.open(project.root, lock_timeout=lock_timeout)
+        store_url = project.config.store.url
+        saver = await stack.enter_async_context(
+            open_checkpointer(project.root, lock_timeout=lock_timeout, url=store_url)
+        )
+        tasks = TaskStore.open(project.root, url=store_url, lock_timeout=lock_timeout)
         stack.callback(tasks.close)
-        turns = Turns.open(project.root, lock_timeout=lock_timeout)
+        turns = Turns.open(project.root, url=project.config.store.url, lock_timeout=lock_timeout)
         stack.callback(turns.close)
         dotenv = load_dotenv(project.root)
         KNOWN.add(project_secrets(project, {**dotenv, **os.environ}, dotenv))
         if key is not None:
             KNOWN.add([key.secret.decode("utf-8")])
-        audit = AuditLog.open(project.root, secrets=KNOWN.values, key=key, lock_timeout=lock_timeout)
+        audit = AuditLog.of_project(project, secrets=KNOWN.values, key=key, lock_timeout=lock_timeout)
         stack.callback(audit.close)
         audit.check_extendable()
+        audit.observers.append(logs.audited)  # at INFO: shown by --log-format json
         tracing = telemetry.start()
         if tracing is not None:
             audit.observers.append(tracing.audited)
@@ -261,6 +265,7 @@ class Runtime:
             task_id=task.id,
             conversation_id=task.conversation,
             source=self.source,
+            caller=task.caller,
             audit=self.audit,
             profile=self.profiles.get(task.conversation),
             request=request,
@@ -311,6 +316,7 @@ class Runtime:
             parent=parent,
             caller=who,
         )
+        _bind_logs(task)
         await self._audit_task(task, "submitted", input_chars=len(text), by=who)
         context = dataclasses.replace(self._context(task, skill, request), caps=caps or None, depth=depth, chain=chain)
         async for event in self._drive(
@@ -341,6 +347,7 @@ class Runtime:
         """
         task = self.check_decision(task_id, decision)
         task = await self.tasks.aclaim(task.id, by or self.decider)
+        _bind_logs(task)
         try:
             answers = await self._answers(task, decision)
         except ApprovalTimedOut as exc:
@@ -583,6 +590,12 @@ class Runtime:
         if profile is None:
             return None, "reject"
         return profile.approval.timeout, profile.approval.on_timeout
+
+
+def _bind_logs(task: Task) -> None:
+    """Every record made from here on in this asyncio task (the transport's, for this task) carries
+    the task's ids: the audit's, a library's (``--log-format json``)."""
+    logs.bind(task_id=task.id, context_id=task.conversation, agent=task.agent, caller=task.caller)
 
 
 class ChildTasks:

@@ -1,4 +1,5 @@
-"""Where runs are kept: conversations are LangGraph threads in SQLite under the project's ``.ca/``."""
+"""Where runs are kept: conversations are LangGraph threads, in SQLite under the project's ``.ca/``
+or, when ``store.url`` is PostgreSQL, in LangGraph's Postgres saver (:mod:`framework.runtime.postgres`)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,16 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Send
 
-from framework.errors import StoreError
+from framework.errors import StoreError, StoreUnreachable
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, until_free
+from framework.runtime.store_url import is_postgres
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -148,7 +151,28 @@ class MaskingSerializer:
 
 
 @asynccontextmanager
-async def open_checkpointer(root: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> AsyncIterator[LoopSqliteSaver]:
+async def open_checkpointer(
+    root: Path, *, lock_timeout: float = LOCK_TIMEOUT_S, url: str | None = None
+) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """The conversation store of a project: PostgreSQL when ``url`` (``store.url``) names it,
+    else SQLite under ``ROOT/.ca/``. Both mask known secrets out of what they write."""
+    if url is not None and is_postgres(url):
+        try:
+            from framework.runtime.postgres import open_postgres_saver
+        except ImportError as exc:
+            raise StoreUnreachable(
+                f"store.url is PostgreSQL, and its driver {exc.name!r} is not installed:"
+                " install the 'postgres' extra (pip install 'cleveragents[postgres]')"
+            ) from exc
+        async with open_postgres_saver(url, serde=MaskingSerializer(), lock_timeout=lock_timeout) as saver:
+            yield saver
+        return
+    async with _open_sqlite(root, lock_timeout=lock_timeout) as sqlite_saver:
+        yield sqlite_saver
+
+
+@asynccontextmanager
+async def _open_sqlite(root: Path, *, lock_timeout: float) -> AsyncIterator[LoopSqliteSaver]:
     """The conversation store of a project: SQLite in WAL mode, waiting for locks off the event loop."""
     path = state_dir(root) / CONVERSATIONS_DB
     conn = sqlite3.connect(path, timeout=lock_timeout, check_same_thread=False)

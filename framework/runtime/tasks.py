@@ -1,4 +1,5 @@
-"""Tasks: one request to an agent, from submitted to a final state, kept in ``.ca/tasks.db``.
+"""Tasks: one request to an agent, from submitted to a final state, kept in the task database
+(``.ca/tasks.db``, or PostgreSQL with ``store.url``; :mod:`framework.runtime.database`).
 
 A task that pauses (``input-required``) keeps its pending decisions here, so any
 process — ``ca approve`` in another terminal, a server after a restart — can find
@@ -11,75 +12,37 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sqlite3
-import threading
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from framework.errors import Failure, RunError, TaskNotWaiting
+from framework.runtime.database import Database, SqliteDatabase
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.pauses import Pause, all_questions, read_pause
-from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, retried, until_free
-from framework.runtime.stores import opening, state_dir
+from framework.runtime.schema import connect
+from framework.runtime.store_locks import LOCK_TIMEOUT_S
 
 TaskState = Literal["submitted", "working", "input-required", "completed", "failed", "canceled", "rejected"]
 FINAL_STATES = ("completed", "failed", "canceled", "rejected")
-_T = TypeVar("_T")
+Statement = tuple[str, tuple[Any, ...]]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS tasks (
-    id TEXT PRIMARY KEY,
-    agent TEXT NOT NULL,
-    conversation TEXT NOT NULL,
-    source TEXT NOT NULL,
-    state TEXT NOT NULL,
-    input TEXT NOT NULL DEFAULT '',
-    output TEXT NOT NULL DEFAULT '',
-    error TEXT NOT NULL DEFAULT '',
-    pending TEXT NOT NULL DEFAULT '[]',
-    usage TEXT NOT NULL DEFAULT '{}',
-    parent TEXT NOT NULL DEFAULT '',
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL,
-    decided_by TEXT NOT NULL DEFAULT '',
-    decided_at TEXT NOT NULL DEFAULT '',
-    failure TEXT NOT NULL DEFAULT '',
-    owner_pid INTEGER NOT NULL DEFAULT 0,
-    owner_host TEXT NOT NULL DEFAULT '',
-    cancel_requested TEXT NOT NULL DEFAULT '',
-    caller TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
-CREATE TABLE IF NOT EXISTS remote_calls (
-    key TEXT PRIMARY KEY,
-    url TEXT NOT NULL,
-    task_id TEXT NOT NULL,
-    context_id TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS tasks_conversation ON tasks(conversation);
-"""
-
-
-_ADDED_COLUMNS = {
-    "decided_by": "TEXT NOT NULL DEFAULT ''",
-    "decided_at": "TEXT NOT NULL DEFAULT ''",
-    "failure": "TEXT NOT NULL DEFAULT ''",
-    "owner_pid": "INTEGER NOT NULL DEFAULT 0",
-    "owner_host": "TEXT NOT NULL DEFAULT ''",
-    "cancel_requested": "TEXT NOT NULL DEFAULT ''",
-    "caller": "TEXT NOT NULL DEFAULT ''",
-}
-"""Columns added after the first release of the table, with their definitions."""
-
+LEASE_S = 15.0
+"""How long a running task's lease lasts: the process running it renews it every :data:`RENEW_S`
+(while PostgreSQL holds the tasks); past it, any replica settles the task as orphaned."""
+RENEW_S = 5.0
+"""How often a process renews the leases of the tasks it runs (and a server looks for expired ones)."""
 
 ORPHANED = (
     "the process running this task (pid {pid} on {host}) stopped while this task was running; it was not "
     "resumed because a tool may have run halfway: send the message again"
+)
+LEASE_EXPIRED = (
+    "the process running this task (pid {pid} on {host}) stopped renewing its lease ({lease:g} s) while this task "
+    "was running; it was not resumed because a tool may have run halfway: send the message again"
 )
 _RUNNING = ("submitted", "working")
 
@@ -111,6 +74,11 @@ def _alive(pid: int) -> bool:
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def _lease() -> str:
+    """When a lease taken now ends (ISO, microseconds always: the text compares as the time does)."""
+    return (now() + timedelta(seconds=LEASE_S)).isoformat(timespec="microseconds")
 
 
 @dataclass(frozen=True)
@@ -156,6 +124,8 @@ class Task:
     """The process that last started running the task (0: recorded before owners were)."""
     owner_host: str = ""
     """The host of that process."""
+    lease_until: str = ""
+    """Until when the owner's lease on this running task holds (renewed while it runs; see :data:`LEASE_S`)."""
     cancel_requested: str = ""
     """Who asked another process to stop this running task (``ca tasks cancel``), empty if no one."""
     caller: str = ""
@@ -164,47 +134,32 @@ class Task:
 
 
 class TaskStore:
-    """SQLite-backed task table (WAL); safe across threads and processes.
+    """The task table of the project's task database (:mod:`framework.runtime.database`: ``.ca/tasks.db``
+    or PostgreSQL); safe across threads, processes and, on PostgreSQL, replicas.
 
     Every method has a blocking form and writes have an async one (``acreate``, ``aupdate``,
-    ``aclaim``, ...): the async forms wait for another process's write lock with the event loop
-    running (:mod:`framework.runtime.store_locks`), so the serving path uses them.
+    ``aclaim``, ...): the async forms wait for another process's SQLite write lock, or for
+    PostgreSQL's answer, with the event loop running, so the serving path uses them. Each decision
+    (a claim, an ending, a settled orphan) is one conditional ``UPDATE`` whose row count says who won.
     """
 
-    def __init__(self, path: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
-        self.path = path
-        self.lock_timeout = lock_timeout
-        """Seconds a write waits for another process's write lock before StoreBusy."""
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, timeout=lock_timeout, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")  # crash-safe in WAL; see audit_store
-        self._conn.executescript(_SCHEMA)
-        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(tasks)")}
-        for column in _ADDED_COLUMNS.keys() - columns:  # a tasks.db written before these existed
-            self._conn.execute(f"ALTER TABLE tasks ADD COLUMN {column} {_ADDED_COLUMNS[column]}")
-        no_wait(self._conn)  # set up: from now on a locked file is waited for by store_locks, not SQLite
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.path: Path | None = db.path if isinstance(db, SqliteDatabase) else None
+        """The SQLite file, when the database is one."""
 
     @classmethod
-    def open(cls, root: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> TaskStore:
-        path = state_dir(root) / "tasks.db"
-        with opening(path):  # a file that is not a database: a StoreError naming it
-            return cls(path, lock_timeout=lock_timeout)
+    def open(cls, root: Path, *, url: str = "", lock_timeout: float = LOCK_TIMEOUT_S) -> TaskStore:
+        """The tasks of the project at ``root``: in PostgreSQL when ``url`` (``store.url``) names it."""
+        return cls(connect(root, url, lock_timeout=lock_timeout))
+
+    @property
+    def lock_timeout(self) -> float:
+        """Seconds a write waits for another process's write lock before StoreBusy."""
+        return self.db.lock_timeout
 
     def close(self) -> None:
-        self._conn.close()
-
-    def _run(self, statement: Callable[[sqlite3.Connection], _T]) -> _T:
-        """``statement`` on the connection, waiting (blocking) while another process writes."""
-        return retried(lambda: self._locked(statement), path=self.path, timeout=self.lock_timeout)
-
-    async def _arun(self, statement: Callable[[sqlite3.Connection], _T]) -> _T:
-        """``statement`` on the connection, waiting with the event loop running while another process writes."""
-        return await until_free(lambda: self._locked(statement), path=self.path, timeout=self.lock_timeout)
-
-    def _locked(self, statement: Callable[[sqlite3.Connection], _T]) -> _T:
-        with self._lock:
-            return statement(self._conn)
+        self.db.close()
 
     def _creation(
         self,
@@ -216,7 +171,7 @@ class TaskStore:
         parent: str,
         task_id: str | None,
         caller: str,
-    ) -> tuple[Task, Callable[[sqlite3.Connection], object]]:
+    ) -> tuple[Task, Statement]:
         stamp = now().isoformat()
         input = KNOWN.text(input)
         pid, host = _owner()
@@ -233,11 +188,15 @@ class TaskStore:
             owner_pid=pid,
             owner_host=host,
             caller=caller,
+            lease_until=_lease(),
         )
-        values = (task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host, caller)
-        return task, lambda conn: conn.execute(
+        values = (
+            task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host, caller,
+            task.lease_until,
+        )  # fmt: skip
+        return task, (
             "INSERT INTO tasks (id, agent, conversation, source, state, input, parent, created_at, updated_at,"
-            " owner_pid, owner_host, caller) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " owner_pid, owner_host, caller, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             values,
         )
 
@@ -262,7 +221,7 @@ class TaskStore:
             task_id=task_id,
             caller=caller,
         )
-        self._run(insert)
+        self.db.execute(*insert)
         return task
 
     async def acreate(
@@ -276,7 +235,7 @@ class TaskStore:
         task_id: str | None = None,
         caller: str = "",
     ) -> Task:
-        """:meth:`create`, waiting for the lock with the event loop running."""
+        """:meth:`create`, waiting with the event loop running."""
         task, insert = self._creation(
             agent=agent,
             conversation=conversation,
@@ -286,11 +245,11 @@ class TaskStore:
             task_id=task_id,
             caller=caller,
         )
-        await self._arun(insert)
+        await self.db.aexecute(*insert)
         return task
 
+    @staticmethod
     def _updating(
-        self,
         task_id: str,
         *,
         state: TaskState,
@@ -300,12 +259,12 @@ class TaskStore:
         usage: dict[str, Any] | None = None,
         failure: Failure | None = None,
         unless_final: bool = False,
-    ) -> Callable[[sqlite3.Connection], int]:
+    ) -> Statement:
         sets = ["state = ?", "updated_at = ?"]
         values: list[Any] = [state, now().isoformat()]
         if state in _RUNNING:  # whoever runs it owns it: a crash of this process leaves an orphan
-            sets.append("owner_pid = ?, owner_host = ?")
-            values.extend(_owner())
+            sets.append("owner_pid = ?, owner_host = ?, lease_until = ?")
+            values.extend((*_owner(), _lease()))
         for column, value in (("output", output), ("error", error)):
             if value is not None:
                 sets.append(f"{column} = ?")
@@ -320,8 +279,7 @@ class TaskStore:
             sets.append("failure = ?")
             values.append(json.dumps(KNOWN.value(failure.to_json())))
         where = "id = ?" + (f" AND state NOT IN {FINAL_STATES!r}" if unless_final else "")
-        query = f"UPDATE tasks SET {', '.join(sets)} WHERE {where}"  # noqa: S608
-        return lambda conn: conn.execute(query, (*values, task_id)).rowcount
+        return f"UPDATE tasks SET {', '.join(sets)} WHERE {where}", (*values, task_id)  # noqa: S608
 
     def update(
         self,
@@ -334,8 +292,8 @@ class TaskStore:
         usage: dict[str, Any] | None = None,
         failure: Failure | None = None,
     ) -> Task:
-        self._run(
-            self._updating(
+        self.db.execute(
+            *self._updating(
                 task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
             )
         )
@@ -352,33 +310,32 @@ class TaskStore:
         usage: dict[str, Any] | None = None,
         failure: Failure | None = None,
     ) -> Task:
-        """:meth:`update`, waiting for the lock with the event loop running."""
-        await self._arun(
-            self._updating(
+        """:meth:`update`, waiting with the event loop running."""
+        await self.db.aexecute(
+            *self._updating(
                 task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
             )
         )
-        return self.get(task_id)
+        return await self.aget(task_id)
 
     async def aend(self, task_id: str, *, state: TaskState, error: str | None = None) -> bool:
         """Move a task that is not final yet to ``state`` (pending decisions dropped), as one
         compare-and-set: of an ending and a decision or another ending at the same moment, one wins.
         Whether this one did."""
-        return await self._arun(self._updating(task_id, state=state, error=error, pending=(), unless_final=True)) == 1
+        ending = self._updating(task_id, state=state, error=error, pending=(), unless_final=True)
+        return (await self.db.aexecute(*ending)).rowcount == 1
 
-    def _claiming(self, task_id: str, by: str) -> Callable[[sqlite3.Connection], int]:
+    @staticmethod
+    def _claiming(task_id: str, by: str) -> Statement:
         stamp = now().isoformat()
-        owner = _owner()
-        return lambda conn: (
-            conn.execute(
-                "UPDATE tasks SET state = 'working', decided_by = ?, decided_at = ?, updated_at = ?,"
-                " owner_pid = ?, owner_host = ? WHERE id = ? AND state = 'input-required'",
-                (by, stamp, stamp, *owner, task_id),
-            ).rowcount
+        return (
+            "UPDATE tasks SET state = 'working', decided_by = ?, decided_at = ?, updated_at = ?,"
+            " owner_pid = ?, owner_host = ?, lease_until = ? WHERE id = ? AND state = 'input-required'",
+            (by, stamp, stamp, *_owner(), _lease(), task_id),
         )
 
-    def _claimed(self, task_id: str, claimed: int) -> Task:
-        task = self.get(task_id)
+    @staticmethod
+    def _claimed(task: Task, claimed: int) -> Task:
         if claimed != 1:
             who = f" by {task.decided_by} at {task.decided_at}" if task.decided_by else ""
             raise AlreadyDecided(f"task {task.id[:12]} was already decided{who}; it is {task.state} now")
@@ -386,145 +343,162 @@ class TaskStore:
 
     def claim(self, task_id: str, by: str) -> Task:
         """Take the decision of a paused task: one atomic compare-and-set from ``input-required`` to
-        ``working``, so of any number of deciders — threads, processes, protocols — exactly one wins.
-        The others get a RunError that says who decided and when."""
-        return self._claimed(task_id, self._run(self._claiming(task_id, by)))
+        ``working``, so of any number of deciders — threads, processes, replicas, protocols — exactly
+        one wins. The others get a RunError that says who decided and when."""
+        claimed = self.db.execute(*self._claiming(task_id, by)).rowcount
+        return self._claimed(self.get(task_id), claimed)
 
     async def aclaim(self, task_id: str, by: str) -> Task:
-        """:meth:`claim`, waiting for the lock with the event loop running."""
-        return self._claimed(task_id, await self._arun(self._claiming(task_id, by)))
+        """:meth:`claim`, waiting with the event loop running."""
+        claimed = (await self.db.aexecute(*self._claiming(task_id, by))).rowcount
+        return self._claimed(await self.aget(task_id), claimed)
 
-    def _orphans(self) -> list[tuple[str, str, int, str, str]]:
-        """(id, state, owner pid, reason, failure JSON) of each running task whose process is gone."""
+    # Running tasks of this host's processes (judged by their pid) and of other hosts' whose lease expired.
+    _RUNNING_OR_EXPIRED = (
+        "SELECT id, state, owner_pid, owner_host, lease_until FROM tasks WHERE state IN (?, ?) AND owner_pid != 0"
+        " AND (owner_host = ? OR (lease_until != '' AND lease_until < ?))"
+    )
+
+    def _running(self) -> tuple[Any, ...]:
+        # Leases are renewed only where replicas share the tasks (PostgreSQL): on SQLite none expires.
+        expired_before = "" if self.db.local else now().isoformat(timespec="microseconds")
+        return (*_RUNNING, _owner()[1], expired_before)
+
+    @staticmethod
+    def _orphans(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """(id, state, owner pid, owner host, lease, reason, failure JSON) of each running task whose
+        process is gone: on this host a pid that no longer runs, on another a lease that expired."""
         pid, host = _owner()
-        rows = self._run(
-            lambda conn: conn.execute(
-                "SELECT id, state, owner_pid FROM tasks WHERE state IN (?, ?) AND owner_host = ? AND owner_pid != 0",
-                (*_RUNNING, host),
-            ).fetchall()
-        )
         found = []
-        for task_id, state, owner in rows:
-            if owner == pid or _alive(owner):
-                continue
-            reason = ORPHANED.format(pid=owner, host=host)
-            found.append((task_id, state, owner, reason, json.dumps(Failure.of(RunError(reason)).to_json())))
+        for task_id, state, owner, owner_host, lease in rows:
+            if owner_host == host:
+                if owner == pid or _alive(owner):
+                    continue
+                reason = ORPHANED.format(pid=owner, host=host)
+            else:
+                reason = LEASE_EXPIRED.format(pid=owner, host=owner_host, lease=LEASE_S)
+            failure = json.dumps(Failure.of(RunError(reason)).to_json())
+            found.append((task_id, state, owner, owner_host, lease, reason, failure))
         return found
 
     @staticmethod
-    def _settling(orphan: tuple[str, str, int, str, str]) -> Callable[[sqlite3.Connection], int]:
-        task_id, state, owner, reason, failure = orphan
-        host = _owner()[1]
-        return lambda conn: (
-            conn.execute(
-                "UPDATE tasks SET state = 'failed', error = ?, failure = ?, pending = '[]', updated_at = ?"
-                " WHERE id = ? AND state = ? AND owner_pid = ? AND owner_host = ?",
-                (reason, failure, now().isoformat(), task_id, state, owner, host),
-            ).rowcount
+    def _settling(orphan: tuple[Any, ...]) -> Statement:
+        task_id, state, owner, owner_host, lease, reason, failure = orphan
+        # A compare-and-set on the owner and its lease: a task claimed or renewed meanwhile is left alone.
+        return (
+            "UPDATE tasks SET state = 'failed', error = ?, failure = ?, pending = '[]', updated_at = ?"
+            " WHERE id = ? AND state = ? AND owner_pid = ? AND owner_host = ? AND lease_until = ?",
+            (reason, failure, now().isoformat(), task_id, state, owner, owner_host, lease),
         )
 
     def settle_orphans(self) -> list[Task]:
         """End ``failed`` (:data:`ORPHANED`, with the pid) every running task whose process is gone.
 
-        Only tasks owned on this host by a process that no longer exists: a task another live
-        process runs is never touched (nor one of another host, whose processes cannot be seen
-        from here). Each is one compare-and-set on its owner, so a task that was meanwhile
-        claimed again is left alone. Returns the tasks settled, as they are now.
+        On this host, tasks owned by a process that no longer exists: a task another live process
+        runs is never touched. Another host's processes cannot be seen from here (replicas sharing
+        PostgreSQL): its task is settled (:data:`LEASE_EXPIRED`) once the lease its process renews
+        while running it (:data:`LEASE_S`) has expired. Each is one compare-and-set on its owner and
+        lease, so a task that was meanwhile claimed again or renewed is left alone. Returns the tasks
+        settled, as they are now.
         """
-        return [self.get(o[0]) for o in self._orphans() if self._run(self._settling(o)) == 1]
+        rows = self.db.execute(self._RUNNING_OR_EXPIRED, self._running()).rows
+        return [self.get(o[0]) for o in self._orphans(rows) if self.db.execute(*self._settling(o)).rowcount == 1]
 
     async def asettle_orphans(self) -> list[Task]:
-        """:meth:`settle_orphans`, waiting for the lock with the event loop running."""
-        return [self.get(o[0]) for o in self._orphans() if await self._arun(self._settling(o)) == 1]
+        """:meth:`settle_orphans`, waiting with the event loop running."""
+        rows = (await self.db.aexecute(self._RUNNING_OR_EXPIRED, self._running())).rows
+        return [
+            await self.aget(o[0])
+            for o in self._orphans(rows)
+            if (await self.db.aexecute(*self._settling(o))).rowcount == 1
+        ]
+
+    async def arenew(self, task_ids: Collection[str]) -> int:
+        """Extend this process's leases on these running tasks by :data:`LEASE_S`; how many it still holds."""
+        if not task_ids:
+            return 0
+        marks = ", ".join("?" for _ in task_ids)
+        renewed = await self.db.aexecute(
+            f"UPDATE tasks SET lease_until = ? WHERE id IN ({marks}) AND state IN (?, ?)"  # noqa: S608
+            " AND owner_pid = ? AND owner_host = ?",
+            (_lease(), *task_ids, *_RUNNING, *_owner()),
+        )
+        return renewed.rowcount
 
     async def acancel_paused(self, task_id: str, by: str, reason: str) -> bool:
         """End a task that waits for a decision ``canceled``: the same compare-and-set on
         ``input-required`` as :meth:`claim`, so of a cancel and any number of decisions exactly one
         wins (a decider that loses is told who canceled it). Whether this one did."""
         stamp = now().isoformat()
-        return (
-            await self._arun(
-                lambda conn: (
-                    conn.execute(
-                        "UPDATE tasks SET state = 'canceled', pending = '[]', error = ?, decided_by = ?, decided_at = ?,"
-                        " updated_at = ? WHERE id = ? AND state = 'input-required'",
-                        (KNOWN.text(reason), by, stamp, stamp, task_id),
-                    ).rowcount
-                )
-            )
-            == 1
+        canceled = await self.db.aexecute(
+            "UPDATE tasks SET state = 'canceled', pending = '[]', error = ?, decided_by = ?, decided_at = ?,"
+            " updated_at = ? WHERE id = ? AND state = 'input-required'",
+            (KNOWN.text(reason), by, stamp, stamp, task_id),
         )
+        return canceled.rowcount == 1
 
     async def acancel_orphan(self, task_id: str, owner_pid: int, reason: str) -> bool:
         """End ``canceled`` a running task whose process (``owner_pid``, on this host) is gone; one
         compare-and-set on that owner. Whether this one did."""
-        return (
-            await self._arun(
-                lambda conn: (
-                    conn.execute(
-                        "UPDATE tasks SET state = 'canceled', pending = '[]', error = ?, updated_at = ?"
-                        " WHERE id = ? AND state IN (?, ?) AND owner_pid = ? AND owner_host = ?",
-                        (KNOWN.text(reason), now().isoformat(), task_id, *_RUNNING, owner_pid, _owner()[1]),
-                    ).rowcount
-                )
-            )
-            == 1
+        canceled = await self.db.aexecute(
+            "UPDATE tasks SET state = 'canceled', pending = '[]', error = ?, updated_at = ?"
+            " WHERE id = ? AND state IN (?, ?) AND owner_pid = ? AND owner_host = ?",
+            (KNOWN.text(reason), now().isoformat(), task_id, *_RUNNING, owner_pid, _owner()[1]),
         )
+        return canceled.rowcount == 1
 
     async def arequest_cancel(self, task_id: str, by: str) -> bool:
         """Ask the process running a task to stop it (it polls :meth:`cancel_requests`); whether the
         task was still running."""
-        return (
-            await self._arun(
-                lambda conn: (
-                    conn.execute(
-                        "UPDATE tasks SET cancel_requested = ? WHERE id = ? AND state IN (?, ?)",
-                        (by, task_id, *_RUNNING),
-                    ).rowcount
-                )
-            )
-            == 1
+        asked = await self.db.aexecute(
+            "UPDATE tasks SET cancel_requested = ? WHERE id = ? AND state IN (?, ?)", (by, task_id, *_RUNNING)
         )
+        return asked.rowcount == 1
+
+    @staticmethod
+    def _asked(task_ids: Collection[str]) -> Statement:
+        marks = ", ".join("?" for _ in task_ids)
+        query = f"SELECT id, cancel_requested FROM tasks WHERE id IN ({marks}) AND cancel_requested != ''"  # noqa: S608
+        return query, tuple(task_ids)
 
     def cancel_requests(self, task_ids: Collection[str]) -> dict[str, str]:
         """Of these running tasks, those someone asked to stop: id -> who asked."""
-        if not task_ids:
-            return {}
-        marks = ", ".join("?" for _ in task_ids)
-        query = f"SELECT id, cancel_requested FROM tasks WHERE id IN ({marks}) AND cancel_requested != ''"  # noqa: S608
-        return dict(self._run(lambda conn: conn.execute(query, tuple(task_ids)).fetchall()))
+        return dict(self.db.execute(*self._asked(task_ids)).rows) if task_ids else {}
+
+    async def acancel_requests(self, task_ids: Collection[str]) -> dict[str, str]:
+        """:meth:`cancel_requests`, waiting with the event loop running."""
+        return dict((await self.db.aexecute(*self._asked(task_ids))).rows) if task_ids else {}
 
     def find(self, task_id: str) -> Task | None:
         """The task with exactly this id, or None."""
+        found = self.db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).records()
+        return _row_to_task(found[0]) if found else None
 
-        def read(conn: sqlite3.Connection) -> tuple[Any, list[str]]:
-            cursor = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,))
-            return cursor.fetchone(), [d[0] for d in cursor.description]
+    async def afind(self, task_id: str) -> Task | None:
+        """:meth:`find`, waiting with the event loop running."""
+        found = (await self.db.aexecute("SELECT * FROM tasks WHERE id = ?", (task_id,))).records()
+        return _row_to_task(found[0]) if found else None
 
-        row, names = self._run(read)
-        return _row_to_task(dict(zip(names, row, strict=True))) if row is not None else None
+    # A prefix, as `ca tasks list` shows ids: compared as text of its own length (no LIKE, whose
+    # wildcards a typed id could hold).
+    _BY_PREFIX = "SELECT * FROM tasks WHERE substr(id, 1, length(?)) = ? ORDER BY created_at LIMIT 2"
 
     def get(self, task_id: str) -> Task:
         """A task by id or by a unique prefix of it (as ``ca tasks list`` shows them)."""
+        rows = self.db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).records()  # the index
+        if not rows and task_id:
+            rows = self.db.execute(self._BY_PREFIX, (task_id, task_id)).records()
+        return _one(task_id, rows)
 
-        def read(conn: sqlite3.Connection) -> tuple[list[Any], list[str]]:
-            rows = conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchall()  # the index
-            if not rows:  # a prefix, as `ca tasks list` shows ids
-                rows = conn.execute(
-                    "SELECT * FROM tasks WHERE substr(id, 1, ?) = ? ORDER BY created_at LIMIT 2",
-                    (len(task_id), task_id),
-                ).fetchall()
-            return rows, [d[0] for d in conn.execute("SELECT * FROM tasks LIMIT 0").description]
-
-        rows, names = self._run(read)
-        if not rows or not task_id:
-            raise RunError(f"task {task_id!r} not found; `ca tasks list` shows the tasks of this project")
-        if len(rows) > 1:
-            raise RunError(f"task id {task_id!r} is ambiguous; give more of it")
-        return _row_to_task(dict(zip(names, rows[0], strict=True)))
+    async def aget(self, task_id: str) -> Task:
+        """:meth:`get`, waiting with the event loop running."""
+        rows = (await self.db.aexecute("SELECT * FROM tasks WHERE id = ?", (task_id,))).records()
+        if not rows and task_id:
+            rows = (await self.db.aexecute(self._BY_PREFIX, (task_id, task_id))).records()
+        return _one(task_id, rows)
 
     def _exists(self, query: str, *args: Any) -> bool:
-        return self._run(lambda conn: conn.execute(query, args).fetchone()) is not None
+        return self.db.execute(query, args).one() is not None
 
     def ended_early_in(self, conversation: str) -> bool:
         """Whether a task of this conversation was canceled or failed (and may have left a pause behind)."""
@@ -540,12 +514,10 @@ class TaskStore:
 
     def question_in(self, conversation: str) -> Task | None:
         """The task of this conversation that waits for an answer to a workflow's ``ask``, if any."""
-        rows = self._run(
-            lambda conn: conn.execute(
-                "SELECT id FROM tasks WHERE conversation = ? AND state = 'input-required' ORDER BY created_at DESC",
-                (conversation,),
-            ).fetchall()
-        )
+        rows = self.db.execute(
+            "SELECT id FROM tasks WHERE conversation = ? AND state = 'input-required' ORDER BY created_at DESC",
+            (conversation,),
+        ).rows
         for (task_id,) in rows:
             task = self.get(task_id)
             if all_questions([p.pause for p in task.pending]):
@@ -554,61 +526,51 @@ class TaskStore:
 
     def save_remote(self, key: str, url: str, task_id: str, context_id: str) -> None:
         """Remember the remote task a tool call started (so a resumed caller continues it)."""
-        self._run(self._saving_remote(key, url, task_id, context_id))
+        self.db.execute(*self._saving_remote(key, url, task_id, context_id))
 
     async def asave_remote(self, key: str, url: str, task_id: str, context_id: str) -> None:
-        """:meth:`save_remote`, waiting for the lock with the event loop running."""
-        await self._arun(self._saving_remote(key, url, task_id, context_id))
+        """:meth:`save_remote`, waiting with the event loop running."""
+        await self.db.aexecute(*self._saving_remote(key, url, task_id, context_id))
 
     @staticmethod
-    def _saving_remote(key: str, url: str, task_id: str, context_id: str) -> Callable[[sqlite3.Connection], object]:
-        stamp = now().isoformat()
-        return lambda conn: conn.execute(
-            "INSERT OR REPLACE INTO remote_calls (key, url, task_id, context_id, created_at) VALUES (?, ?, ?, ?, ?)",
-            (key, url, task_id, context_id, stamp),
+    def _saving_remote(key: str, url: str, task_id: str, context_id: str) -> Statement:
+        return (
+            "INSERT INTO remote_calls (key, url, task_id, context_id, created_at) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET url = excluded.url, task_id = excluded.task_id,"
+            " context_id = excluded.context_id, created_at = excluded.created_at",
+            (key, url, task_id, context_id, now().isoformat()),
         )
 
     def get_remote(self, key: str) -> dict[str, str] | None:
-        row = self._run(
-            lambda conn: conn.execute(
-                "SELECT url, task_id, context_id FROM remote_calls WHERE key = ?", (key,)
-            ).fetchone()
-        )
+        row = self.db.execute("SELECT url, task_id, context_id FROM remote_calls WHERE key = ?", (key,)).one()
         return None if row is None else {"url": row[0], "task_id": row[1], "context_id": row[2]}
 
     def counts(self) -> dict[str, int]:
         """How many tasks are in each state."""
-        return dict(self._run(lambda conn: conn.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall()))
+        rows = self.db.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").rows
+        return {state: int(count) for state, count in rows}
 
     def adopt(self, caller: str, source: str) -> int:
         """Give ``caller`` the tasks of ``source`` recorded before tasks had callers; how many."""
-        return int(
-            self._run(
-                lambda conn: (
-                    conn.execute(
-                        "UPDATE tasks SET caller = ? WHERE caller = '' AND source = ?", (caller, source)
-                    ).rowcount
-                )
-            )
-        )
+        adopted = self.db.execute("UPDATE tasks SET caller = ? WHERE caller = '' AND source = ?", (caller, source))
+        return int(adopted.rowcount)
 
     def conversation_bytes(self, conversation: str) -> int:
         """What the tasks of a conversation hold: their messages and answers, in UTF-8 bytes."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT COALESCE(SUM(LENGTH(CAST(input AS BLOB)) + LENGTH(CAST(COALESCE(output, '') AS BLOB))), 0)"
-                " FROM tasks WHERE conversation = ? AND parent = ''",
-                (conversation,),
-            ).fetchone()
-        return int(row[0])
+        if self.db.dialect == "postgresql":
+            held = "octet_length(input) + octet_length(COALESCE(output, ''))"
+        else:
+            held = "LENGTH(CAST(input AS BLOB)) + LENGTH(CAST(COALESCE(output, '') AS BLOB))"
+        row = self.db.execute(
+            f"SELECT COALESCE(SUM({held}), 0)"  # noqa: S608
+            " FROM tasks WHERE conversation = ? AND parent = ''",
+            (conversation,),
+        ).one()
+        return int(row[0]) if row is not None else 0
 
     def callers_in(self, conversation: str) -> set[str]:
         """Who sent the tasks of this conversation (a conversation belongs to the caller who started it)."""
-        rows = self._run(
-            lambda conn: conn.execute(
-                "SELECT DISTINCT caller FROM tasks WHERE conversation = ?", (conversation,)
-            ).fetchall()
-        )
+        rows = self.db.execute("SELECT DISTINCT caller FROM tasks WHERE conversation = ?", (conversation,)).rows
         return {caller for (caller,) in rows}
 
     def list(self, *, pending_only: bool = False, limit: int = 50, caller: str | None = None) -> list[Task]:
@@ -621,13 +583,15 @@ class TaskStore:
             values.append(caller)
         query = "SELECT * FROM tasks" + (f" WHERE {' AND '.join(where)}" if where else "")  # noqa: S608
         query += " ORDER BY created_at DESC LIMIT ?"
+        return [_row_to_task(row) for row in self.db.execute(query, (*values, limit)).records()]
 
-        def read(conn: sqlite3.Connection) -> tuple[list[Any], list[str]]:
-            cursor = conn.execute(query, (*values, limit))
-            return cursor.fetchall(), [d[0] for d in cursor.description]
 
-        rows, names = self._run(read)
-        return [_row_to_task(dict(zip(names, row, strict=True))) for row in rows]
+def _one(task_id: str, rows: list[dict[str, Any]]) -> Task:
+    if not rows or not task_id:
+        raise RunError(f"task {task_id!r} not found; `ca tasks list` shows the tasks of this project")
+    if len(rows) > 1:
+        raise RunError(f"task id {task_id!r} is ambiguous; give more of it")
+    return _row_to_task(rows[0])
 
 
 class AlreadyDecided(TaskNotWaiting):

@@ -41,9 +41,9 @@ from langchain_core.callbacks import BaseCallbackHandler
 
 from framework.compiler.workflow import STEP_NODE
 from framework.errors import UsageError
-from framework.runtime.governance.budgets import cost
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.otel_switch import wanted
+from framework.spec.prices import call_cost
 
 if TYPE_CHECKING:
     from langchain_core.outputs import LLMResult
@@ -126,6 +126,39 @@ def extracted(headers: Mapping[str, str]) -> Any:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     return TraceContextTextMapPropagator().extract(headers)  # a client's baggage is not ours to carry on
+
+
+CARRIED = ("traceparent", "tracestate")
+"""The keys of a W3C trace context in a message (MCP and ACP ``_meta``, A2A message ``metadata``)."""
+
+
+def carried(carrier: Any) -> dict[str, str]:
+    """The W3C trace context keys a message's ``_meta`` / ``metadata`` object carries (strings only)."""
+    if not isinstance(carrier, Mapping):
+        return {}
+    return {key: value for key in CARRIED if isinstance(value := carrier.get(key), str)}
+
+
+@contextmanager
+def continued(carrier: Any) -> Iterator[None]:
+    """Inside, the trace context ``carrier`` holds (``traceparent``, ``tracestate``) is current, when
+    tracing: what starts there (a run's ``invoke_agent`` span) is its child. A carrier without a
+    valid ``traceparent`` changes nothing, so the current context stays the parent."""
+    keys = carried(carrier) if _current else {}
+    if "traceparent" not in keys:
+        yield
+        return
+    from opentelemetry import context, trace
+
+    found = extracted(keys)
+    if not trace.get_current_span(found).get_span_context().is_valid:
+        yield
+        return
+    token = context.attach(found)
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def install(provider: TracerProvider, *, contents: bool = False) -> Tracing:
@@ -362,8 +395,9 @@ class RunSpans(BaseCallbackHandler):
             span.set_attribute(gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS, tokens_out)
             if reason:
                 span.set_attribute(gen_ai.GEN_AI_RESPONSE_FINISH_REASONS, [reason])
-            if known_price(model, self.prices):
-                dollars = cost(model, self.prices, tokens_in, tokens_out)
+            price = call_cost(model, self.prices, tokens_in, tokens_out)
+            if price is not None:
+                dollars = float(price)
                 span.set_attribute("ca.usage.cost_usd", dollars)
                 if self._priced:
                     self.cost = (self.cost or 0.0) + dollars
@@ -469,13 +503,6 @@ def usage_of(response: LLMResult) -> tuple[int, int, str]:
     meta = getattr(message, "response_metadata", None) or {}
     reason = str(info.get("finish_reason") or meta.get("finish_reason") or meta.get("stop_reason") or "")
     return int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)), reason
-
-
-def known_price(model: str, prices: Mapping[str, Any]) -> bool:
-    """Whether ``model`` (``provider:model``) has a price (``ca.yaml`` or the built-in table)."""
-    from framework.spec.prices import price_for
-
-    return price_for(model, prices) is not None
 
 
 def _content(value: Any) -> str:

@@ -8,10 +8,12 @@ the run ends or pauses:
 
 * in this process, an ``asyncio.Lock`` per conversation: waiters take their turn first come,
   first served;
-* across processes (`ca serve`, `ca run`, `ca approve`, `ca run --stdio` on one project), a row
-  in the ``turns`` table of ``.ca/tasks.db``, the task record, taken with one atomic insert and
-  polled every :data:`POLL_S` while another process holds it. A row whose process is gone (killed
-  mid-run) does not hold the conversation: the next taker removes it.
+* across processes (`ca serve`, `ca run`, `ca approve`, `ca run --stdio` on one project) and
+  replicas (one PostgreSQL ``store.url``), a row in the ``turns`` table of the task database,
+  taken with one atomic insert and polled every :data:`POLL_S` while another process holds it.
+  A row whose process is gone (killed mid-run) does not hold the conversation: the next taker
+  removes it — on this host when its pid no longer runs, for another host's process (whose pid
+  cannot be seen from here) once its task is no longer running (settled as an orphan).
 
 A message waits at most the wait limit (:data:`TURN_WAIT_S` by default) for its turn; past it, it
 gets :class:`~framework.errors.ConversationBusy` — retryable, nothing of the message ran.
@@ -21,68 +23,56 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
+import socket
 import sys
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from framework.errors import ConversationBusy, StoreError
-from framework.runtime.store_locks import LOCK_TIMEOUT_S, is_busy, no_wait
-from framework.runtime.stores import opening, state_dir
-from framework.runtime.tasks import now
+from framework.runtime.database import Database
+from framework.runtime.schema import connect
+from framework.runtime.store_locks import LOCK_TIMEOUT_S
+from framework.runtime.tasks import FINAL_STATES, now
 
 TURN_WAIT_S = 120.0
 """How long a message waits for the running turn of its conversation before it is refused."""
 POLL_S = 0.05
 """How often a message waiting for another process's turn looks at the ``turns`` table again."""
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS turns (
-    conversation TEXT PRIMARY KEY,
-    task_id TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    started_at TEXT NOT NULL
-);
-"""
+
+_ENDED = f"SELECT 1 FROM tasks WHERE tasks.id = turns.task_id AND tasks.state IN {FINAL_STATES!r}"  # noqa: S608
+_ENDED_ELSEWHERE = (
+    f"DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ? AND host = ? AND EXISTS ({_ENDED})"  # noqa: S608
+)
+"""Another host's row, removed once its task no longer runs (a compare-and-delete, as for a dead pid)."""
 
 
 class Turns:
     """The turns of a project's conversations; ``async with turns.take(conversation, task_id):`` runs one."""
 
-    def __init__(self, path: Path, *, wait: float = TURN_WAIT_S, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
+    def __init__(self, db: Database, *, wait: float = TURN_WAIT_S) -> None:
         self.wait = wait
         """Seconds a message waits for its turn before ConversationBusy."""
-        self.lock_timeout = lock_timeout
-        """Seconds giving a turn back waits for another process's write lock on the file."""
-        self.path = path
-        self._lock = threading.Lock()  # one connection; each statement holds it for no longer than itself
-        self._conn = sqlite3.connect(path, timeout=lock_timeout, check_same_thread=False, isolation_level=None)
-        self._closed = False
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        # As for every store of the project (see audit_store): crash-safe in WAL, and no fsync on
-        # the event loop; SQLite's default (FULL) cost two fsyncs per turn, claim and give-back.
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
-        no_wait(self._conn)  # a locked file fails a statement at once: the turn is polled for, as it is anyway
+        self.db = db
         self._locks: dict[str, asyncio.Lock] = {}
         self._giving_back: set[asyncio.Task[None]] = set()
         self._users: dict[str, int] = {}
         self._pid = os.getpid()
+        self._host = socket.gethostname()
 
     @classmethod
-    def open(cls, root: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> Turns:
-        path = state_dir(root) / "tasks.db"
-        with opening(path):  # a file that is not a database: a StoreError naming it
-            return cls(path, lock_timeout=lock_timeout)
+    def open(cls, root: Path, *, url: str = "", lock_timeout: float = LOCK_TIMEOUT_S) -> Turns:
+        """The turns of the project at ``root``: in PostgreSQL when ``url`` (``store.url``) names it."""
+        return cls(connect(root, url, lock_timeout=lock_timeout))
+
+    @property
+    def lock_timeout(self) -> float:
+        """Seconds giving a turn back waits for another process's write lock on the file."""
+        return self.db.lock_timeout
 
     def close(self) -> None:
-        # Under the lock: a worker thread may still be giving a turn back (shielded from the
-        # cancellation that ends the process), and closing a connection in use crashes sqlite3.
-        with self._lock:
-            self._closed = True
-            self._conn.close()
+        self.db.close()
 
     @asynccontextmanager
     async def take(self, conversation: str, task_id: str) -> AsyncIterator[None]:
@@ -98,17 +88,21 @@ class Turns:
             except TimeoutError:
                 raise self._busy(conversation, "a turn of this process") from None
             try:
-                while not self._claim(conversation, task_id):  # never waits: a locked file is "not yet"
+                while not await self._claim(conversation, task_id):  # a locked file is "not yet"
                     if loop.time() >= deadline:
                         raise self._busy(conversation, "a turn of another process")
                     await asyncio.sleep(POLL_S)
                 try:
                     yield
                 finally:
-                    # At once, with no await: a run that ended holds no turn, even when the process is
-                    # being stopped right after its answer went out (one short DELETE, like the task record's).
-                    # While another process holds the file's write lock it is given back as soon as it can.
-                    if not self._release(conversation, task_id):
+                    # On SQLite at once, with no await: a run that ended holds no turn, even when the process
+                    # is being stopped right after its answer went out (one short DELETE, like the task
+                    # record's); while another process holds the file's write lock it is given back as soon
+                    # as it can. On PostgreSQL a round trip the loop does not wait for, shielded from the
+                    # cancellation that may be ending this run.
+                    if not self.db.local:
+                        await asyncio.shield(self._arelease(conversation, task_id))
+                    elif not self._release(conversation, task_id):
                         self._give_back_later(conversation, task_id)
             finally:
                 lock.release()
@@ -124,47 +118,50 @@ class Turns:
             data={"conversation": conversation, "waited_s": self.wait, "retryable": True},
         )
 
-    def _claim(self, conversation: str, task_id: str) -> bool:
+    async def _claim(self, conversation: str, task_id: str) -> bool:
         """Take the row of ``conversation`` (one atomic insert); a dead process's row is removed first.
 
         False when another process holds the row, or the file's write lock (both mean: poll again)."""
-        try:
-            with self._lock:
-                if self._closed:
-                    raise StoreError(f"the turns of {self.path} are closed: the process is shutting down")
-                taken = self._conn.execute(
-                    "INSERT INTO turns (conversation, task_id, pid, started_at) VALUES (?, ?, ?, ?)"
-                    " ON CONFLICT(conversation) DO NOTHING",
-                    (conversation, task_id, self._pid, now().isoformat()),
-                ).rowcount
-                if taken == 1:
-                    return True
-                row = self._conn.execute(
-                    "SELECT task_id, pid FROM turns WHERE conversation = ?", (conversation,)
-                ).fetchone()
-                if row is not None and not _alive(int(row[1])):
-                    # Compare-and-delete: only that dead process's row, so of two takers one wins.
-                    self._conn.execute(
-                        "DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ?", (conversation, *row)
-                    )
-                return False
-        except sqlite3.Error as exc:
-            if is_busy(exc):
-                return False
-            raise StoreError(f"the turns of {self.path} cannot be read: {exc}") from exc
+        if self.db.closed:
+            raise StoreError(f"the turns of {self.db.name} are closed: the process is shutting down")
+        taken = await self.db.aattempt(
+            "INSERT INTO turns (conversation, task_id, pid, host, started_at) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (conversation) DO NOTHING",
+            (conversation, task_id, self._pid, self._host, now().isoformat()),
+        )
+        if taken is None:
+            return False
+        if taken.rowcount == 1:
+            return True
+        found = await self.db.aattempt("SELECT task_id, pid, host FROM turns WHERE conversation = ?", (conversation,))
+        row = found.one() if found is not None else None
+        if row is None:
+            return False
+        held_by, pid, host = row
+        if host in ("", self._host):  # a process of this host (or recorded before hosts were): its pid says
+            if not _alive(int(pid)):
+                # Compare-and-delete: only that dead process's row, so of two takers one wins.
+                await self.db.aattempt(
+                    "DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ?", (conversation, held_by, pid)
+                )
+        else:  # another host's: free once its task no longer runs (ended, or settled as an orphan)
+            await self.db.aattempt(_ENDED_ELSEWHERE, (conversation, held_by, pid, host))
+        return False
+
+    _GIVE_BACK = "DELETE FROM turns WHERE conversation = ? AND task_id = ?"
 
     def _release(self, conversation: str, task_id: str) -> bool:
         """Give the row back; False when another process holds the file's write lock (nothing changed)."""
-        try:
-            with self._lock:
-                if self._closed:  # shutting down: the row goes with this process (a dead pid's row is taken over)
-                    return True
-                self._conn.execute("DELETE FROM turns WHERE conversation = ? AND task_id = ?", (conversation, task_id))
+        if self.db.closed:  # shutting down: the row goes with this process (a dead pid's row is taken over)
             return True
-        except sqlite3.Error as exc:
-            if is_busy(exc):
-                return False
+        try:
+            return self.db.attempt(self._GIVE_BACK, (conversation, task_id)) is not None
+        except StoreError as exc:
             raise StoreError(f"the turn of conversation {conversation!r} cannot be given back: {exc}") from exc
+
+    async def _arelease(self, conversation: str, task_id: str) -> None:
+        if not self.db.closed:
+            await self.db.aexecute(self._GIVE_BACK, (conversation, task_id))
 
     def _give_back_later(self, conversation: str, task_id: str) -> None:
         """Give the row back once the file's write lock is free, without holding up the event loop.
@@ -180,7 +177,7 @@ class Turns:
                 if asyncio.get_running_loop().time() >= deadline:
                     print(
                         f"warning: the turn of conversation {conversation!r} could not be given back: "
-                        f"{self.path.name} stayed locked for {self.lock_timeout:g} s",
+                        f"{self.db.name} stayed locked for {self.lock_timeout:g} s",
                         file=sys.stderr,
                     )
                     return

@@ -16,7 +16,7 @@ from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean, text_glob
 from framework.spec.model import ModelConfig
-from framework.spec.prices import price_for
+from framework.spec.prices import known_price
 from framework.spec.project import Project, auth_variables
 from framework.spec.tools import BUILTIN_TOOLS, AgentSelector, AgentTool, BuiltinTool, PythonTool
 
@@ -225,8 +225,7 @@ def check_model(r: Reporter, owner: str, agent: LlmAgent, project: Project, envi
             severity="warning",
         )
     budget = agent.budget or defaults.budget
-    priced = model.provider in ("offline", "scripted") or price_for(model.label(), project.config.prices)
-    if budget and budget.max_cost_usd is not None and not priced:
+    if budget and budget.max_cost_usd is not None and not known_price(model.label(), project.config.prices):
         budget_at: tuple[str, Path_] = (
             (owner, ("budget", "max_cost_usd")) if agent.budget else ("project", ("defaults", "budget", "max_cost_usd"))
         )

@@ -9,6 +9,7 @@ ca.yaml, agents/**/*.yaml, profiles/*.yaml, skills/*.yaml, .env
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +22,7 @@ from framework.spec.checks import check_project
 from framework.spec.common import did_you_mean
 from framework.spec.interpolate import Interpolator, load_dotenv
 from framework.spec.profile import Profile
-from framework.spec.project import Project, ProjectConfig
+from framework.spec.project import SETTINGS_PREFIX, Project, ProjectConfig
 from framework.spec.salvage import Salvaged, salvage
 from framework.spec.skill import SkillFile
 from framework.spec.source import LList, LMap, Loc, SourceError, diag, parse, read_text
@@ -112,7 +113,7 @@ class _Loader:
             )
         project = Project(
             root=self.root,
-            config=config or ProjectConfig(),
+            config=self.deployed(config or ProjectConfig()),
             agents=agents,
             profiles=profiles,
             skills=skills,
@@ -140,6 +141,20 @@ class _Loader:
         if errors:
             raise SpecError(diagnostics)
         return replace(project, warnings=tuple(diagnostics))
+
+    def deployed(self, config: ProjectConfig) -> ProjectConfig:
+        """``config`` with the deployment settings of the environment (``CA_STORE_URL`` …) over it:
+        applied here, once, so that every reader of the config sees them."""
+        environ = os.environ if self.environ is None else self.environ
+        if not any(name.startswith(SETTINGS_PREFIX) for name in environ):  # pydantic-settings: ~80 ms (CPU) to import
+            return config
+        from framework.spec.settings import deployed
+
+        try:
+            return deployed(config, environ)
+        except SpecError as exc:
+            self.diagnostics.extend(exc.diagnostics)
+            return config
 
     def load_config(self) -> ProjectConfig | None:
         for name in PROJECT_FILES:

@@ -18,7 +18,7 @@ from framework.spec.common import Duration, Money, Name, Spec, Version, fail
 from framework.spec.mcp import McpServer
 from framework.spec.model import ModelConfig
 from framework.spec.profile import Profile
-from framework.spec.skill import SkillFile
+from framework.spec.skill import Skill, SkillFile
 
 
 def _check_url(value: str) -> str:
@@ -179,9 +179,12 @@ def auth_variables(auth: AuthConfig) -> list[tuple[tuple[str | int, ...], str]]:
     return [((key,), name) for key in keys if (name := getattr(auth, key)) is not None]
 
 
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
 class ServerConfig(Spec):
     host: str = "127.0.0.1"
-    port: int = Field(default=8765, ge=1, le=65535)
+    port: Port = 8765
     public_url: HttpUrl | None = Field(default=None, description="External URL behind a proxy.")
     auth: AuthConfig | None = None
     max_request_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
@@ -191,13 +194,41 @@ class ServerConfig(Spec):
     )
 
 
-_STORE_SCHEMES = ("sqlite", "sqlite+aiosqlite", "postgresql", "postgresql+asyncpg")
+_STORE_SCHEMES = ("sqlite", "sqlite+aiosqlite", "postgresql", "postgresql+asyncpg", "postgresql+psycopg")
+
+
+def _check_store_url(value: str) -> str:
+    scheme = value.split("://", 1)[0] if "://" in value else ""
+    if scheme not in _STORE_SCHEMES:
+        raise fail(
+            "store",
+            "unsupported store URL {value!r}: use one of {schemes}",
+            value=value,
+            schemes=", ".join(f"{s}://" for s in _STORE_SCHEMES),
+        )
+    return value
+
+
+StoreUrl = Annotated[str, AfterValidator(_check_store_url)]
+"""``store.url``, and ``CA_STORE_URL`` that overrides it (framework.spec.settings)."""
+
+SETTINGS_PREFIX = "CA_"
+"""The prefix of the deployment settings' variables (framework.spec.settings): the loader reads
+them (and imports pydantic-settings) only when a variable of the environment starts with it."""
+
+LogFormat = Literal["human", "json"]
+"""How ``ca serve`` and ``ca run --stdio`` log (``--log-format``, ``CA_LOG_FORMAT``): see framework.runtime.logs."""
 
 
 class StoreConfig(Spec):
-    url: str = Field(
+    url: StoreUrl = Field(
         default="sqlite:///.ca/state.db",
-        description="Where `ca serve` keeps A2A tasks: a SQLite file, or PostgreSQL to share them between servers.",
+        description=(
+            "Where ca keeps every piece of state: SQLite under .ca/ by default; a postgresql:// URL puts the"
+            " A2A task rows, the task records with their pending decisions, conversation turns, ACP sessions,"
+            " the conversations and the audit chain in that database, shared by every `ca serve` replica"
+            " that names it."
+        ),
     )
     lock_timeout: Duration = Field(
         default=30.0,
@@ -214,19 +245,6 @@ class StoreConfig(Spec):
             " take it past this fails with conversation_too_large before anything runs; start a new conversation."
         ),
     )
-
-    @field_validator("url")
-    @classmethod
-    def _scheme(cls, value: str) -> str:
-        scheme = value.split("://", 1)[0] if "://" in value else ""
-        if scheme not in _STORE_SCHEMES:
-            raise fail(
-                "store",
-                "unsupported store URL {value!r}: use one of {schemes}",
-                value=value,
-                schemes=", ".join(f"{s}://" for s in _STORE_SCHEMES),
-            )
-        return value
 
 
 class Registry(Spec):
@@ -269,7 +287,9 @@ class ProjectConfig(Spec):
     description: str = ""
     default_agent: Name | None = None
     defaults: Defaults = Field(default_factory=Defaults)
-    prices: dict[str, Price] = Field(default_factory=dict, description="'provider:model' -> price; adds to built-ins.")
+    prices: dict[str, Price] = Field(
+        default_factory=dict, description="'provider:model' -> price; wins over genai-prices' table."
+    )
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     registries: list[Registry] = Field(default_factory=list)
@@ -313,6 +333,13 @@ class Project:
         if self.config.default_agent:
             return self.config.default_agent
         return next(iter(sorted(self.agents)), None)
+
+    def skills_of(self, agent: AgentSpec) -> list[Skill]:
+        """The agent's skills, with references to ``skills/NAME.yaml`` resolved.
+
+        Here, not beside the Agent Card: ACP slash commands and MCP prompts list skills too, and
+        must not load a2a-sdk's types (~150 ms) to do it."""
+        return [self.skills[s] if isinstance(s, str) else s for s in agent.skills]
 
     def summary(self) -> str:
         kinds: dict[str, int] = {}

@@ -444,3 +444,23 @@ def test_ctrl_c_stops_the_cases_and_leaves_no_scratch_copy(make_project: Project
     assert proc.returncode == 130, f"{out}{err}"
     assert "interrupted" in err and "Traceback" not in err
     assert list(scratch.iterdir()) == []
+
+
+def test_cases_keep_their_state_in_the_scratch_copy_whatever_store_url_names(make_project: ProjectFactory) -> None:
+    # A deployment's shared database (here one that does not even answer) never sees a case's runs.
+    root = make_project(
+        {
+            "ca.yaml": "store: {url: 'postgresql://ca@127.0.0.1:1/deployment'}\n",
+            "agents/helper.yaml": HELPER,
+            "evals/smoke.yaml": """
+                cases:
+                  - name: echo
+                    agent: helper
+                    input: hello there
+                    expect: {state: completed, output_contains: ["You said: hello there"]}
+            """,
+        }
+    )
+    result = run_ca("test", "--json", cwd=root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _results(result.stdout)["echo"]["passed"] is True

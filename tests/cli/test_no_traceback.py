@@ -103,7 +103,7 @@ def _database_is_not_one(root: Path) -> tuple[list[str], str]:
 
 def _postgres_unreachable(root: Path) -> tuple[list[str], str]:
     write_project(root, {**ECHO, "ca.yaml": "store:\n  url: postgresql://127.0.0.1:1/x\n"})
-    return ["serve", "--port", str(free_port())], "error: cannot use the task store postgresql://127.0.0.1:1/x"
+    return ["serve", "--port", str(free_port())], "error: cannot use the store postgresql://127.0.0.1:1/x ("
 
 
 def _port_in_use(root: Path) -> tuple[list[str], str]:

@@ -128,7 +128,10 @@ def test_a_sqlalchemy_url_opens_the_same_log_as_the_project_root(tmp_path: Path)
     [
         ("a b://c", "'a b'… is not a database URL"),
         ("nonsense://", "unknown database 'nonsense'"),
-        ("postgresql://user:hunter22@db/ca", "'postgresql://user:***@db/ca': its database driver is not installed"),
+        (
+            "postgresql://user:hunter22@db/ca",
+            "'postgresql+psycopg://user:***@db/ca': its database driver is not installed",
+        ),
     ],
 )
 def test_a_url_that_cannot_be_opened_is_a_usage_error_without_its_password(url: str, message: str) -> None:

@@ -97,7 +97,8 @@ def test_acp_is_acp(make_project: ProjectFactory) -> None:
 def test_a_task_table_from_before_callers_gains_the_column_and_keeps_its_rows(tmp_path: Path) -> None:
     """A ``.ca/tasks.db`` written by an older release (no caller, no decided_by): opening it adds the
     columns; its tasks have no caller (no named caller sees them; an approver does)."""
-    path = tmp_path / "tasks.db"
+    path = tmp_path / ".ca" / "tasks.db"
+    path.parent.mkdir()
     with sqlite3.connect(path) as db:
         db.execute(
             "CREATE TABLE tasks (id TEXT PRIMARY KEY, agent TEXT NOT NULL, conversation TEXT NOT NULL,"
@@ -109,7 +110,7 @@ def test_a_task_table_from_before_callers_gains_the_column_and_keeps_its_rows(tm
             "INSERT INTO tasks (id, agent, conversation, source, state, created_at, updated_at)"
             " VALUES ('old', 'echo', 'c', 'a2a-http', 'completed', '2026-01-01', '2026-01-01')"
         )
-    tasks = TaskStore(path)
+    tasks = TaskStore.open(tmp_path)
     try:
         assert tasks.get("old").caller == ""
         tasks.create(agent="echo", conversation="c2", source="cli", input="hi", task_id="new", caller="team-a")

@@ -1,17 +1,28 @@
-"""The conversation store: LoopSqliteSaver keeps AsyncSqliteSaver's file format and never blocks itself."""
+"""The conversation store: one conformance suite that SQLite and PostgreSQL both pass; LoopSqliteSaver
+keeps AsyncSqliteSaver's file format and never blocks itself; replicas set PostgreSQL up together.
+
+The PostgreSQL cases run against the real server in a database of this module's own
+(:mod:`tests.postgres_db`), and skip saying why where none answers.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
 
+from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.stores import CONVERSATIONS_DB, STATE_DIR, open_checkpointer
+from tests.postgres_db import fresh_database
+
+SECRET = "pw-conformance-4f2a9c"
 
 
 def echo_graph(checkpointer: Any) -> Any:
@@ -35,6 +46,124 @@ async def turn(graph: Any, thread: str, text: str) -> None:
 async def texts(graph: Any, thread: str) -> list[str]:
     state = await graph.aget_state(config(thread))
     return [m.text for m in state.values["messages"]]
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    with fresh_database("stores") as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest) -> str | None:
+    """``store.url`` of each backend (None: the default, SQLite under ``.ca/``)."""
+    if request.param == "sqlite":
+        return None
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+# -- conformance: every backend -----------------------------------------------------------------
+
+
+def test_a_conversation_continues_after_the_store_is_reopened(tmp_path: Path, store_url: str | None) -> None:
+    async def main() -> list[str]:
+        async with open_checkpointer(tmp_path, url=store_url) as saver:
+            await turn(echo_graph(saver), "reopened", "one")
+        async with open_checkpointer(tmp_path / "elsewhere", url=store_url) as saver:  # another replica's folder
+            graph = echo_graph(saver)
+            await turn(graph, "reopened", "two")
+            return await texts(graph, "reopened")
+
+    (tmp_path / "elsewhere").mkdir()
+    expected = ["one", "echo: one", "two", "echo: two"]
+    if store_url is None:  # SQLite is the folder's own: another folder starts afresh
+        expected = ["two", "echo: two"]
+    assert asyncio.run(main()) == expected
+
+
+def test_conversations_are_kept_apart_and_listed_newest_first(tmp_path: Path, store_url: str | None) -> None:
+    async def main() -> tuple[list[str], list[str], list[int]]:
+        async with open_checkpointer(tmp_path, url=store_url) as saver:
+            graph = echo_graph(saver)
+            await asyncio.gather(turn(graph, "apart-a", "a1"), turn(graph, "apart-b", "b1"))
+            await turn(graph, "apart-a", "a2")
+            steps = [item.metadata["step"] async for item in saver.alist(config("apart-a"))]
+            return await texts(graph, "apart-a"), await texts(graph, "apart-b"), steps
+
+    a, b, steps = asyncio.run(main())
+    assert a == ["a1", "echo: a1", "a2", "echo: a2"]
+    assert b == ["b1", "echo: b1"]
+    assert steps == sorted(steps, reverse=True) and len(steps) >= 4  # the last turn's checkpoint first
+
+
+def test_a_known_secret_never_reaches_the_store(tmp_path: Path, store_url: str | None) -> None:
+    async def main() -> list[str]:
+        async with open_checkpointer(tmp_path, url=store_url) as saver:
+            graph = echo_graph(saver)
+            await turn(graph, "secret", f"the password is {SECRET}")
+            return await texts(graph, "secret")
+
+    KNOWN.add([SECRET])
+    seen = asyncio.run(main())
+    assert seen[0].startswith("the password is ") and SECRET not in "".join(seen)
+    assert SECRET not in _everything_stored(tmp_path, store_url)
+
+
+def _everything_stored(root: Path, url: str | None) -> str:
+    """Every byte of every conversation table, as text."""
+    if url is None:
+        return b"".join(path.read_bytes() for path in (root / STATE_DIR).glob(f"{CONVERSATIONS_DB}*")).decode(
+            "utf-8", "replace"
+        )
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = [
+            conn.execute(f"SELECT string_agg(t::text, ' ') FROM {table} t").fetchone()
+            for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+        ]
+        blobs = conn.execute("SELECT string_agg(encode(blob, 'escape'), ' ') FROM checkpoint_blobs").fetchone()
+    return " ".join(str(row[0]) for row in [*rows, blobs] if row is not None)
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+
+
+def test_replicas_starting_together_set_up_a_fresh_database_once(tmp_path: Path) -> None:
+    """LangGraph's setup() has no lock; without ours, two at once on a fresh database fail most runs."""
+
+    async def main(url: str, root: Path) -> list[str]:
+        async def replica(n: int) -> list[str]:
+            async with open_checkpointer(root, url=url) as saver:
+                graph = echo_graph(saver)
+                await turn(graph, f"together-{n}", "hi")
+                return await texts(graph, f"together-{n}")
+
+        answers = await asyncio.gather(*(replica(n) for n in range(4)))
+        return [text for answer in answers for text in answer]
+
+    for attempt in range(3):
+        with fresh_database("setup") as url:
+            assert asyncio.run(main(url, tmp_path)) == ["hi", "echo: hi"] * 4, f"attempt {attempt}"
+
+
+def test_an_unreachable_server_is_one_line_saying_what_to_check(tmp_path: Path) -> None:
+    from framework.errors import StoreUnreachable
+
+    async def main() -> None:
+        async with open_checkpointer(tmp_path, url="postgresql://ca:hunter2@127.0.0.1:1/nowhere"):
+            raise AssertionError("opened a store on port 1")
+
+    with pytest.raises(StoreUnreachable) as raised:
+        asyncio.run(main())
+    message = str(raised.value)
+    assert "\n" not in message and "hunter2" not in message
+    assert message.startswith("cannot use the store postgresql://ca:***@127.0.0.1:1/nowhere (")
+    assert message.endswith("check store.url in ca.yaml, that the server runs and that the database exists")
+
+
+# -- SQLite -------------------------------------------------------------------------------------
 
 
 def test_a_conversation_continues_across_the_two_savers(tmp_path: Path) -> None:

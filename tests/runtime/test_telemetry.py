@@ -97,7 +97,7 @@ def test_a_tool_calling_run_is_one_agent_span_with_its_model_and_tool_calls(
     assert root.attributes["gen_ai.agent.name"] == "writer"
     assert root.attributes["gen_ai.conversation.id"] == conversation
     assert root.attributes["ca.state"] == "completed" and root.attributes["ca.usage.tool_calls"] == 1
-    assert "ca.usage.cost_usd" not in root.attributes  # the scripted model has no price: unknown, not 0
+    assert root.attributes["ca.usage.cost_usd"] == 0  # a local model's price is known: nothing
     assert chats[0].attributes["gen_ai.operation.name"] == "chat"
     assert chats[0].attributes["gen_ai.provider.name"] == chats[0].attributes["gen_ai.request.model"] == "scripted"
     assert [c.name for c in chats] == ["chat scripted", "chat scripted"]
@@ -146,6 +146,59 @@ def test_a_workflow_has_a_span_per_step_with_its_agent_calls_inside(
     chats = [s for s in spans.get_finished_spans() if s.name.startswith("chat ")]
     steps = {_id(tree[f"step {n}"]) for n in ("first", "left", "right")}
     assert len(chats) == 3 and {_parent(c) for c in chats} == steps  # each model call inside its step
+
+
+def test_an_agent_called_in_process_is_traced_inside_its_callers_tool_call(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    effects = tmp_path / "effects.log"
+    write_project(
+        tmp_path,
+        {
+            "tools/side.py": SIDE_EFFECT,
+            "agents/helper.yaml": f"""
+                name: helper
+                profile: autonomous
+                model:
+                  provider: scripted
+                  replies:
+                    - tool_calls: [{{name: append, args: {{file: "{effects}", text: helped}}}}]
+                    - done
+                tools:
+                  - python: tools/side.py:append
+            """,
+            "agents/boss.yaml": """
+                name: boss
+                profile: autonomous
+                model:
+                  provider: scripted
+                  replies:
+                    - tool_calls: [{name: helper, args: {input: "help me"}}]
+                    - done
+                tools:
+                  - agent: helper
+                capabilities: {agents: [helper]}
+            """,
+        },
+    )
+    events = _events(tmp_path, lambda rt: rt.send("boss", "go", conversation=uuid.uuid4().hex))
+    assert isinstance(events[-1], RunFinished) and events[-1].state == "completed", events[-1]
+    finished = spans.get_finished_spans()
+    tree = _tree(spans)
+    root, call, append = tree["invoke_agent boss"], tree["execute_tool helper"], tree["execute_tool append"]
+    assert root.context is not None
+    assert {s.context.trace_id for s in finished if s.context is not None} == {root.context.trace_id}  # one trace
+    assert _parent(call) == _id(root)
+    assert call.attributes is not None and call.attributes["gen_ai.tool.name"] == "helper"
+    chats = [s for s in finished if s.name.startswith("chat ")]
+    by_parent = sorted(_parent(c) == _id(call) for c in chats)
+    assert by_parent == [False, False, True, True]  # boss's two model calls, then helper's two inside the call
+    assert _parent(append) == _id(call)  # the called agent's tool call too
+    assert [s.name for s in finished if s.name.startswith("invoke_agent")] == ["invoke_agent boss"]
+    # The called agent's audit records (its task's states, its tool call) are events of the caller's run.
+    helper_events = [e for e in root.events if e.attributes and e.attributes.get("ca.agent") == "helper"]
+    assert "tool.call" in [e.name for e in helper_events]
+    assert effects.read_text() == "helped\n"
 
 
 def test_a_paused_run_and_its_resumption_are_linked_with_the_decision_as_an_event(
@@ -251,3 +304,32 @@ def test_tracing_asked_for_without_the_sdk_is_one_clear_error(tmp_path: Path) ->
 )
 def test_the_standard_variables_switch_tracing_on_and_off(environ: dict[str, str], expected: bool) -> None:
     assert telemetry.wanted(environ) is expected
+
+
+@pytest.mark.parametrize(
+    ("carrier", "continues"),
+    [
+        ({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, True),
+        ({"traceparent": "00-not-a-trace-01"}, False),
+        ({"traceparent": 12}, False),  # not a string: not a trace context
+        ("traceparent", False),  # a `_meta` that is not an object
+        (None, False),
+    ],
+)
+def test_a_carried_trace_context_is_continued_only_when_valid(
+    spans: InMemorySpanExporter, carrier: Any, continues: bool
+) -> None:
+    tracing = telemetry.tracing()
+    assert tracing is not None
+    with (
+        tracing.tracer.start_as_current_span("ambient") as ambient,
+        telemetry.continued(carrier),
+        tracing.tracer.start_as_current_span("run"),
+    ):
+        pass
+    run = _tree(spans)["run"]
+    assert run.parent is not None
+    if continues:
+        assert (run.parent.trace_id, run.parent.span_id) == (0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331)
+    else:  # the current span stays the parent: a bad carrier neither breaks nor orphans the trace
+        assert run.parent.span_id == ambient.get_span_context().span_id

@@ -45,6 +45,7 @@ from framework.protocols.a2a.statuses import (
     waiting_message,
 )
 from framework.protocols.a2a.wire import EVENT_KEY, to_wire
+from framework.runtime import logs
 from framework.runtime.events import (
     ArtifactOut,
     MessageOut,
@@ -123,6 +124,8 @@ class CleverAgentExecutor(AgentExecutor):
         current = asyncio.current_task()
         assert current is not None  # a2a-sdk runs execute in its own task
         self._running[task_id] = current
+        # a2a-sdk runs each execute in a task of its own: the ids hold for this run's records only.
+        logs.bind(task_id=task_id, context_id=context.context_id, caller=context.call_context.user.user_name)
         try:
             await self._execute(context, event_queue)
         finally:

@@ -4,7 +4,7 @@
     /agents/{name}/rest/...                       HTTP+JSON binding
     /agents/{name}/.well-known/agent-card.json    the agent's card
     /  /.well-known/agent-card.json  /.well-known/agent.json   the default agent
-    /healthz                                      liveness and the bundle's digest
+    /healthz  /readyz                             liveness, readiness (framework.protocols.a2a.probes)
 
 Tasks live in a2a-sdk's DatabaseTaskStore (``.ca/state.db`` unless ``store.url`` says
 otherwise), behind a WriteBehindTaskStore that skips the writes of a run's intermediate
@@ -41,20 +41,26 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from framework.compiler.card import public_card
-from framework.errors import AgentNotFound, Failure, RunError
+from framework.errors import AgentNotFound, Failure, RunError, StoreBusy, StoreUnreachable
 from framework.protocols.a2a.auth import ANONYMOUS, DECIDED_BY, AuthMiddleware, Caller, CallerBackend, Credentials
 from framework.protocols.a2a.executor import CleverAgentExecutor
 from framework.protocols.a2a.gate import RequestGate
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware, declare_methods
+from framework.protocols.a2a.probes import HEALTH_PATH, READY_PATH, Probes
+from framework.protocols.a2a.probes import PATHS as PROBE_PATHS
+from framework.protocols.a2a.relay import RelayingRequestHandler, TaskFollower
 from framework.protocols.a2a.request_metrics import RequestMetrics
 from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
 from framework.protocols.a2a.tracing import TraceContext
 from framework.protocols.jsonrpc import error_for
 from framework.runtime import telemetry
+from framework.runtime.cancel import StillRunning
 from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
+from framework.runtime.store_url import libpq_url
 from framework.runtime.stores import state_dir
+from framework.runtime.tasks import RENEW_S
 from framework.runtime.tasks import Task as Record
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -73,6 +79,8 @@ STOP_GRACE = 10.0
 """Seconds the canceled runs of a stopping server get to end (their tools' processes killed)."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+logger = logging.getLogger(__name__)
 
 
 _CLIENT_ERRORS = ("Failed to validate base JSON-RPC request", "Failed to parse request params")
@@ -103,9 +111,37 @@ def store_url(runtime: Runtime) -> str:
         full = Path(path) if Path(path).is_absolute() else runtime.root / path
         state_dir(runtime.root)
         return f"sqlite+aiosqlite:///{full}"
-    if url.startswith("postgresql://"):
-        return "postgresql+asyncpg://" + url.removeprefix("postgresql://")
-    return url
+    return "postgresql+asyncpg://" + libpq_url(url).removeprefix("postgresql://")
+
+
+async def sweep_orphans(runtime: Runtime) -> None:
+    """With replicas sharing PostgreSQL, settle every :data:`~framework.runtime.tasks.RENEW_S` the tasks
+    another replica was running when it died (its leases expired), as ``Runtime.open`` settles them
+    at start: a task is settled at most ``LEASE_S + RENEW_S`` after its replica stopped renewing."""
+    while True:
+        await asyncio.sleep(RENEW_S)
+        try:
+            await runtime.settle_orphans()
+        except (StoreBusy, StoreUnreachable) as exc:
+            logger.warning("orphaned tasks not looked for: %s", exc)
+
+
+async def stop_elsewhere(runtime: Runtime, task_id: str) -> None:
+    """Before a task's A2A row is saved canceled, stop its run when another process runs it.
+
+    With a shared ``store.url`` the SDK answers a CancelTask for a task another replica runs by
+    saving its row canceled; the run itself is stopped through the task record, as ``ca tasks
+    cancel`` stops it (the owner's CancelWatch sees the request): this waits until it did.
+    """
+    record = await runtime.tasks.afind(task_id)
+    if record is None or record.state not in ("submitted", "working") or task_id in runtime.watch.runs:
+        return  # not running, or running here (the SDK cancels a run of this process itself)
+    try:
+        await runtime.cancel(task_id)
+    except StillRunning:
+        raise
+    except RunError as exc:  # it ended meanwhile: its record says how, and the row's state is derived from it
+        logger.info("task %s ended before it could be canceled: %s", task_id, exc)
 
 
 def task_store(runtime: Runtime) -> WriteBehindTaskStore:
@@ -115,7 +151,10 @@ def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     url = store_url(runtime)
     records = runtime.tasks.find  # the one task record: every row's state is derived from it
     if not url.startswith("sqlite"):
-        return WriteBehindTaskStore(DatabaseTaskStore(create_async_engine(url)), records=records)
+        engine = create_async_engine(url)
+        follower = TaskFollower(engine, libpq_url(url))  # subscribers here relay runs of the other servers
+        stop = lambda task_id: stop_elsewhere(runtime, task_id)  # noqa: E731 - a cancel here stops the run there
+        return WriteBehindTaskStore(DatabaseTaskStore(engine), records=records, follower=follower, stop=stop)
     # Saves and reads go through SqliteTaskStore's own sqlite3 connection; the engine serves
     # initialize, ListTasks and delete. SQLite takes one write at a time: one pooled connection
     # (callers queue on the pool instead of sleeping in SQLite's busy handler, which gave p99
@@ -149,11 +188,12 @@ def served_card(runtime: Runtime, name: str) -> AgentCard:
 def request_handler(runtime: Runtime, name: str, store: WriteBehindTaskStore) -> DefaultRequestHandler:
     """a2a-sdk's handler for one agent; authenticated callers get the full card from GetExtendedAgentCard."""
     authed = runtime.bundle.project.config.server.auth is not None
-    return DefaultRequestHandler(
+    return RelayingRequestHandler(
         CleverAgentExecutor(runtime, name),
         AgentTaskStore(store, name),
         served_card(runtime, name),
         extended_agent_card=full_card(runtime, name) if authed else None,
+        follower=store.follower,
     )
 
 
@@ -263,6 +303,7 @@ def build_server(runtime: Runtime) -> Server:
     from framework.protocols.mcp.http import MCP_PATH, McpEndpoint  # the mcp SDK loads on the first /mcp request
 
     mcp = McpEndpoint(runtime)
+    probes = Probes(runtime, store)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -270,9 +311,12 @@ def build_server(runtime: Runtime) -> Server:
         if credentials is None and runtime.source == "a2a-http":
             await adopt_unowned(runtime, store)
         await fail_interrupted(runtime, store)
+        sweeper = None if runtime.tasks.db.local else asyncio.create_task(sweep_orphans(runtime))
         try:
             yield
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
             await mcp.close()
             await store.close()
 
@@ -313,7 +357,8 @@ def build_server(runtime: Runtime) -> Server:
     layers.insert(0, Middleware(RequestMetrics, metrics=metrics))
     app = Starlette(
         routes=[
-            Route("/healthz", _health(runtime), methods=["GET"]),
+            Route(HEALTH_PATH, probes.health, methods=["GET"]),
+            Route(READY_PATH, probes.ready, methods=["GET"]),
             Route("/metrics", _metrics(metrics), methods=["GET"]),
             Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]),
             Mount("", app=agents),
@@ -321,7 +366,12 @@ def build_server(runtime: Runtime) -> Server:
         middleware=layers,
         lifespan=lifespan,
     )
-    return Server(app, agents.stop)
+
+    async def stop(timeout: float) -> None:
+        probes.drain()  # /readyz answers 503 from now on
+        await agents.stop(timeout)
+
+    return Server(app, stop)
 
 
 class TaskOwner(User):
@@ -340,11 +390,12 @@ class TaskOwner(User):
 
 
 def public_path(runtime: Runtime, path: str) -> bool:
-    """Whether anyone may fetch ``path`` under ``server.auth``: exactly ``/healthz`` and the served cards.
+    """Whether anyone may fetch ``path`` under ``server.auth``: exactly the probes (``/healthz``,
+    ``/readyz``) and the served cards.
 
     A path that only ends like one (``/agents/x/healthz``, ``/foo/.well-known/agent.json``) is not.
     """
-    if path in ("/healthz", CARD_PATH, LEGACY_CARD_PATH):
+    if path in (*PROBE_PATHS, CARD_PATH, LEGACY_CARD_PATH):
         return True
     name = path.removeprefix("/agents/").removesuffix(CARD_PATH)
     return path == f"/agents/{name}{CARD_PATH}" and name in runtime.bundle.agents
@@ -424,15 +475,6 @@ def _metrics(metrics: Metrics) -> Endpoint:
     return exposition
 
 
-def _health(runtime: Runtime) -> Endpoint:
-    async def health(request: Request) -> Response:
-        return JSONResponse(
-            {"status": "ok", "agents": sorted(runtime.bundle.agents), "bundle": runtime.bundle.digest[:12]}
-        )
-
-    return health
-
-
 def describe(runtime: Runtime, base_url: str) -> str:
     """What ``ca serve`` prints when it is ready."""
     count = len(runtime.bundle.agents)
@@ -441,5 +483,7 @@ def describe(runtime: Runtime, base_url: str) -> str:
     for name in sorted(runtime.bundle.agents):
         mark = "  (default, also at /)" if name == default else ""
         lines.append(f"  {name:<16} {base_url}/agents/{name}/{mark}")
-    lines.append(f"cards: {base_url}/agents/NAME{CARD_PATH}   health: {base_url}/healthz")
+    lines.append(
+        f"cards: {base_url}/agents/NAME{CARD_PATH}   health: {base_url}{HEALTH_PATH}   ready: {base_url}{READY_PATH}"
+    )
     return "\n".join(lines)

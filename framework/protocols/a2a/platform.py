@@ -8,28 +8,30 @@ before a2a-sdk's dispatcher sees the request (after the request gate: size, JSON
 Each call is made by the request's :class:`~framework.protocols.a2a.auth.Caller`. A caller sees
 and decides the approvals, budgets and audit records of its own tasks only: another caller's task
 is "task not found" (-32001), as over A2A, so task ids do not leak. An ``approver`` lists and
-decides every task's pending approvals, and reads every task's budget and audit records.
+decides every task's pending approvals, and reads every task's budget, audit records and usage.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Literal
 
 from a2a.types import AgentCard
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from framework.compiler.card import EXTENSION_URI, agent_skills, card_to_json
-from framework.errors import CAError, TaskNotWaiting
+from framework.compiler.card import EXTENSION_URI, card_to_json
+from framework.errors import CAError, TaskNotWaiting, UsageError
 from framework.protocols.a2a.auth import ANONYMOUS, Caller
 from framework.protocols.a2a.wire import to_wire
 from framework.protocols.jsonrpc import Code, JsonRpcError, Request, error, error_for, parse_request, result
 from framework.runtime.runtime import Runtime
 from framework.runtime.tasks import Task
+from framework.runtime.usage import since_bound, usage_report
 
 PREFIX = "_cleveragents/"
 TASK_NOT_FOUND = -32001
@@ -70,6 +72,11 @@ class AuditParams(_Params):
     limit: int = Field(default=100, ge=1, le=1000)
 
 
+class UsageParams(_Params):
+    by: Literal["agent", "model", "caller", "day"] = "agent"
+    since: str | None = Field(default=None, description="An ISO time (2026-05-01T09:00) or an age (30m, 2h, 7d).")
+
+
 METHODS: Mapping[str, tuple[type[_Params] | None, str]] = {
     "registry/list": (None, "registry_list"),
     "registry/get": (NameParams, "registry_get"),
@@ -77,6 +84,7 @@ METHODS: Mapping[str, tuple[type[_Params] | None, str]] = {
     "approvals/decide": (DecideParams, "approvals_decide"),
     "budget/status": (BudgetParams, "budget_status"),
     "audit/query": (AuditParams, "audit_query"),
+    "usage": (UsageParams, "usage"),
     "diagnostics": (None, "diagnostics"),
 }
 """Every platform method: its name after ``_cleveragents/``, its params model (None: takes none) and
@@ -175,10 +183,10 @@ class Platform:
                     "description": spec.description,
                     "url": bundle.card(name).supported_interfaces[0].url,
                     "source": "project",
-                    "tags": sorted({t for s in agent_skills(spec, bundle.project) for t in s.tags}),
+                    "tags": sorted({t for s in bundle.project.skills_of(spec) for t in s.tags}),
                     "skills": [
                         {"id": s.id, "name": s.name or s.id, "tags": list(s.tags)}
-                        for s in agent_skills(spec, bundle.project)
+                        for s in bundle.project.skills_of(spec)
                     ],
                 }
             )
@@ -266,6 +274,21 @@ class Platform:
             since = batch[-1].seq
         return {"records": [_record(r) for r in found[: params.limit]]}
 
+    async def usage(self, params: UsageParams, caller: Caller) -> dict[str, Any]:
+        """``ca usage --json`` over the caller's own tasks (an approver's: every task)."""
+        try:
+            since = since_bound(params.since, option="since") if params.since is not None else None
+        except UsageError as exc:
+            raise JsonRpcError(Code.INVALID_PARAMS, f"invalid params for {PREFIX}usage: {exc}") from exc
+        mine = None if caller.approver else {t.id for t in self.runtime.tasks.list(limit=1_000_000, caller=caller.name)}
+        audit = self.runtime.audit
+        report = await asyncio.to_thread(
+            lambda: usage_report(audit.records(since_ts=since), params.by, since=since, tasks=mine)
+        )
+        found = report.to_json()
+        # camelCase on A2A; a row's ``tools`` keeps its keys: they are the tools' own names.
+        return {**found, "groups": [to_wire(row) for row in found["groups"]], "total": to_wire(found["total"])}
+
     async def diagnostics(self) -> dict[str, Any]:
         bundle = self.runtime.bundle
         return {
@@ -277,7 +300,7 @@ class Platform:
         }
 
 
-_SCOPED = frozenset({"approvals/list", "approvals/decide", "budget/status", "audit/query"})
+_SCOPED = frozenset({"approvals/list", "approvals/decide", "budget/status", "audit/query", "usage"})
 """The methods whose answer depends on who calls (see the module doc)."""
 
 

@@ -17,12 +17,13 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from framework.protocols.a2a.probes import PATHS as PROBE_PATHS
 from framework.runtime.metrics import Metrics
 
 _METHOD = re.compile(rb'"method"\s*:\s*"([A-Za-z0-9_/.:-]{1,64})"')
 _ERROR = re.compile(rb'"error"\s*:\s*\{[^{}]*?"code"\s*:\s*(-?\d{1,6})')
 _AGENT = re.compile(r"^/agents/[^/]+")
-_FIXED_ROUTES = frozenset({"GET /metrics", "GET /healthz", "POST /", "GET card"})
+_FIXED_ROUTES = frozenset({"GET /metrics", *(f"GET {path}" for path in PROBE_PATHS), "POST /", "GET card"})
 _REST_TOP = frozenset({"message:send", "message:stream", "tasks", "extendedAgentCard", "v1", "card"})
 
 

@@ -18,7 +18,9 @@ gets its error (-32700 for invalid JSON or UTF-8) and the loop goes on; blank li
 skipped; a notification (no ``id``) runs and gets no answer; a line longer than
 ``server.max_request_bytes`` is refused unread. At end of input, requests in flight finish
 (and tasks a non-blocking send left running), then the process exits; every task is in the stores. Nothing but protocol is
-written to stdout. The caller is the local user who started the process, so ``server.auth``
+written to stdout. A message's ``metadata.traceparent`` (and ``tracestate``) is the W3C trace
+context a caller on stdio cannot send as a header: with tracing on, the run continues its trace.
+The caller is the local user who started the process, so ``server.auth``
 asks it for no credentials.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -49,7 +52,10 @@ from framework.protocols.jsonrpc import (
     result,
 )
 from framework.protocols.jsontext import read_line
+from framework.runtime import telemetry
 from framework.runtime.runtime import Runtime
+
+logger = logging.getLogger(__name__)
 
 JSON = {"content-type": "application/json"}
 SENDS = {"SendMessage", "message/send"}
@@ -81,15 +87,15 @@ class StdioServer:
             request = parse_request(obj)
         except JsonRpcError as exc:
             if exc.code == Code.INVALID_PARAMS and isinstance(obj, dict) and "id" not in obj:
-                sys.stderr.write(f"dropped a notification: {exc.code} {exc.message}\n")
+                logger.warning("dropped a notification: %s %s", exc.code, exc.message)
                 return
-            sys.stderr.write(f"refused a request: {exc.code} {exc.message}\n")
+            logger.warning("refused a request: %s %s", exc.code, exc.message)
             await self.write(error(answer_id(obj), exc))  # null when the id is what is invalid
             return
         try:
             await self._dispatch(obj, request, line)
         except Exception as exc:  # a bug here must not leave the caller waiting for an answer forever
-            sys.stderr.write(f"error: request failed: {type(exc).__name__}: {exc}\n")
+            logger.error("error: request failed: %s: %s", type(exc).__name__, exc)
             if not request.notification:
                 failure = JsonRpcError(Code.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
                 await self.write(error(request.id, failure))
@@ -115,6 +121,7 @@ class StdioServer:
             name = ALIASES[name]
             body = json.dumps({**obj, "method": name}, ensure_ascii=False).encode()
         headers = {**JSON, "A2A-Version": "1.0"} if name in V1_METHODS else JSON
+        headers = {**headers, **_trace_context(obj)}
         if name in STREAMING and not request.notification:
             await self._stream(body, headers, request_id)
             return
@@ -171,6 +178,14 @@ class StdioServer:
         await self.write(last if last is not None else result(request_id, None))
 
 
+def _trace_context(obj: dict[str, Any]) -> dict[str, str]:
+    """The W3C trace context of a request's message (``metadata.traceparent`` / ``tracestate``), as
+    the headers an HTTP caller would send: with tracing on, the app makes it the parent of the run."""
+    params = obj.get("params")
+    message = params.get("message") if isinstance(params, dict) else None
+    return telemetry.carried(message.get("metadata")) if isinstance(message, dict) else {}
+
+
 def _state(task: dict[str, Any]) -> Any:
     status = task.get("status")
     return status.get("state") if isinstance(status, dict) else None
@@ -222,7 +237,7 @@ async def serve_stdio(
                 line = await loop.run_in_executor(None, read_line, source, limit)
             if isinstance(line, int):
                 message = f"a line of {line} bytes is longer than server.max_request_bytes ({limit} bytes)"
-                sys.stderr.write(f"refused a request: {message}\n")
+                logger.warning("refused a request: %s", message)
                 await server.write(error(None, JsonRpcError(Code.INVALID_REQUEST, message)))
                 continue
             if not line:

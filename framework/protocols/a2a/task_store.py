@@ -17,7 +17,9 @@ status from the runtime's task record (``records``; :func:`~framework.protocols.
 the record is the one source of truth, so a task decided or ended by another entry point
 (``ca approve``, ACP, another process) shows its real state.
 
-On SQLite, :class:`SqliteTaskStore` serves ``save`` and ``get`` through the sqlite3 module.
+On SQLite, :class:`SqliteTaskStore` serves ``save`` and ``get`` through the sqlite3 module. On
+PostgreSQL a ``follower`` (:class:`~framework.protocols.a2a.relay.TaskFollower`) is told of
+each row written, so other replicas relay the task to their subscribers.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import asyncio
 import json
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -35,12 +37,14 @@ from typing import Any
 from a2a.server.agent_execution.active_task import INTERRUPTED_TASK_STATES, TERMINAL_TASK_STATES
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabaseTaskStore, TaskStore
-from a2a.types import ListTasksRequest, ListTasksResponse, Task
+from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState
 from sqlalchemy import JSON, DateTime
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import class_mapper
 
 from framework.errors import StoreBusy
+from framework.protocols.a2a.relay import TaskFollower
 from framework.protocols.a2a.statuses import derived
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, until_free
@@ -89,9 +93,16 @@ class WriteBehindTaskStore(TaskStore):
         *,
         records: Callable[[str], Record | None] = lambda _: None,
         interval: float = FLUSH_SECONDS,
+        follower: TaskFollower | None = None,
+        stop: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self.follower = follower
+        """Told of every row written; None on SQLite (one server per project has no one to tell)."""
         self.records = records
+        self.stop = stop
+        """Called with a task's id before its row is saved canceled: the SDK answers a CancelTask for a task
+        another replica runs by saving the row canceled, and the run must stop first (through its record)."""
         self.interval = interval
         self._owner: Callable[[ServerCallContext], str] = store.owner_resolver
         self._live: dict[tuple[str, str], _Live] = {}
@@ -108,6 +119,8 @@ class WriteBehindTaskStore(TaskStore):
         await self.store.initialize()
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
+        if self.stop is not None and task.status.state == TaskState.TASK_STATE_CANCELED:
+            await self.stop(task.id)
         key = (self._owner(context), task.id)
         latest = _masked(task)
         durable = self._closed or latest.status.state in DURABLE_STATES
@@ -206,10 +219,17 @@ class WriteBehindTaskStore(TaskStore):
         await self.flush()
         if isinstance(self.store, SqliteTaskStore):
             self.store.close()  # a save after this (written through) opens it again
+        if self.follower is not None:
+            await self.follower.close()
 
     async def _write(self, live: _Live, task: Task, context: ServerCallContext) -> None:
         async with live.lock:
             await self.store.save(task, context)
+        if self.follower is not None:
+            try:
+                await self.follower.written(task.id)
+            except SQLAlchemyError as exc:  # the row is written; subscribers elsewhere see it at their next poll
+                logger.warning("task %s: could not notify the other servers of its row (%s)", task.id, exc)
 
     def _schedule_flush(self) -> None:
         if self._sleeper is not None:

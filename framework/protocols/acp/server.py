@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,8 @@ from framework.protocols.jsonrpc import Code, JsonRpcError, answer_id, error_for
 from framework.protocols.jsontext import read_line
 from framework.spec.common import shown
 from framework.spec.root import find_root
+
+logger = logging.getLogger(__name__)
 
 AUTH_REQUIRED = -32000
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -136,7 +139,7 @@ class AcpServer:
         await self.dispatch(message)
 
     def _refuse(self, request_id: Any, exc: JsonRpcError) -> None:
-        print(f"refused a message: {exc.code} {exc.message}", file=sys.stderr)
+        logger.warning("refused a message: %s %s", exc.code, exc.message)
         self.send({"id": request_id, "error": exc.to_json()})
 
     async def dispatch(self, message: dict[str, Any]) -> None:
@@ -164,7 +167,7 @@ class AcpServer:
                 self.send({"id": request_id, "error": error_for(exc).to_json()})
             return
         except Exception as exc:  # a bug of ours: answer it, keep the connection
-            print(f"internal error in {method}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            logger.error("internal error in %s: %s: %s", method, type(exc).__name__, exc)
             if request_id is not None:
                 self.send({"id": request_id, "error": {"code": Code.INTERNAL_ERROR, "message": f"{exc}"}})
             return
@@ -194,7 +197,9 @@ class AcpServer:
             self.load_error = exc
             return
         self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote, mcp=open_mcp)
-        self.rows = SessionStore.open(project.root, lock_timeout=project.config.store.lock_timeout)
+        self.rows = SessionStore.open(
+            project.root, url=project.config.store.url, lock_timeout=project.config.store.lock_timeout
+        )
         self.stack.callback(self.rows.close)
         self.agent_name = self.agent_name or project.default_agent
         if self.reload:
@@ -258,12 +263,10 @@ class AcpServer:
         return str(spec.profile or self.runtime.bundle.project.config.defaults.profile or DEFAULT_PROFILE)
 
     def commands(self) -> list[dict[str, Any]]:
-        from framework.compiler.card import agent_skills
-
         spec = self.runtime.bundle.agent(self.agent_name)
         return [
             {"name": s.id, "description": s.description or s.name or s.id, "input": {"hint": (s.examples or [""])[0]}}
-            for s in agent_skills(spec, self.runtime.bundle.project)
+            for s in self.runtime.bundle.project.skills_of(spec)
         ]
 
     def _check_model(self) -> None:
@@ -320,7 +323,7 @@ class AcpServer:
         session_id = _require(params, "sessionId", str)
         await self.use_cwd(_require(params, "cwd", str))
         await self.loaded()
-        saved = self.rows.get(session_id)
+        saved = await self.rows.aget(session_id)
         if saved is None:
             raise JsonRpcError(-32002, f"session {session_id!r} not found")
         if saved["agent"] != self.agent_name:
@@ -364,13 +367,16 @@ class AcpServer:
         session.cancelled = False
         from framework.compiler.builtin_tools import CLIENT_FS
         from framework.compiler.mcp_tools import CLIENT_MCP
+        from framework.runtime import telemetry
 
         # fs tools use the editor's files (unsaved buffers included) when it offers them, and its
         # MCP servers are tools of agents that take them; the prompt's task inherits this context.
+        # The prompt's `_meta.traceparent` (ACP reserves the W3C keys, as MCP does) is the parent of its run.
         token = CLIENT_FS.set(self._client_files(session))
         servers = CLIENT_MCP.set(session.mcp)
         try:
-            session.prompt = asyncio.create_task(turn.run())
+            with telemetry.continued(params.get("_meta")):
+                session.prompt = asyncio.create_task(turn.run())
         finally:
             CLIENT_MCP.reset(servers)
             CLIENT_FS.reset(token)

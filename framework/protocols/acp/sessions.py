@@ -2,80 +2,54 @@
 
 An IDE may ``session/load`` a session that another ``ca run --stdio`` process created; the
 conversation itself is a LangGraph thread, and this small table says which agent it belongs to
-and which mode (automation profile) the person chose. It lives in the project's ``tasks.db``
-beside the task records, in a table of its own that only ACP reads and writes.
+and which mode (automation profile) the person chose. It lives in the project's task database
+(``.ca/tasks.db``, or PostgreSQL) beside the task records, in a table of its own that only ACP reads and writes.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, retried, until_free
-from framework.runtime.stores import opening, state_dir
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY,
-    agent TEXT NOT NULL,
-    mode TEXT NOT NULL DEFAULT '',
-    cwd TEXT NOT NULL DEFAULT '',
-    updated_at TEXT NOT NULL
-);
-"""
+from framework.runtime.database import Database
+from framework.runtime.schema import connect
+from framework.runtime.store_locks import LOCK_TIMEOUT_S
 
 
 class SessionStore:
-    """The ``sessions`` table (SQLite, WAL); safe across threads and processes.
+    """The ``sessions`` table of the task database (``.ca/tasks.db``, or PostgreSQL with ``store.url``);
+    safe across threads, processes and replicas.
 
-    Another process's write lock is waited for off the event loop (``asave``), as the task
-    record's is (:mod:`framework.runtime.store_locks`).
+    ``asave`` waits for another process's SQLite write lock, or PostgreSQL's answer, off the event
+    loop, as the task record's writes do (:mod:`framework.runtime.database`).
     """
 
-    def __init__(self, path: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
-        self.path = path
-        self.lock_timeout = lock_timeout
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, timeout=lock_timeout, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.executescript(_SCHEMA)
-        no_wait(self._conn)
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     @classmethod
-    def open(cls, root: Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> SessionStore:
-        path = state_dir(root) / "tasks.db"
-        with opening(path):  # a file that is not a database: a StoreError naming it
-            return cls(path, lock_timeout=lock_timeout)
+    def open(cls, root: Path, *, url: str = "", lock_timeout: float = LOCK_TIMEOUT_S) -> SessionStore:
+        """The sessions of the project at ``root``: in PostgreSQL when ``url`` (``store.url``) names it."""
+        return cls(connect(root, url, lock_timeout=lock_timeout))
 
     def close(self) -> None:
-        self._conn.close()
+        self.db.close()
 
     async def asave(self, session_id: str, agent: str, mode: str, cwd: str) -> None:
         """Remember a session: its agent and chosen mode survive the process."""
-        values = (session_id, agent, mode, cwd, datetime.now(UTC).isoformat())
-
-        def write() -> None:
-            with self._lock:
-                self._conn.execute(
-                    "INSERT INTO sessions (id, agent, mode, cwd, updated_at) VALUES (?, ?, ?, ?, ?)"
-                    " ON CONFLICT(id) DO UPDATE SET mode = excluded.mode, cwd = excluded.cwd,"
-                    " updated_at = excluded.updated_at",
-                    values,
-                )
-
-        await until_free(write, path=self.path, timeout=self.lock_timeout)
+        await self.db.aexecute(
+            "INSERT INTO sessions (id, agent, mode, cwd, updated_at) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET mode = excluded.mode, cwd = excluded.cwd,"
+            " updated_at = excluded.updated_at",
+            (session_id, agent, mode, cwd, datetime.now(UTC).isoformat()),
+        )
 
     def get(self, session_id: str) -> dict[str, str] | None:
         """The session's ``agent``, ``mode`` and ``cwd``, or None for a session nobody created here."""
+        row = self.db.execute("SELECT agent, mode, cwd FROM sessions WHERE id = ?", (session_id,)).one()
+        return None if row is None else {"agent": row[0], "mode": row[1], "cwd": row[2]}
 
-        def read() -> tuple[str, str, str] | None:
-            with self._lock:
-                found: tuple[str, str, str] | None = self._conn.execute(
-                    "SELECT agent, mode, cwd FROM sessions WHERE id = ?", (session_id,)
-                ).fetchone()
-            return found
-
-        row = retried(read, path=self.path, timeout=self.lock_timeout)
+    async def aget(self, session_id: str) -> dict[str, str] | None:
+        """:meth:`get`, waiting with the event loop running."""
+        row = (await self.db.aexecute("SELECT agent, mode, cwd FROM sessions WHERE id = ?", (session_id,))).one()
         return None if row is None else {"agent": row[0], "mode": row[1], "cwd": row[2]}

@@ -190,22 +190,18 @@ class AgentTools:
     async def list_prompts(
         self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
     ) -> ListPromptsResult:
-        from framework.compiler.card import agent_skills
-
         prompts = []
         for agent in sorted(self.runtime.bundle.agents):
-            for skill in agent_skills(self.runtime.bundle.agent(agent), self.runtime.bundle.project):
+            for skill in self.runtime.bundle.project.skills_of(self.runtime.bundle.agent(agent)):
                 prompts.append(
                     Prompt(name=f"{agent}.{skill.id}", description=skill.description or skill.name or skill.id)
                 )
         return ListPromptsResult(prompts=prompts)
 
     async def get_prompt(self, ctx: ServerRequestContext[Any], params: GetPromptRequestParams) -> GetPromptResult:
-        from framework.compiler.card import agent_skills
-
         agent, _, skill_id = params.name.partition(".")
         spec = self.runtime.bundle.agent(agent)
-        for skill in agent_skills(spec, self.runtime.bundle.project):
+        for skill in self.runtime.bundle.project.skills_of(spec):
             if skill.id == skill_id:
                 example = (skill.examples or [skill.description or skill.id])[0]
                 text = f"Ask the {agent} agent (tool {model_name(agent)}, skill {skill.id!r}): {example}"

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any
 
 from framework.spec.budget import Budget, BudgetLimits
-from framework.spec.prices import price_for
 
 COUNTERS = ("input_tokens", "output_tokens", "cost_usd", "model_calls", "tool_calls")
 
@@ -54,15 +51,6 @@ def measure(usage: Mapping[str, float], name: str, elapsed: float) -> float:
     if what == "seconds":
         return elapsed
     return usage.get(what, 0)
-
-
-def cost(model: str, prices: Mapping[str, Any], input_tokens: int, output_tokens: int) -> float:
-    """US dollars for one model call; 0 for models without a known price."""
-    price = price_for(model, prices)
-    if price is None:
-        return 0.0
-    per_input, per_output = price
-    return float((per_input * input_tokens + per_output * output_tokens) / Decimal(1_000_000))
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ For each tool call, in the order of docs/governance.md, 'The order of checks for
     execute ─▶ audit
 
 Before each model call the budgets are checked (``on_exceed``: stop / fail / ask for an
-extension); after it, usage and cost are accounted; a final answer is checked against
-the contract (fail, or explain the violation and let the model retry).
+extension); after it, usage and cost are accounted and audited (``model.call``: model, tokens,
+cost or null when its price is unknown — what ``ca usage`` sums); a final answer is checked
+against the contract (fail, or explain the violation and let the model retry).
 
 An agent with output rules holds its answer back: the custom stream carries ``hold`` before each
 model call, then ``release`` once a final answer passed (or a budget stopped the task) or
@@ -45,6 +46,7 @@ from framework.runtime.governance.capabilities import check_agent, check_capabil
 from framework.runtime.governance.contracts import check_call_contract, check_output_contract, holds_output
 from framework.runtime.governance.profiles import decide
 from framework.spec.agent import AgentSpec, LlmAgent
+from framework.spec.prices import call_cost
 from framework.spec.profile import Profile
 from framework.spec.project import Project
 
@@ -146,8 +148,9 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
     # -- audit -----------------------------------------------------------------
 
     def audit(self, context: RunContext, kind: str, **data: Any) -> None:
-        """Record ``kind``: at once from a sync hook; from an async one when the hook's checks end
-        (before the tool runs), waiting for another process's write lock off the event loop."""
+        """Record ``kind``, naming the task's caller: at once from a sync hook; from an async one when
+        the hook's checks end (before the tool runs), waiting for another process's write lock off
+        the event loop."""
         log = context.audit
         if log is None:
             return
@@ -158,7 +161,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             "task_id": context.task_id,
             "conversation_id": context.conversation_id,
             "agent": self.policy.agent.name,
-            "data": data,
+            "data": {**data, "caller": context.caller},  # usage by caller reads it (runtime/usage.py)
         }
         outbox = _OUTBOX.get()
         if outbox is None:
@@ -285,12 +288,13 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             return None
         meta: Mapping[str, Any] = message.usage_metadata or {}
         inp, out = int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
-        delta = {
-            "input_tokens": inp,
-            "output_tokens": out,
-            "model_calls": 1,
-            "cost_usd": budgets.cost(self.policy.model_label, self.policy.project.config.prices, inp, out),
-        }
+        model = self.policy.model_label
+        price = call_cost(model, self.policy.project.config.prices, inp, out)
+        # Budgets count an unknown price as 0 (the cap cannot bind); the audit, ``ca usage``'s one
+        # source, records it as unknown (null).
+        dollars = float(price) if price is not None else None
+        self.audit(context, "model.call", model=model, input_tokens=inp, output_tokens=out, cost_usd=dollars)
+        delta = {"input_tokens": inp, "output_tokens": out, "model_calls": 1, "cost_usd": dollars or 0.0}
         update: dict[str, Any] = {"ca_usage": delta}
         if message.tool_calls:
             return update
@@ -414,7 +418,9 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             kind = BudgetExceeded if decision.rule.startswith("budget.") else PolicyDenied
             denied = kind(f"denied: {decision.reason}", data={"tool": call.tool, "rule": decision.rule})
             return None, _refused(request, denied), extra
-        self.audit(context, "tool.call", tool=call.tool, args=dict(call.args), rule=decision.rule)
+        self.audit(
+            context, "tool.call", tool=call.tool, args=dict(call.args), rule=decision.rule, caller=context.caller
+        )
         _, _, _, task_id = self._usage(state)
         extra["ca_calls"] = [
             {"task": task_id, "tool": call.tool, "capability": call.capability, "args": dict(call.args)}

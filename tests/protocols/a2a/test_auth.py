@@ -50,6 +50,7 @@ RPC_METHODS: list[tuple[str, Json | None]] = [
     ("_cleveragents/approvals/list", {}),
     ("_cleveragents/approvals/decide", {"taskId": "x", "decision": "approve"}),
     ("_cleveragents/audit/query", {}),
+    ("_cleveragents/usage", {}),
     ("_cleveragents/diagnostics", None),
 ]
 BEARER = {"Authorization": "Bearer token-two"}

@@ -306,6 +306,33 @@ def test_audit_query_shows_a_caller_only_its_own_tasks(server: ServerProcess) ->
     assert {of_a.id, of_b.id} <= seen_by_lead
 
 
+def usage_of(server: ServerProcess, headers: dict[str, str], **params: str) -> Json:
+    report: Json = result_of(platform(server, headers, "usage", params))
+    return report
+
+
+def test_usage_is_a_caller_s_own_and_equals_its_audit_records(server: ServerProcess) -> None:
+    paused_task(server, A)
+    paused_task(server, B)
+    mine, theirs = usage_of(server, A)["total"], usage_of(server, B)["total"]
+    paused_task(server, A)
+    again = usage_of(server, A, by="caller")
+    assert [g["group"] for g in again["groups"]] == ["team-a"]  # nobody else's calls, not even as a group
+    assert again["total"]["runs"] == mine["runs"] + 1 and again["total"]["modelCalls"] == mine["modelCalls"] + 1
+    assert usage_of(server, B)["total"] == theirs  # A's new task is not B's
+    records = result_of(platform(server, A, "audit/query", {"kind": "model.call", "limit": 1000}))["records"]
+    assert again["total"]["modelCalls"] == len(records)
+    assert again["total"]["inputTokens"] == sum(r["data"]["inputTokens"] for r in records)
+    assert again["total"]["outputTokens"] == sum(r["data"]["outputTokens"] for r in records)
+    assert {r["data"]["caller"] for r in records} == {"team-a"}
+    assert again["total"]["costUsd"] == 0  # the scripted model: local, so free and known
+    everyone = {g["group"]: g for g in usage_of(server, LEAD, by="caller")["groups"]}  # an approver reads all
+    assert everyone["team-a"]["runs"] == again["total"]["runs"] and everyone["team-b"] == {**theirs, "group": "team-b"}
+    bad = platform(server, A, "usage", {"since": "yesterday"})
+    assert bad["error"]["code"] == -32602 and "since 'yesterday' is neither an ISO time" in bad["error"]["message"]
+    assert platform(server, A, "usage", {"by": "week"})["error"]["code"] == -32602
+
+
 def test_an_approver_only_credential_decides_but_cannot_send(server: ServerProcess) -> None:
     of_b = paused_task(server, B)
     before = effects(server)

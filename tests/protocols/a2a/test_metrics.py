@@ -86,4 +86,6 @@ def test_metrics_count_a_known_load_and_are_behind_auth(tmp_path: Path) -> None:
     assert _value(samples, "ca_tool_calls_total", agent="writer", tool="append", decision="allowed") == 1
     assert _value(samples, "ca_tool_call_seconds_count", agent="writer", tool="append") == 1
     assert _value(samples, "ca_approval_wait_seconds_count") == 1
-    assert not any(name == "ca_cost_usd_total" for name, _ in samples)  # no known price: no cost, not 0
+    # Local models cost nothing, and that is known (a model without a price gets no sample, not 0).
+    cost = ("ca_cost_usd_total", frozenset({"agent": "writer", "model": "scripted:scripted"}.items()))
+    assert samples[cost] == 0

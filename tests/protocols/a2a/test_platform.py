@@ -173,6 +173,21 @@ def test_budget_status_after_a_decision_counts_the_whole_task(server: ServerProc
     assert (usage["modelCalls"], usage["toolCalls"]) == (2, 1)
 
 
+def test_usage_counts_are_integers_where_we_write_the_json_and_equal_numbers_in_a2a_metadata(
+    server: ServerProcess,
+) -> None:
+    """docs/a2a.md: a2a-sdk writes metadata through protobuf (doubles), our own results use integers."""
+    task = paused_task(server)
+    result_of(server.rpc("_cleveragents/approvals/decide", {"taskId": task["id"], "decision": "approve"}))
+    usage = result_of(server.rpc("_cleveragents/budget/status", {"taskId": task["id"]}))["usage"]
+    counts = {k: usage[k] for k in ("inputTokens", "outputTokens", "modelCalls", "toolCalls")}
+    assert all(type(v) is int for v in counts.values()), usage
+    done = result_of(server.rpc("GetTask", {"id": task["id"]}, agent="writer"))
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED", done
+    wire = done["metadata"]["usage"]  # the final status update's metadata, merged into the task's
+    assert {k: wire[k] for k in counts} == counts  # the same numbers, whatever their spelling
+
+
 def test_audit_query_returns_the_tasks_records_in_order(server: ServerProcess) -> None:
     task = paused_task(server)
     result_of(server.rpc("_cleveragents/approvals/decide", {"taskId": task["id"], "decision": "approve"}))

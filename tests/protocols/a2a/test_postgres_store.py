@@ -1,8 +1,8 @@
 """`ca serve` with its A2A tasks in PostgreSQL (``store.url: postgresql://...``), end to end.
 
-Needs a real PostgreSQL server: ``CA_TEST_POSTGRES_URL`` (default
-``postgresql://127.0.0.1:5432/test``, the machine's trust-auth database). Where none answers,
-the tests skip and say so: a shared database cannot be faked with SQLite.
+Needs a real PostgreSQL server (:mod:`tests.postgres_db`: ``CA_TEST_POSTGRES_URL``, a database
+of this module's own on it). Where none answers, the tests skip and say so: a shared database
+cannot be faked with SQLite.
 
 Two `ca serve` processes of two projects share the database: a task one of them started is
 visible to the other, and a task waiting for approval when its server was SIGKILLed is still
@@ -11,8 +11,6 @@ waiting after the restart and can be approved to completion.
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
 import uuid
 from collections.abc import Iterator
@@ -21,37 +19,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SIDE_EFFECT, write_project, writer_agent
+from tests.postgres_db import fresh_database
 from tests.serving import ServerProcess, start_serve
 
 pytestmark = pytest.mark.e2e
 
-URL = os.environ.get("CA_TEST_POSTGRES_URL", "postgresql://127.0.0.1:5432/test")
-
-
-def _reachable(url: str) -> str:
-    """Why PostgreSQL at ``url`` cannot be used, or '' when it can."""
-    try:
-        import asyncpg
-    except ImportError:
-        return "asyncpg is not installed (the 'postgres' extra)"
-
-    async def probe() -> None:
-        conn = await asyncpg.connect(url, timeout=3)
-        await conn.close()
-
-    try:
-        asyncio.run(probe())
-    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return ""
-
 
 @pytest.fixture(scope="module")
-def postgres() -> str:
-    why = _reachable(URL)
-    if why:
-        pytest.skip(f"no PostgreSQL at {URL} ({why}); set CA_TEST_POSTGRES_URL to a database this test may write to")
-    return URL
+def postgres() -> Iterator[str]:
+    """A database of this module's own (its tasks, conversations and audit), dropped after."""
+    with fresh_database("a2a_store") as url:
+        yield url
 
 
 def _project(root: Path, url: str) -> Path:

@@ -1,0 +1,33 @@
+"""``ca db upgrade``: bring the task database of a project to the current schema, and say what was done.
+
+Every ``ca`` process migrates the database when it opens it (:mod:`framework.runtime.schema`);
+this command does it explicitly, before replicas are started or rolled, and prints the versions
+it applied. A missing driver, an unreachable server or a missing database is one line, exit 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def upgrade_command(project_dir: Path) -> int:
+    """Migrate the project's task database; the exit code."""
+    from framework.runtime.database import SqliteDatabase, open_database
+    from framework.runtime.schema import LATEST, migrate, version
+    from framework.spec import load_project
+
+    project = load_project(project_dir)
+    db = open_database(project.root, project.config.store.url, lock_timeout=project.config.store.lock_timeout)
+    try:
+        before = version(db)
+        applied = migrate(db)
+    finally:
+        db.close()
+    where = str(db.path) if isinstance(db, SqliteDatabase) else db.name
+    for migration in applied:
+        print(f"applied {migration.version}: {migration.about}")
+    if applied:
+        print(f"task database {where}: schema version {before} -> {LATEST}")
+    else:
+        print(f"task database {where}: already at schema version {LATEST}; nothing to do")
+    return 0

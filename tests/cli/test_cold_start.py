@@ -1,0 +1,78 @@
+"""A cold `ca run` and a cold ACP prompt import only what their first answer needs.
+
+Imports are most of a cold start (a first token costs ~0.1 s after them), so these tests
+guard the wins by what a real process imported, not by a timing: Python's own import log
+(``PYTHONPROFILEIMPORTTIME``, the ``-X importtime`` switch) on the process's stderr names
+every module it loaded, from start to exit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.acp_client import Raw, agent_env, initialize_params
+from tests.conftest import events, run_ca
+
+IMPORT_LOG = {"PYTHONPROFILEIMPORTTIME": "1", "CA_MODEL": "offline"}
+SLOW = 180  # seconds: the import log slows a cold start, and a loaded machine more so
+
+SERVING_ONLY = (
+    "a2a",  # a2a-sdk and its protobuf types: Agent Cards and the A2A server and client
+    "google.protobuf",
+    "starlette",
+    "sse_starlette",
+    "uvicorn",
+    "mcp",  # the MCP SDK: only when an agent uses an MCP server
+    "prometheus_client",  # `ca serve`'s /metrics
+    "genai_prices",  # 0.85 s: only where a price is needed
+    "opentelemetry.exporter",  # only when OTEL_* asks for traces
+    "jsonschema",
+)
+"""Packages the first answer of the offline model never needs (and their submodules)."""
+
+
+def imported(stderr: str) -> set[str]:
+    """Every module named by the import log in ``stderr``."""
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in stderr.splitlines()
+        if line.startswith("import time:") and "|" in line and "[us]" not in line
+    }
+
+
+def unneeded(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in SERVING_ONLY))
+
+
+def scaffold(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    done = run_ca("init", str(root))
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+def test_a_cold_ca_run_imports_nothing_of_serving(tmp_path: Path) -> None:
+    root = scaffold(tmp_path)
+    done = run_ca("run", "assistant", "hello there", "--json", cwd=root, env=IMPORT_LOG, timeout=SLOW)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert events(done.stdout)[-1]["output"] == "[assistant] You said: hello there"
+    modules = imported(done.stderr)
+    assert "langgraph.pregel" in modules  # the log is read: the graph's own imports are in it
+    assert unneeded(modules) == []
+
+
+def test_a_cold_acp_prompt_imports_nothing_of_serving(tmp_path: Path) -> None:
+    root = scaffold(tmp_path)
+    with Raw(root, env=agent_env(IMPORT_LOG)) as raw:
+        assert "result" in raw.answer(raw.request("initialize", initialize_params()), SLOW)
+        created = raw.answer(raw.request("session/new", {"cwd": str(root), "mcpServers": []}), SLOW)
+        session = created["result"]["sessionId"]
+        prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "hello there"}]}
+        answered = raw.answer(raw.request("session/prompt", prompt), SLOW)
+        assert answered["result"]["stopReason"] == "end_turn"
+        assert raw.close() == 0
+        modules = imported(raw.stderr_text())
+    # session/new sent the agent's skills as slash commands: listing them needs no Agent Card
+    assert any('"available_commands_update"' in line and '"explain"' in line for line in raw.seen)
+    assert "langgraph.pregel" in modules
+    assert unneeded(modules) == []
