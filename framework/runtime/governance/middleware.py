@@ -328,29 +328,6 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         failure = ContractViolation("contract violated: " + "; ".join(problems), data={"violations": problems})
         return {**update, "messages": [withheld], "ca_stop": stopped_by(failure), "jump_to": "end"}
 
-    def after_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        """A workflow's answer against its contract (an llm agent's is checked after each model call)."""
-        if isinstance(self.policy.agent, LlmAgent):
-            return None
-        message = state["messages"][-1] if state["messages"] else None
-        output = message.text if isinstance(message, AIMessage) else ""
-        _, _, _, task_id = self._usage(state)
-        calls = [
-            ToolCall(c["tool"], c["capability"], c.get("args", {}))
-            for c in state.get("ca_calls") or []
-            if c.get("task") == task_id
-        ]
-        problems = check_output_contract(self.policy.agent.contract, output, calls)
-        if not problems:
-            self._signal("release")
-            return None
-        self._signal("withhold")
-        self.audit(_context(runtime), "contract", severity="high", violations=problems, retry=0)
-        raise ContractViolation("contract violated: " + "; ".join(problems), data={"violations": problems})
-
-    async def aafter_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return await self._audited(lambda: self.after_agent(state, runtime))
-
     async def aafter_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
         return await self._audited(lambda: self.after_model(state, runtime))
 
@@ -566,6 +543,34 @@ def _refused(request: ToolCallRequest, refusal: CAError) -> ToolMessage:
     )
 
 
+class WorkflowGovernance(GovernanceMiddleware):
+    """A workflow's governance: its steps' tool calls as for any agent, and its answer checked
+    against the contract when the run ends (an llm agent's answer is checked after each model
+    call). Only here: langchain adds a graph node for every hook a middleware class defines,
+    and for an llm agent this one would be a superstep per run that does nothing."""
+
+    def after_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        """The workflow's answer against its contract."""
+        message = state["messages"][-1] if state["messages"] else None
+        output = message.text if isinstance(message, AIMessage) else ""
+        _, _, _, task_id = self._usage(state)
+        calls = [
+            ToolCall(c["tool"], c["capability"], c.get("args", {}))
+            for c in state.get("ca_calls") or []
+            if c.get("task") == task_id
+        ]
+        problems = check_output_contract(self.policy.agent.contract, output, calls)
+        if not problems:
+            self._signal("release")
+            return None
+        self._signal("withhold")
+        self.audit(_context(runtime), "contract", severity="high", violations=problems, retry=0)
+        raise ContractViolation("contract violated: " + "; ".join(problems), data={"violations": problems})
+
+    async def aafter_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        return await self._audited(lambda: self.after_agent(state, runtime))
+
+
 def _args_text(args: Mapping[str, Any]) -> str:
     import json
 
@@ -595,7 +600,8 @@ def _decimal(value: float) -> Any:
 
 def governance_middleware(agent: AgentSpec, project: Project) -> list[AgentMiddleware[Any, Any]]:
     """The middleware every agent of a governed bundle gets (a workflow's wraps its tool steps)."""
-    return [GovernanceMiddleware(policy_for(agent, project))]
+    governance = GovernanceMiddleware if isinstance(agent, LlmAgent) else WorkflowGovernance
+    return [governance(policy_for(agent, project))]
 
 
-__all__ = ["WITHHELD", "GovernanceMiddleware", "governance_middleware"]
+__all__ = ["WITHHELD", "GovernanceMiddleware", "WorkflowGovernance", "governance_middleware"]
