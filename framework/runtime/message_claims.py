@@ -7,9 +7,10 @@ The A2A server claims each message that starts a new task, keyed by the agent, t
 so of any number of copies — on one server or on replicas sharing PostgreSQL — exactly one
 claims it and starts the task; the others get that task's id and answer with the task.
 
-A claim whose task never appeared (the process that claimed it died before the task's first
-save) is taken over after :data:`STALE_S`: one compare-and-set on the old task id, so of several
-retries one starts the run.
+A claim older than the server's ``retry_window`` is a message of long ago: a copy sent now is a
+new message and takes the claim over. So is a claim whose task never appeared (the process that
+claimed it died before the task's first save), after :data:`STALE_S`. Taking over is one
+compare-and-set on the old task id, so of several copies one starts the run.
 """
 
 from __future__ import annotations
@@ -29,33 +30,46 @@ def claim_key(agent: str, caller: str, message_id: str) -> str:
 
 
 class MessageClaims:
-    """The ``message_claims`` table of a task database."""
+    """The ``message_claims`` table of a task database; a claim holds for ``window`` seconds."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, window: float) -> None:
         self.db = db
+        self.window = window
 
     async def aclaim(self, key: str, task_id: str) -> tuple[str, datetime]:
         """Claim ``key`` for a new task ``task_id``: the task that holds it (``task_id`` when this call
-        claimed it, else the first claimer's) and when it was claimed."""
-        stamp = datetime.now(UTC).isoformat(timespec="microseconds")
+        claimed it, or took over a claim older than the window) and when it was claimed."""
+        stamp = _now()
         claimed = await self.db.aexecute(
             "INSERT INTO message_claims (key, task_id, created_at) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING",
-            (key, task_id, stamp),
+            (key, task_id, stamp.isoformat(timespec="microseconds")),
         )
         if claimed.rowcount == 1:
-            return task_id, datetime.fromisoformat(stamp)
+            return task_id, stamp
         row = (await self.db.aexecute("SELECT task_id, created_at FROM message_claims WHERE key = ?", (key,))).one()
         if row is None:  # claims are never deleted: the row that refused ours is there
             raise StoreError(f"the claim of message {key!r} was refused but is not in {self.db.name}")
-        return str(row[0]), datetime.fromisoformat(str(row[1]))
+        holder, at = str(row[0]), datetime.fromisoformat(str(row[1]))
+        if at < stamp - timedelta(seconds=self.window) and await self.atake_over(key, holder, task_id, self.window):
+            return task_id, _now()
+        return holder, at
 
-    async def atake_over(self, key: str, stale: str, task_id: str) -> bool:
-        """Move a claim whose task ``stale`` never appeared to the new task ``task_id``; False when another
-        retry took it over first (or the claim is younger than :data:`STALE_S`)."""
-        now = datetime.now(UTC)
-        before = (now - timedelta(seconds=STALE_S)).isoformat(timespec="microseconds")
+    async def atake_over(self, key: str, stale: str, task_id: str, older_than: float = STALE_S) -> bool:
+        """Move a claim of task ``stale`` made more than ``older_than`` seconds ago to the new task
+        ``task_id``; False when the claim is younger or another copy took it over first."""
+        now = _now()
         moved = await self.db.aexecute(
             "UPDATE message_claims SET task_id = ?, created_at = ? WHERE key = ? AND task_id = ? AND created_at < ?",
-            (task_id, now.isoformat(timespec="microseconds"), key, stale, before),
+            (
+                task_id,
+                now.isoformat(timespec="microseconds"),
+                key,
+                stale,
+                (now - timedelta(seconds=older_than)).isoformat(timespec="microseconds"),
+            ),
         )
         return moved.rowcount == 1
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -189,7 +189,8 @@ def served_card(runtime: Runtime, name: str) -> AgentCard:
 
 def request_handler(runtime: Runtime, name: str, store: WriteBehindTaskStore) -> DefaultRequestHandler:
     """a2a-sdk's handler for one agent; authenticated callers get the full card from GetExtendedAgentCard."""
-    authed = runtime.bundle.project.config.server.auth is not None
+    config = runtime.bundle.project.config
+    authed = config.server.auth is not None
     return ServingRequestHandler(
         CleverAgentExecutor(runtime, name),
         AgentTaskStore(store, name),
@@ -197,7 +198,7 @@ def request_handler(runtime: Runtime, name: str, store: WriteBehindTaskStore) ->
         extended_agent_card=full_card(runtime, name) if authed else None,
         follower=store.follower,
         agent=name,
-        claims=MessageClaims(runtime.tasks.db),
+        claims=MessageClaims(runtime.tasks.db, window) if (window := config.server.retry_window) else None,
     )
 
 

@@ -56,8 +56,8 @@ AGENT = """
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 
 
-def project(root: Path, store: str = "") -> Path:
-    ca_yaml = "default_agent: once\n" + (f"store: {{url: {store!r}}}\n" if store else "")
+def project(root: Path, store: str = "", server: str = "") -> Path:
+    ca_yaml = "default_agent: once\n" + (f"store: {{url: {store!r}}}\n" if store else "") + server
     return write_project(root, {"ca.yaml": ca_yaml, "agents/once.yaml": AGENT, "tools/slow.py": SLOW_APPEND})
 
 
@@ -155,6 +155,17 @@ def test_a_retry_with_return_immediately_gets_the_running_task_at_once(served: S
     assert effects(served.root) == ["hello"]
 
 
+def test_with_no_retry_window_every_copy_runs(tmp_path: Path) -> None:
+    server = start_serve(project(tmp_path / "off", server="server: {retry_window: null}\n"))
+    message_id = uuid.uuid4().hex
+    try:
+        first, again = asyncio.run(send(server, message_id)), asyncio.run(send(server, message_id))
+    finally:
+        server.stop()
+    assert first.id != again.id and again.status.state == COMPLETED
+    assert effects(server.root) == ["hello", "hello"]
+
+
 @pytest.fixture
 def replicas(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     with fresh_database("message_retries") as url:
@@ -190,7 +201,7 @@ def test_copies_of_one_message_on_two_replicas_run_once(replicas: tuple[ServerPr
 
 def test_a_claim_whose_task_never_appeared_is_taken_over_once_stale(tmp_path: Path) -> None:
     db = connect(tmp_path)
-    claims = MessageClaims(db)
+    claims = MessageClaims(db, 86400)
     key = claim_key("once", "alice", "m-1")
 
     async def main() -> tuple[tuple[str, datetime], tuple[str, datetime], bool, bool, bool]:
@@ -212,3 +223,22 @@ def test_a_claim_whose_task_never_appeared_is_taken_over_once_stale(tmp_path: Pa
     assert (early, taken, twice) == (False, True, False)
     assert holder == [("task-retry",)]
     assert claim_key("once", "bob", "m-1") != key and claim_key("other", "alice", "m-1") != key
+
+
+def test_a_copy_sent_after_the_retry_window_is_a_new_message(tmp_path: Path) -> None:
+    db = connect(tmp_path)
+    claims = MessageClaims(db, 60)
+    key = claim_key("once", "alice", "m-2")
+
+    async def main() -> tuple[str, str, str]:
+        first, _ = await claims.aclaim(key, "task-1")
+        within, _ = await claims.aclaim(key, "task-2")
+        old = (datetime.now(UTC) - timedelta(seconds=61)).isoformat(timespec="microseconds")
+        await db.aexecute("UPDATE message_claims SET created_at = ? WHERE key = ?", (old, key))
+        after, _ = await claims.aclaim(key, "task-3")
+        return first, within, after
+
+    try:
+        assert asyncio.run(main()) == ("task-1", "task-1", "task-3")
+    finally:
+        db.close()
