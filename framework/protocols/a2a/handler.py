@@ -32,6 +32,8 @@ from a2a.types import Message, SendMessageRequest, SubscribeToTaskRequest, Task
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 from a2a.utils.task import apply_history_length
 
+from framework.errors import StoreBusy
+from framework.protocols.a2a.executor import REFUSED
 from framework.protocols.a2a.relay import RelayingRequestHandler
 from framework.runtime.message_claims import STALE_S, MessageClaims, claim_key
 
@@ -114,7 +116,11 @@ class ServingRequestHandler(RelayingRequestHandler):
             return None
         key = claim_key(self.agent, context.user.user_name, message.message_id)
         mine = uuid.uuid4().hex
-        holder, claimed_at = await self.claims.aclaim(key, mine)
+        try:
+            holder, claimed_at = await self.claims.aclaim(key, mine)
+        except StoreBusy as exc:  # its task fails store_busy without running, as a write held up in the run would
+            context.state[REFUSED] = exc
+            return None
         # Another copy's task that is not saved yet is being started, or its process died first.
         while holder != mine and await self.rows.get(holder, context) is None:
             if datetime.now(UTC) - claimed_at < timedelta(seconds=STALE_S):
