@@ -97,6 +97,17 @@ MIGRATIONS = (
         "the lease of each running task (renewed by the process running it; expired: an orphan on any host)",
         columns=(("tasks", "lease_until", "TEXT NOT NULL DEFAULT ''"),),
     ),
+    Migration(
+        4,
+        "the message_claims table: the task each new-task message (agent, caller, messageId) started",
+        (
+            """CREATE TABLE IF NOT EXISTS message_claims (
+                key TEXT PRIMARY KEY,
+                task_id TEXT NOT NULL,
+                created_at TEXT NOT NULL
+            )""",
+        ),
+    ),
 )
 LATEST = MIGRATIONS[-1].version
 _LOCK_KEY = 0x6361_7461_736B  # "catask": the advisory lock the migrations of the task database run under

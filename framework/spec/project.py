@@ -192,6 +192,14 @@ class ServerConfig(Spec):
         default=30.0,
         description="On SIGTERM, how long running tasks may take to finish before they are canceled.",
     )
+    retry_window: Duration | None = Field(
+        default=86400.0,
+        description=(
+            "How long a message that starts a task is remembered by its messageId: a copy sent again within it"
+            " (a client's retry) answers with the task the first copy started instead of running again."
+            " null: every message runs."
+        ),
+    )
 
 
 _STORE_SCHEMES = ("sqlite", "sqlite+aiosqlite", "postgresql", "postgresql+asyncpg", "postgresql+psycopg")

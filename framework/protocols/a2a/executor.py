@@ -66,6 +66,9 @@ from framework.spec.agent import WorkflowAgent
 COALESCE_SECONDS = 0.05
 """Reply chunks after the first are sent at most this often."""
 DECISIONS = ("approve", "reject", "edit", "always")
+REFUSED = "cleveragents.refused"
+"""Where the request handler leaves, in the call context's state, the error a new task's message
+was refused with before it ran (its claim could not be written): the task fails with it at once."""
 
 _TEXT_DECISION = re.compile(r"^\s*(approve|approved|yes|always|reject|rejected|no)\b\s*:?\s*(.*)$", re.I | re.S)
 
@@ -380,7 +383,11 @@ def _request(message: Message | None) -> dict[str, Any]:
 
 
 def _may_send(context: RequestContext) -> None:
-    """A new task needs the ``caller`` role (an approver-only credential lists and decides approvals)."""
+    """A new task needs the ``caller`` role (an approver-only credential lists and decides approvals),
+    and fails without running when the server refused its message before it reached here (:data:`REFUSED`)."""
+    refused = context.call_context.state.get(REFUSED)
+    if isinstance(refused, CAError):
+        raise refused
     auth = context.call_context.state.get("auth")  # the request's AuthCredentials (a2a-sdk copies it here)
     if isinstance(auth, AuthCredentials) and "caller" not in auth.scopes:
         raise PolicyDenied(

@@ -45,10 +45,11 @@ from framework.errors import AgentNotFound, Failure, RunError, StoreBusy, StoreU
 from framework.protocols.a2a.auth import ANONYMOUS, DECIDED_BY, AuthMiddleware, Caller, CallerBackend, Credentials
 from framework.protocols.a2a.executor import CleverAgentExecutor
 from framework.protocols.a2a.gate import RequestGate
+from framework.protocols.a2a.handler import ServingRequestHandler
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware, declare_methods
 from framework.protocols.a2a.probes import HEALTH_PATH, READY_PATH, Probes
 from framework.protocols.a2a.probes import PATHS as PROBE_PATHS
-from framework.protocols.a2a.relay import RelayingRequestHandler, TaskFollower
+from framework.protocols.a2a.relay import TaskFollower
 from framework.protocols.a2a.request_metrics import RequestMetrics
 from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
@@ -56,6 +57,7 @@ from framework.protocols.a2a.tracing import TraceContext
 from framework.protocols.jsonrpc import error_for
 from framework.runtime import telemetry
 from framework.runtime.cancel import StillRunning
+from framework.runtime.message_claims import MessageClaims
 from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
 from framework.runtime.store_url import libpq_url
@@ -187,13 +189,16 @@ def served_card(runtime: Runtime, name: str) -> AgentCard:
 
 def request_handler(runtime: Runtime, name: str, store: WriteBehindTaskStore) -> DefaultRequestHandler:
     """a2a-sdk's handler for one agent; authenticated callers get the full card from GetExtendedAgentCard."""
-    authed = runtime.bundle.project.config.server.auth is not None
-    return RelayingRequestHandler(
+    config = runtime.bundle.project.config
+    authed = config.server.auth is not None
+    return ServingRequestHandler(
         CleverAgentExecutor(runtime, name),
         AgentTaskStore(store, name),
         served_card(runtime, name),
         extended_agent_card=full_card(runtime, name) if authed else None,
         follower=store.follower,
+        agent=name,
+        claims=MessageClaims(runtime.tasks.db, window) if (window := config.server.retry_window) else None,
     )
 
 

@@ -1,0 +1,153 @@
+"""The request handler of each served agent: a2a-sdk's, where a retried message runs once.
+
+A client that lost the answer to ``SendMessage`` sends the same message again, with the same
+``messageId``. Each message that starts a new task (no ``taskId``) is claimed before anything
+runs (:mod:`framework.runtime.message_claims`, keyed by the agent, the caller and the
+``messageId``, in the task database every replica shares): the first copy starts the task under
+the id it claimed; every later copy, on any replica, answers with that task instead of a second
+run —
+
+* ``SendMessage``: the task once it is final or waits for input (at once with
+  ``returnImmediately``), as the first copy would have answered;
+* ``SendStreamingMessage``: the task, then its events until it ends, as ``SubscribeToTask``.
+
+A message that names its task (a reply, a decision) is not claimed: deciding a task is already
+exactly once (the task record's compare-and-set), and the second copy is refused as the SDK
+refuses any message to a task that ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncGenerator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from a2a.server.agent_execution import RequestContext, SimpleRequestContextBuilder
+from a2a.server.agent_execution.active_task import INTERRUPTED_TASK_STATES, TERMINAL_TASK_STATES
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.types import Message, SendMessageRequest, SubscribeToTaskRequest, Task
+from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
+from a2a.utils.task import apply_history_length
+
+from framework.errors import StoreBusy
+from framework.protocols.a2a.executor import REFUSED
+from framework.protocols.a2a.relay import RelayingRequestHandler
+from framework.runtime.message_claims import STALE_S, MessageClaims, claim_key
+
+if TYPE_CHECKING:
+    from a2a.server.agent_execution import AgentExecutor
+    from a2a.server.tasks import TaskStore
+    from a2a.types import AgentCard
+
+CLAIMED = "cleveragents.claimed_task_id"
+"""Where a claimed message's task id waits in the call context's state for the request context builder."""
+_SETTLED = frozenset(TERMINAL_TASK_STATES | INTERRUPTED_TASK_STATES)
+_ROW_POLL_S = 0.05
+
+
+class ClaimedIdBuilder(SimpleRequestContextBuilder):
+    """a2a-sdk's request context builder, giving a claimed new task the id its message claimed."""
+
+    async def build(
+        self,
+        context: ServerCallContext,
+        params: SendMessageRequest | None = None,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        task: Task | None = None,
+    ) -> RequestContext:
+        claimed = context.state.get(CLAIMED) if task_id is None else None
+        return await super().build(context, params, claimed or task_id, context_id, task)
+
+
+class ServingRequestHandler(RelayingRequestHandler):
+    """The relaying handler whose new-task messages are claimed once (see the module doc)."""
+
+    def __init__(
+        self,
+        executor: AgentExecutor,
+        rows: TaskStore,
+        card: AgentCard,
+        *,
+        agent: str,
+        claims: MessageClaims | None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(executor, rows, card, request_context_builder=ClaimedIdBuilder(), **kwargs)
+        self.agent = agent
+        self.claims = claims
+        """None: messages are not claimed (no task database)."""
+
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Message | Task:
+        earlier = await self._claim(params, context)
+        if earlier is None:
+            answer: Message | Task = await super().on_message_send(params, context)
+            return answer
+        task = await self._row(earlier, context)
+        if task.status.state not in _SETTLED and not params.configuration.return_immediately:
+            async for _ in self._events(task, context):
+                pass
+            task = await self._row(earlier, context)
+        return _with_history(task, params)
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        earlier = await self._claim(params, context) if self._agent_card.capabilities.streaming else None
+        if earlier is None:
+            async for event in super().on_message_send_stream(params, context):
+                yield event
+            return
+        task = await self._row(earlier, context)
+        if task.status.state in _SETTLED:
+            yield _with_history(task, params)
+            return
+        async for event in self._events(task, context):
+            yield _with_history(event, params) if isinstance(event, Task) else event
+
+    async def _claim(self, params: SendMessageRequest, context: ServerCallContext) -> str | None:
+        """Claim a new task's message: None when this copy runs it (under the id in the context's
+        state), else the id of the task an earlier copy started."""
+        message = params.message
+        if self.claims is None or message.task_id or not message.message_id:
+            return None
+        key = claim_key(self.agent, context.user.user_name, message.message_id)
+        mine = uuid.uuid4().hex
+        try:
+            holder, claimed_at = await self.claims.aclaim(key, mine)
+        except StoreBusy as exc:  # its task fails store_busy without running, as a write held up in the run would
+            context.state[REFUSED] = exc
+            return None
+        # Another copy's task that is not saved yet is being started, or its process died first.
+        while holder != mine and await self.rows.get(holder, context) is None:
+            if datetime.now(UTC) - claimed_at < timedelta(seconds=STALE_S):
+                await asyncio.sleep(_ROW_POLL_S)
+            elif not await self.claims.atake_over(key, holder, mine):
+                holder, claimed_at = await self.claims.aclaim(key, mine)  # another retry took it over: theirs
+            else:
+                holder = mine
+        if holder != mine:
+            return holder
+        context.state[CLAIMED] = mine
+        return None
+
+    async def _row(self, task_id: str, context: ServerCallContext) -> Task:
+        task = await self.rows.get(task_id, context)
+        if task is None:  # claimed for this caller and agent, and saved: only a deleted task is missing
+            raise TaskNotFoundError(message=f"Task {task_id}, which this messageId started, is gone")
+        return task
+
+    async def _events(self, task: Task, context: ServerCallContext) -> AsyncGenerator[Event, None]:
+        """The task's events until it is final or waits for input, as SubscribeToTask sends them."""
+        try:
+            async for event in self.on_subscribe_to_task(SubscribeToTaskRequest(id=task.id), context):
+                yield event
+        except UnsupportedOperationError:  # it ended between the read and the subscription
+            yield await self._row(task.id, context)
+
+
+def _with_history(task: Task, params: SendMessageRequest) -> Task:
+    return apply_history_length(task, params.configuration)
