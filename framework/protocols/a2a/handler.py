@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,8 @@ from framework.errors import StoreBusy
 from framework.protocols.a2a.executor import REFUSED
 from framework.protocols.a2a.relay import RelayingRequestHandler
 from framework.runtime.message_claims import STALE_S, MessageClaims, claim_key
+from framework.runtime.tasks import FINAL_STATES
+from framework.runtime.tasks import Task as Record
 
 if TYPE_CHECKING:
     from a2a.server.agent_execution import AgentExecutor
@@ -46,6 +48,7 @@ CLAIMED = "cleveragents.claimed_task_id"
 """Where a claimed message's task id waits in the call context's state for the request context builder."""
 _SETTLED = frozenset(TERMINAL_TASK_STATES | INTERRUPTED_TASK_STATES)
 _ROW_POLL_S = 0.05
+_ROW_GRACE_S = 1.0
 
 
 class ClaimedIdBuilder(SimpleRequestContextBuilder):
@@ -74,12 +77,15 @@ class ServingRequestHandler(RelayingRequestHandler):
         *,
         agent: str,
         claims: MessageClaims | None,
+        records: Callable[[str], Awaitable[Record | None]],
         **kwargs: Any,
     ) -> None:
         super().__init__(executor, rows, card, request_context_builder=ClaimedIdBuilder(), **kwargs)
         self.agent = agent
         self.claims = claims
-        """None: messages are not claimed (no task database)."""
+        """None: messages are not claimed (``server.retry_window: null``)."""
+        self.records = records
+        """The runtime's task record of a task id: a run that answers with a Message has one, and no A2A task."""
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Message | Task:
         earlier = await self._claim(params, context)
@@ -121,16 +127,20 @@ class ServingRequestHandler(RelayingRequestHandler):
         except StoreBusy as exc:  # its task fails store_busy without running, as a write held up in the run would
             context.state[REFUSED] = exc
             return None
-        # Another copy's task that is not saved yet is being started, or its process died first.
-        while holder != mine and await self.rows.get(holder, context) is None:
-            if datetime.now(UTC) - claimed_at < timedelta(seconds=STALE_S):
-                await asyncio.sleep(_ROW_POLL_S)
-            elif not await self.claims.atake_over(key, holder, mine):
-                holder, claimed_at = await self.claims.aclaim(key, mine)  # another retry took it over: theirs
-            else:
+        while holder != mine:
+            if await self.rows.get(holder, context) is not None:
+                return holder  # the earlier copy's task: the answer
+            record = await self.records(holder)
+            if record is not None and not _ended_long_ago(record):
+                await asyncio.sleep(_ROW_POLL_S)  # its run goes on, and shows its task when it has one
+            elif record is None and datetime.now(UTC) - claimed_at < timedelta(seconds=STALE_S):
+                await asyncio.sleep(_ROW_POLL_S)  # being started
+            elif await self.claims.atake_over(key, holder, mine, 0 if record is not None else STALE_S):
+                # Its process died before the run began, or the run ended answering with a Message,
+                # which no task keeps: this copy runs the message.
                 holder = mine
-        if holder != mine:
-            return holder
+            else:
+                holder, claimed_at = await self.claims.aclaim(key, mine)  # another copy took it over first
         context.state[CLAIMED] = mine
         return None
 
@@ -147,6 +157,15 @@ class ServingRequestHandler(RelayingRequestHandler):
                 yield event
         except UnsupportedOperationError:  # it ended between the read and the subscription
             yield await self._row(task.id, context)
+
+
+def _ended_long_ago(record: Record) -> bool:
+    """Whether a run ended more than :data:`_ROW_GRACE_S` ago: its A2A task, if it had one, is saved by then."""
+    if record.state not in FINAL_STATES:
+        return False
+    if not record.updated_at:  # recorded before tasks had times: long ago
+        return True
+    return datetime.now(UTC) - datetime.fromisoformat(record.updated_at) > timedelta(seconds=_ROW_GRACE_S)
 
 
 def _with_history(task: Task, params: SendMessageRequest) -> Task:

@@ -199,6 +199,7 @@ def request_handler(runtime: Runtime, name: str, store: WriteBehindTaskStore) ->
         follower=store.follower,
         agent=name,
         claims=MessageClaims(runtime.tasks.db, window) if (window := config.server.retry_window) else None,
+        records=runtime.tasks.afind,
     )
 
 

@@ -8,6 +8,8 @@ how often the run's side effect happened. The official a2a-sdk client sends ever
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -56,9 +58,24 @@ AGENT = """
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 
 
+GREETER = """
+    name: greeter
+    kind: workflow
+    steps:
+      - {id: hi, message: "Hello, {{ input }}"}
+"""
+"""A workflow that answers with a Message: no task keeps the answer."""
+
+
 def project(root: Path, store: str = "", server: str = "") -> Path:
     ca_yaml = "default_agent: once\n" + (f"store: {{url: {store!r}}}\n" if store else "") + server
-    return write_project(root, {"ca.yaml": ca_yaml, "agents/once.yaml": AGENT, "tools/slow.py": SLOW_APPEND})
+    files = {
+        "ca.yaml": ca_yaml,
+        "agents/once.yaml": AGENT,
+        "agents/greeter.yaml": GREETER,
+        "tools/slow.py": SLOW_APPEND,
+    }
+    return write_project(root, files)
 
 
 @asynccontextmanager
@@ -164,6 +181,20 @@ def test_with_no_retry_window_every_copy_runs(tmp_path: Path) -> None:
         server.stop()
     assert first.id != again.id and again.status.state == COMPLETED
     assert effects(server.root) == ["hello", "hello"]
+
+
+def test_a_message_answered_with_a_message_is_not_kept_and_a_copy_runs_again(served: ServerProcess) -> None:
+    body = {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "Ada"}]}}
+    first = served.rpc("SendMessage", body, agent="greeter")
+    started = time.monotonic()
+    again = served.rpc("SendMessage", body, agent="greeter")
+    took = time.monotonic() - started
+    for got in (first, again):
+        assert got["result"]["message"]["parts"][0]["text"] == "Hello, Ada", got
+    with sqlite3.connect(served.root / ".ca" / "tasks.db") as tasks:
+        runs = tasks.execute("SELECT count(*) FROM tasks WHERE agent = 'greeter'").fetchone()[0]
+    assert runs == 2, runs  # no task keeps a Message: the copy ran again
+    assert took < 5, took  # at once, not after the 10 s a claim without any run waits
 
 
 @pytest.fixture
