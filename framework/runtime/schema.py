@@ -99,11 +99,12 @@ MIGRATIONS = (
     ),
     Migration(
         4,
-        "the message_claims table: the task each new-task message (agent, caller, messageId) started",
+        "the message_claims table: the task each new-task message (agent, caller, messageId) started, and what it said",
         (
             """CREATE TABLE IF NOT EXISTS message_claims (
                 key TEXT PRIMARY KEY,
                 task_id TEXT NOT NULL,
+                digest TEXT NOT NULL,
                 created_at TEXT NOT NULL
             )""",
         ),

@@ -19,6 +19,7 @@ refuses any message to a task that ended.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -28,14 +29,15 @@ from a2a.server.agent_execution import RequestContext, SimpleRequestContextBuild
 from a2a.server.agent_execution.active_task import INTERRUPTED_TASK_STATES, TERMINAL_TASK_STATES
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
-from a2a.types import Message, SendMessageRequest, SubscribeToTaskRequest, Task
-from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
+from a2a.types import Message, SendMessageRequest, SubscribeToTaskRequest, Task, TaskState
+from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 from a2a.utils.task import apply_history_length
 
-from framework.errors import StoreBusy
+from framework.errors import StoreBusy, StoreUnreachable
 from framework.protocols.a2a.executor import REFUSED
-from framework.protocols.a2a.relay import RelayingRequestHandler
-from framework.runtime.message_claims import STALE_S, MessageClaims, claim_key
+from framework.protocols.a2a.relay import RelayingRequestHandler, changes
+from framework.protocols.a2a.statuses import derived
+from framework.runtime.message_claims import STALE_S, Claim, MessageClaims, claim_key
 from framework.runtime.tasks import FINAL_STATES
 from framework.runtime.tasks import Task as Record
 
@@ -49,6 +51,8 @@ CLAIMED = "cleveragents.claimed_task_id"
 _SETTLED = frozenset(TERMINAL_TASK_STATES | INTERRUPTED_TASK_STATES)
 _ROW_POLL_S = 0.05
 _ROW_GRACE_S = 1.0
+_OTHER_PROCESS_POLL_S = 0.2
+CLAIM_KEY = "cleveragents.claim_key"
 
 
 class ClaimedIdBuilder(SimpleRequestContextBuilder):
@@ -90,7 +94,11 @@ class ServingRequestHandler(RelayingRequestHandler):
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Message | Task:
         earlier = await self._claim(params, context)
         if earlier is None:
-            answer: Message | Task = await super().on_message_send(params, context)
+            try:
+                answer: Message | Task = await super().on_message_send(params, context)
+            except A2AError:
+                await self._release_refused(context)
+                raise
             return answer
         task = await self._row(earlier, context)
         if task.status.state not in _SETTLED and not params.configuration.return_immediately:
@@ -104,8 +112,12 @@ class ServingRequestHandler(RelayingRequestHandler):
     ) -> AsyncGenerator[Event, None]:
         earlier = await self._claim(params, context) if self._agent_card.capabilities.streaming else None
         if earlier is None:
-            async for event in super().on_message_send_stream(params, context):
-                yield event
+            try:
+                async for event in super().on_message_send_stream(params, context):
+                    yield event
+            except A2AError:
+                await self._release_refused(context)
+                raise
             return
         task = await self._row(earlier, context)
         if task.status.state in _SETTLED:
@@ -121,28 +133,57 @@ class ServingRequestHandler(RelayingRequestHandler):
         if self.claims is None or message.task_id or not message.message_id:
             return None
         key = claim_key(self.agent, context.user.user_name, message.message_id)
-        mine = uuid.uuid4().hex
         try:
-            holder, claimed_at = await self.claims.aclaim(key, mine)
-        except StoreBusy as exc:  # its task fails store_busy without running, as a write held up in the run would
+            return await self._earlier(self.claims, key, _digest(message), context)
+        except (StoreBusy, StoreUnreachable) as exc:  # the task fails with it without running, as in the run
             context.state[REFUSED] = exc
             return None
-        while holder != mine:
+
+    async def _earlier(self, claims: MessageClaims, key: str, digest: str, context: ServerCallContext) -> str | None:
+        mine = uuid.uuid4().hex
+        claim = await claims.aclaim(key, mine, digest)
+        while claim.task_id != mine:
+            if claim.digest != digest:
+                raise InvalidParamsError(
+                    message="this messageId was already sent with another message (within server.retry_window);"
+                    " give every new message a new messageId"
+                )
+            holder = claim.task_id
             if await self.rows.get(holder, context) is not None:
                 return holder  # the earlier copy's task: the answer
             record = await self.records(holder)
             if record is not None and not _ended_long_ago(record):
                 await asyncio.sleep(_ROW_POLL_S)  # its run goes on, and shows its task when it has one
-            elif record is None and datetime.now(UTC) - claimed_at < timedelta(seconds=STALE_S):
+            elif record is not None and record.state != "completed":
+                return await self._kept(record, context)  # it ended with no task shown: a crash, a failure
+            elif record is None and datetime.now(UTC) - claim.at < timedelta(seconds=STALE_S):
                 await asyncio.sleep(_ROW_POLL_S)  # being started
-            elif await self.claims.atake_over(key, holder, mine, 0 if record is not None else STALE_S):
-                # Its process died before the run began, or the run ended answering with a Message,
-                # which no task keeps: this copy runs the message.
-                holder = mine
+            elif await claims.atake_over(key, holder, mine, digest, 0 if record is not None else STALE_S):
+                # Its process died before the run began, or the run completed answering with a
+                # Message, which no task keeps: this copy runs the message.
+                claim = Claim(mine, datetime.now(UTC), digest)
             else:
-                holder, claimed_at = await self.claims.aclaim(key, mine)  # another copy took it over first
+                claim = await claims.aclaim(key, mine, digest)  # another copy took it over first
         context.state[CLAIMED] = mine
+        context.state[CLAIM_KEY] = key
         return None
+
+    async def _kept(self, record: Record, context: ServerCallContext) -> str:
+        """The A2A task of a run that ended before it showed one (a workflow whose answer could have
+        been a Message, failed or stopped by its process dying): saved now from its record."""
+        bare = Task(id=record.id, context_id=record.conversation)
+        bare.status.state = TaskState.TASK_STATE_SUBMITTED
+        await self.rows.save(derived(bare, record), context)
+        return record.id
+
+    async def _release_refused(self, context: ServerCallContext) -> None:
+        """Give up this copy's claim when a2a-sdk refused its request before the run began, so the
+        request sent again, corrected, runs at once."""
+        mine, key = context.state.get(CLAIMED), context.state.get(CLAIM_KEY)
+        if self.claims is None or not isinstance(mine, str) or not isinstance(key, str):
+            return
+        if await self.records(mine) is None and await self.rows.get(mine, context) is None:
+            await self.claims.arelease(key, mine)
 
     async def _row(self, task_id: str, context: ServerCallContext) -> Task:
         task = await self.rows.get(task_id, context)
@@ -151,12 +192,31 @@ class ServingRequestHandler(RelayingRequestHandler):
         return task
 
     async def _events(self, task: Task, context: ServerCallContext) -> AsyncGenerator[Event, None]:
-        """The task's events until it is final or waits for input, as SubscribeToTask sends them."""
+        """The task's events until it is final or waits for input, as SubscribeToTask sends them;
+        a run in another process on the same SQLite files is followed by reading its row."""
+        if self.follower is None and await self._active_task_registry.get(task.id) is None:
+            seen = task
+            while seen.status.state not in _SETTLED:
+                await asyncio.sleep(_OTHER_PROCESS_POLL_S)
+                latest = await self._row(task.id, context)
+                for event in changes(seen, latest):
+                    yield event
+                seen = latest
+            return
         try:
             async for event in self.on_subscribe_to_task(SubscribeToTaskRequest(id=task.id), context):
                 yield event
         except UnsupportedOperationError:  # it ended between the read and the subscription
             yield await self._row(task.id, context)
+
+
+def _digest(message: Message) -> str:
+    """What a message says, for telling a copy from another message under the same messageId: its
+    parts and its context (not its metadata, where a retrying client may put a new trace context)."""
+    said = Message()
+    said.parts.extend(message.parts)
+    said.context_id = message.context_id
+    return hashlib.sha256(said.SerializeToString(deterministic=True)).hexdigest()
 
 
 def _ended_long_ago(record: Record) -> bool:

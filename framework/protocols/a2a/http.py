@@ -317,6 +317,8 @@ def build_server(runtime: Runtime) -> Server:
         if credentials is None and runtime.source == "a2a-http":
             await adopt_unowned(runtime, store)
         await fail_interrupted(runtime, store)
+        if window := runtime.bundle.project.config.server.retry_window:
+            await MessageClaims(runtime.tasks.db, window).aprune()  # copies that old are new messages anyway
         sweeper = None if runtime.tasks.db.local else asyncio.create_task(sweep_orphans(runtime))
         try:
             yield

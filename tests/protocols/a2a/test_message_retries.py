@@ -8,13 +8,17 @@ how often the run's side effect happened. The official a2a-sdk client sends ever
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,6 +28,7 @@ from a2a.types import Message, Role, SendMessageConfiguration, SendMessageReques
 
 from framework.runtime.message_claims import STALE_S, MessageClaims, claim_key
 from framework.runtime.schema import connect
+from tests.a2a_peers import StdioPeer
 from tests.conftest import write_project
 from tests.postgres_db import fresh_database
 from tests.serving import ServerProcess, start_serve
@@ -67,13 +72,52 @@ GREETER = """
 """A workflow that answers with a Message: no task keeps the answer."""
 
 
+APPEND_THEN_NAP = '''
+    import asyncio
+    from pathlib import Path
+
+
+    async def append_then_nap(text: str) -> str:
+        """Append a line to effects.log, then take a long nap (a process killed meanwhile leaves the line)."""
+        with (Path(__file__).parent.parent / "effects.log").open("a") as f:
+            f.write(text + "\\n")
+        await asyncio.sleep(30)
+        return "rested"
+'''
+
+CRASHY = """
+    name: crashy
+    profile: autonomous
+    model:
+      provider: scripted
+      replies:
+        - tool_calls: [{name: append_then_nap, args: {text: crashy}}]
+        - rested
+    tools:
+      - python: tools/nap_after.py:append_then_nap
+"""
+
+FLOW = """
+    name: flow
+    kind: workflow
+    capabilities: {agents: [crashy]}
+    steps:
+      - {id: work, agent: crashy}
+      - {id: said, message: "crashy said {{ steps.work.output }}"}
+"""
+"""A workflow that may answer with a Message, so its task shows only when its run ends."""
+
+
 def project(root: Path, store: str = "", server: str = "") -> Path:
     ca_yaml = "default_agent: once\n" + (f"store: {{url: {store!r}}}\n" if store else "") + server
     files = {
         "ca.yaml": ca_yaml,
         "agents/once.yaml": AGENT,
         "agents/greeter.yaml": GREETER,
+        "agents/crashy.yaml": CRASHY,
+        "agents/flow.yaml": FLOW,
         "tools/slow.py": SLOW_APPEND,
+        "tools/nap_after.py": APPEND_THEN_NAP,
     }
     return write_project(root, files)
 
@@ -197,6 +241,92 @@ def test_a_message_answered_with_a_message_is_not_kept_and_a_copy_runs_again(ser
     assert took < 5, took  # at once, not after the 10 s a claim without any run waits
 
 
+def _body(message_id: str, text: str = "write it", **configuration: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"message": {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}}
+    if configuration:
+        body["configuration"] = configuration
+    return body
+
+
+def test_a_copy_after_a_crash_mid_run_of_a_late_showing_workflow_gets_the_failed_task(tmp_path: Path) -> None:
+    root = project(tmp_path / "crash")
+    server = start_serve(root)
+    message_id = uuid.uuid4().hex
+    answers: list[Any] = []
+    try:
+        sender = threading.Thread(target=lambda: answers.append(_quietly(server, _body(message_id))))
+        sender.start()
+        deadline = time.monotonic() + 60
+        while not effects(root) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert effects(root) == ["crashy"], server.output()
+    finally:
+        server.stop(signal.SIGKILL)
+    sender.join(timeout=30)
+    restarted = start_serve(root)
+    try:
+        copy = restarted.rpc("SendMessage", _body(message_id), agent="flow")
+        again = restarted.rpc("GetTask", {"id": copy["result"]["task"]["id"]}, agent="flow")
+    finally:
+        restarted.stop()
+    task = copy["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED", copy  # the run that died, not a second one
+    assert "stopped while this task was running" in json.dumps(task["status"]), task
+    assert again["result"]["status"]["state"] == "TASK_STATE_FAILED", again  # and GetTask shows it from now on
+    assert effects(root) == ["crashy"]  # the side effect ran once
+
+
+def _quietly(server: ServerProcess, body: dict[str, Any]) -> Any:
+    try:
+        return server.rpc("SendMessage", body, agent="flow")
+    except httpx.TransportError as exc:  # the server was killed under the request
+        return exc
+
+
+def test_a_copy_in_another_process_on_the_same_files_follows_the_run_to_its_end(tmp_path: Path) -> None:
+    root = project(tmp_path / "two")
+    first, second = StdioPeer(root, "once"), StdioPeer(root, "once")
+    message_id = uuid.uuid4().hex
+    try:
+        first.send({"jsonrpc": "2.0", "id": "a", "method": "SendMessage", "params": _body(message_id)})
+        deadline = time.monotonic() + 60
+        while not (root / ".ca" / "tasks.db").exists() or not _claimed(root):
+            assert time.monotonic() < deadline, first.stderr()
+            time.sleep(0.05)
+        copy = second.request("SendMessage", _body(message_id), timeout=30)
+        original = first.answer("a", timeout=30)
+    finally:
+        first.kill()
+        second.kill()
+    assert copy["result"]["task"]["id"] == original["result"]["task"]["id"], (copy, original)
+    assert copy["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", copy
+    assert effects(root) == ["hello"]
+
+
+def _claimed(root: Path) -> bool:
+    with sqlite3.connect(root / ".ca" / "tasks.db") as tasks:
+        try:
+            return bool(tasks.execute("SELECT count(*) FROM message_claims").fetchone()[0])
+        except sqlite3.OperationalError:  # the table is not made yet
+            return False
+
+
+def test_a_refused_request_gives_its_claim_back_and_another_message_under_its_id_is_refused(
+    served: ServerProcess,
+) -> None:
+    message_id = uuid.uuid4().hex
+    refused = served.rpc("SendMessage", _body(message_id, historyLength=-1), agent="once")
+    started = time.monotonic()
+    corrected = served.rpc("SendMessage", _body(message_id), agent="once")
+    took = time.monotonic() - started
+    other = served.rpc("SendMessage", _body(message_id, "something else"), agent="once")
+    assert refused["error"]["code"] == -32602, refused
+    assert corrected["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", corrected
+    assert took < 8, took  # it ran at once (1 s of tool), not after a stale claim's 10 s
+    assert other["error"]["code"] == -32602 and "already sent with another message" in other["error"]["message"]
+    assert effects(served.root) == ["hello"]
+
+
 @pytest.fixture
 def replicas(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     with fresh_database("message_retries") as url:
@@ -235,41 +365,45 @@ def test_a_claim_whose_task_never_appeared_is_taken_over_once_stale(tmp_path: Pa
     claims = MessageClaims(db, 86400)
     key = claim_key("once", "alice", "m-1")
 
-    async def main() -> tuple[tuple[str, datetime], tuple[str, datetime], bool, bool, bool]:
-        first = await claims.aclaim(key, "task-dead")
-        second = await claims.aclaim(key, "task-retry")
-        early = await claims.atake_over(key, "task-dead", "task-retry")  # the first may still be starting
+    async def main() -> tuple[str, str, bool, bool, bool]:
+        first = await claims.aclaim(key, "task-dead", "d")
+        second = await claims.aclaim(key, "task-retry", "d")
+        early = await claims.atake_over(key, "task-dead", "task-retry", "d")  # the first may still be starting
         old = (datetime.now(UTC) - timedelta(seconds=STALE_S + 1)).isoformat(timespec="microseconds")
         await db.aexecute("UPDATE message_claims SET created_at = ? WHERE key = ?", (old, key))
-        taken = await claims.atake_over(key, "task-dead", "task-retry")
-        twice = await claims.atake_over(key, "task-dead", "task-third")  # another retry lost the race
-        return first, second, early, taken, twice
+        taken = await claims.atake_over(key, "task-dead", "task-retry", "d")
+        twice = await claims.atake_over(key, "task-dead", "task-third", "d")  # another retry lost the race
+        return first.task_id, second.task_id, early, taken, twice
 
     try:
         first, second, early, taken, twice = asyncio.run(main())
         holder = db.execute("SELECT task_id FROM message_claims WHERE key = ?", (key,)).rows
     finally:
         db.close()
-    assert first[0] == "task-dead" and second[0] == "task-dead"
+    assert first == "task-dead" and second == "task-dead"
     assert (early, taken, twice) == (False, True, False)
     assert holder == [("task-retry",)]
     assert claim_key("once", "bob", "m-1") != key and claim_key("other", "alice", "m-1") != key
+    assert len(claim_key("once", "alice", "m" * 100_000)) == 64  # any messageId fits the index
 
 
-def test_a_copy_sent_after_the_retry_window_is_a_new_message(tmp_path: Path) -> None:
+def test_a_copy_sent_after_the_retry_window_is_a_new_message_and_old_claims_are_pruned(tmp_path: Path) -> None:
     db = connect(tmp_path)
     claims = MessageClaims(db, 60)
     key = claim_key("once", "alice", "m-2")
 
-    async def main() -> tuple[str, str, str]:
-        first, _ = await claims.aclaim(key, "task-1")
-        within, _ = await claims.aclaim(key, "task-2")
+    async def main() -> tuple[str, str, str, int, int]:
+        first = await claims.aclaim(key, "task-1", "d")
+        within = await claims.aclaim(key, "task-2", "d")
         old = (datetime.now(UTC) - timedelta(seconds=61)).isoformat(timespec="microseconds")
         await db.aexecute("UPDATE message_claims SET created_at = ? WHERE key = ?", (old, key))
-        after, _ = await claims.aclaim(key, "task-3")
-        return first, within, after
+        after = await claims.aclaim(key, "task-3", "d")
+        kept = await claims.aprune()  # the new claim is young
+        await db.aexecute("UPDATE message_claims SET created_at = ? WHERE key = ?", (old, key))
+        pruned = await claims.aprune()
+        return first.task_id, within.task_id, after.task_id, kept, pruned
 
     try:
-        assert asyncio.run(main()) == ("task-1", "task-1", "task-3")
+        assert asyncio.run(main()) == ("task-1", "task-1", "task-3", 0, 1)
     finally:
         db.close()
