@@ -34,11 +34,12 @@ as ``store.url``, one replica; then two replicas, started together on separate p
 (as on two hosts) sharing the one database, the bench's own client sending request i to replica
 i mod 2 — round-robin, as a load balancer would, with no balancer process in the way. The same
 load and concurrency as every other server; CPU per request and RSS are summed over both
-replicas' processes; spawn -> ready is the later replica's. Where the PostgreSQL server runs on
-this machine, the CPU of its backends serving that database is shown too (their /proc, found
-through pg_stat_activity; a connection opened and closed within the load is missed): it is not
-the replicas' and not in their CPU per request. Then the per-round ratios 1 replica / SQLite
-`ca serve`, 2 replicas / SQLite and 2 replicas / 1 replica. On one machine the replicas, the
+replicas' processes; spawn -> ready is the later replica's. The database's side is shown apart
+(it is not in the replicas' CPU per request): the transactions per request and the connections
+opened during the load (pg_stat_database, once its counts have settled after it), and, where the PostgreSQL server
+runs on this machine, the CPU of its backends serving that database (their /proc, found through
+pg_stat_activity; a connection opened and closed within the load is missed). Then the per-round
+ratios 1 replica / SQLite `ca serve`, 2 replicas / SQLite and 2 replicas / 1 replica. On one machine the replicas, the
 database and the client share its cores: two replicas show what coordinating through the
 database costs, not what a second host would add.
 
@@ -92,6 +93,7 @@ HEADERS = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 REQUEST_TIMEOUT = 30.0  # seconds one request may take
 LOAD_TIMEOUT = 900.0  # seconds one load run may take in all
 WARMUP = 50
+STATS_WAIT = 10.0  # seconds PostgreSQL may take to publish the load's counts (an idle backend waits up to 10 s)
 
 
 # -- the bare a2a-sdk server (run in its own process) --------------------------------------
@@ -252,6 +254,8 @@ class Load:
     failures: list[str] = field(default_factory=list)
     server_cpu: float = 0.0  # seconds of CPU the server (or all replicas) used during the load
     database_cpu: float | None = None  # seconds of CPU the PostgreSQL backends used, when they can be read
+    connections: int = 0  # PostgreSQL connections opened during the load
+    transactions: int = 0  # PostgreSQL transactions during the load
 
     @property
     def rate(self) -> float:
@@ -331,6 +335,20 @@ class Round:
     rss_after: int  # KiB after the load
 
 
+def settled(db: Database, before: tuple[int, int]) -> tuple[int, int]:
+    """The database's counts once PostgreSQL has published the load's: unchanged over 0.5 s, 1 s on."""
+    deadline = time.perf_counter() + STATS_WAIT
+    time.sleep(1.0)
+    last = db.activity()
+    while time.perf_counter() < deadline:
+        time.sleep(0.5)
+        now = db.activity()
+        if now == last and now[1] > before[1]:
+            return now
+        last = now
+    return last
+
+
 def measure(servers: list[Server], requests: int, concurrency: int, warmup: int, db: Database | None = None) -> Round:
     """Warm up, then load ``servers`` (spread round-robin over them); CPU and RSS summed over them."""
     spawn_time = max(wait_ready(server) for server in servers)  # each from its own spawn
@@ -340,10 +358,13 @@ def measure(servers: list[Server], requests: int, concurrency: int, warmup: int,
     ready = sum(rss_kib(server.proc.pid) for server in servers)
     cpu = sum(tree_cpu_seconds(server.proc.pid) for server in servers)
     backends = db.backends_cpu() if db is not None else None
+    activity = db.activity() if db is not None else (0, 0)
     load = asyncio.run(run_load(urls, requests, concurrency))
     load.server_cpu = sum(tree_cpu_seconds(server.proc.pid) for server in servers) - cpu
     if db is not None:
         load.database_cpu = backend_cpu_between(backends, db.backends_cpu())
+        now = settled(db, activity)
+        load.connections, load.transactions = now[0] - activity[0], now[1] - activity[1]
     return Round(load, spawn_time, ready, sum(rss_kib(server.proc.pid) for server in servers))
 
 
@@ -368,6 +389,10 @@ def report(name: str, rounds: list[Round]) -> None:
     database = [r.load.database_cpu / r.load.requests * 1000 for r in rounds if r.load.database_cpu is not None]
     if database:
         print(f"  PostgreSQL   {spread(database, 'ms', 2)} CPU/request in its backends for this database")
+    if any(r.load.transactions for r in rounds):
+        transactions = [r.load.transactions / r.load.requests for r in rounds]
+        print(f"  PostgreSQL   {spread(transactions, 'transactions/request')}")
+        print(f"  PostgreSQL   {spread([float(r.load.connections) for r in rounds], 'connections opened', 0)}")
     print(f"  failures     {len(failures)}/{total}")
     for problem in sorted(set(failures))[:5]:
         print(f"    e.g. {problem}")

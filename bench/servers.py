@@ -181,6 +181,21 @@ class Database:
     name: str
     admin: str  # conninfo of the server's maintenance database, which the bench itself uses
 
+    def activity(self) -> tuple[int, int]:
+        """Connections opened to this database so far, and transactions ended (pg_stat_database).
+
+        PostgreSQL publishes a backend's counts when it goes idle, at most once a second: read
+        them a second or more after the load.
+        """
+        import psycopg
+
+        with psycopg.connect(self.admin, autocommit=True, connect_timeout=5) as conn:
+            query = "SELECT sessions, xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s"
+            row = conn.execute(query, (self.name,)).fetchone()
+        if row is None:
+            sys.exit(f"the bench's database {self.name!r} is gone from its server")
+        return int(row[0]), int(row[1])
+
     def backends_cpu(self) -> dict[int, float] | None:
         """CPU so far of each PostgreSQL backend connected to this database; None for a remote server."""
         import psycopg

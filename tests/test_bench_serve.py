@@ -52,9 +52,11 @@ def test_a_postgresql_store_adds_one_and_two_replicas_next_to_sqlite_and_drops_i
         blocks = _blocks(result.stdout)
         for row in ROWS:
             assert "failures     0/8" in blocks[row], (row, result.stdout)
-            assert any(line.startswith("throughput") and "req/s" in line for line in blocks[row])
+            assert any(line.startswith("throughput") and "req/s" in line for line in blocks[row]), result.stdout
         for row in ROWS[1:]:
-            assert any(line.endswith("CPU/request in its backends for this database") for line in blocks[row])
+            lines = [line for line in blocks[row] if line.startswith("PostgreSQL")]
+            assert any(line.endswith("CPU/request in its backends for this database") for line in lines), result.stdout
+            assert any("transactions/request" in line for line in lines), result.stdout
         ratios = blocks[f"ca serve on PostgreSQL ({url}, a fresh database each), per round"]
         assert [line for line in ratios if "/" in line and "×" not in line] == [
             "1 replica / SQLite",
