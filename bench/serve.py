@@ -30,14 +30,15 @@ overhead per request is the paired difference with the untraced `ca serve` of th
 ``--store postgresql://USER@HOST:PORT/DB`` (the durable echo stays on SQLite) adds two more at the
 end of every round, each on a database of its own, created empty on that server (named after DB,
 which need not exist) and dropped after, so rounds are comparable: `ca serve` with that database
-as ``store.url``, one replica; then two replicas, started together on separate project folders (as
-on two hosts) sharing the one database, the bench's own client sending request i to replica i mod
-2 — round-robin, as a load balancer would, with no balancer process in the way. The same load and
-concurrency as every other server; CPU per request and RSS are summed over both replicas'
-processes; spawn -> ready is the later replica's. The database's side is shown apart (it is not in
-the replicas' CPU per request): the transactions per request and the connections opened during the
-load (pg_stat_database, once its counts have settled after it), and, where the PostgreSQL server
-runs on this machine, the CPU of its backends serving that database (their /proc, found through
+as ``store.url``, one replica; then two replicas on separate project folders (as on two hosts)
+sharing the one database, the second started once the first answers (as a rolling start does), the
+bench's own client sending request i to replica i mod 2 — round-robin, as a load balancer would,
+with no balancer process in the way. The same load and concurrency as every other server; CPU per
+request and RSS are summed over both replicas' processes; spawn -> ready is the slower replica's,
+each from its own spawn. The database's side is shown apart (it is not in the replicas' CPU per
+request): the transactions per request and the connections opened during the load
+(pg_stat_database, once its counts have settled after it), and, where the PostgreSQL server runs
+on this machine, the CPU of its backends serving that database (their /proc, found through
 pg_stat_activity; a connection opened and closed within the load is missed). Then the per-round
 ratios 1 replica / SQLite `ca serve`, 2 replicas / SQLite and 2 replicas / 1 replica. On one
 machine the replicas, the database and the client share its cores: two replicas show what
@@ -482,6 +483,8 @@ def run_rounds(
                         server = spawn_ca(project, env)
                     servers.append(server)
                     stack.callback(stop, server)  # before the database is dropped; a traced server flushes its spans
+                    if name == PG_TWO and replica == 0:
+                        wait_ready(server)  # the second starts once the first has set up the empty database
                 rounds[name].append(measure(servers, args.requests, args.concurrency, args.warmup, db))
                 if name == CA and n == args.rounds - 1:
                     ttfe = asyncio.run(time_to_first_event(servers[0].url + "/", args.ttfe_runs))
