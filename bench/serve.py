@@ -1,7 +1,7 @@
 """What serving costs: `ca serve` against two bare a2a-sdk echo servers, under the same load.
 
-    python bench/serve.py [--requests 600] [--concurrency 16] [--rounds 3] [--store sqlite|sqlite-sdk-default]
-                          [--telemetry]
+    python bench/serve.py [--requests 600] [--concurrency 16] [--rounds 3] [--warmup 50]
+                          [--store sqlite|sqlite-sdk-default|postgresql://USER@HOST:PORT/DB] [--telemetry]
 
 Three servers, each in its own process on a free loopback port, on a2a-sdk 1.3.0's Starlette
 routes and uvicorn, with the SDK's OpenTelemetry wrappers off
@@ -9,16 +9,17 @@ routes and uvicorn, with the SDK's OpenTelemetry wrappers off
 
 * the bare echo with InMemoryTaskStore: what a user compares frameworks against, and the
   headline ratio (goal: ca/bare >= 0.55 in throughput, <= 2.4 ms of CPU per request);
-* the bare echo with DatabaseTaskStore on SQLite (--store): the SDK's own durable store;
+* the bare echo with DatabaseTaskStore on SQLite (--store sqlite|sqlite-sdk-default): the SDK's
+  own durable store, with ca serve's engine settings or SQLAlchemy's defaults;
 * `ca serve` with an offline echo agent: tasks, conversations, audit all durable in SQLite.
 
 Rounds are interleaved (memory, durable, ca, then again), each server a fresh process per round
 and alone on the machine while it is loaded. Per server: --requests non-streaming SendMessage
-(raw JSON-RPC, ``A2A-Version: 1.0``, every request a new context) at --concurrency after a
-warm-up; req/s, CPU per request (the server process and its children, from /proc), p50/p99,
-RSS ready -> after, spawn -> card ready and failures (anything but a completed task echoing
-the request's text), each a median over rounds with min–max; then the per-round ratios. Last,
-the streaming time to first event of `ca serve`.
+(raw JSON-RPC, ``A2A-Version: 1.0``, every request a new context) at --concurrency after
+--warmup requests; req/s, CPU per request (the server process and its children, from /proc),
+p50/p99, RSS ready -> after, spawn -> card ready and failures (anything but a completed task
+echoing the request's text), each a median over rounds with min–max; then the per-round ratios.
+Last, the streaming time to first event of `ca serve`.
 
 ``--telemetry`` adds two servers to every round, right after `ca serve`: the same `ca serve` with
 tracing on as a user switches it on (``OTEL_EXPORTER_OTLP_ENDPOINT``; a2a-sdk's spans on too, ca's
@@ -26,8 +27,26 @@ default), and with ca's spans only (``OTEL_INSTRUMENTATION_A2A_SDK_ENABLED=false
 exporting over OTLP/HTTP to a local sink in a process of its own (bench/otlp_sink.py). The
 overhead per request is the paired difference with the untraced `ca serve` of the same round.
 
+``--store postgresql://USER@HOST:PORT/DB`` (the durable echo stays on SQLite) adds two more at the
+end of every round, each on a database of its own, created empty on that server (named after DB,
+which need not exist) and dropped after, so rounds are comparable: `ca serve` with that database
+as ``store.url``, one replica; then two replicas on separate project folders (as on two hosts)
+sharing the one database, the second started once the first answers (as a rolling start does), the
+bench's own client sending request i to replica i mod 2 — round-robin, as a load balancer would,
+with no balancer process in the way. The same load and concurrency as every other server; CPU per
+request and RSS are summed over both replicas' processes; spawn -> ready is the slower replica's,
+each from its own spawn. The database's side is shown apart (it is not in the replicas' CPU per
+request): the transactions per request and the connections opened during the load
+(pg_stat_database, once its counts have settled after it), and, where the PostgreSQL server runs
+on this machine, the CPU of its backends serving that database (their /proc, found through
+pg_stat_activity; a connection opened and closed within the load is missed). Then the per-round
+ratios 1 replica / SQLite `ca serve`, 2 replicas / SQLite and 2 replicas / 1 replica. On one
+machine the replicas, the database and the client share its cores: two replicas show what
+coordinating through the database costs, not what a second host would add.
+
 The bare server is this file run with ``--bare-server``: an AgentExecutor that replies
-with the input text as a completed task with one artifact.
+with the input text as a completed task with one artifact. Processes and databases are handled
+by bench/servers.py.
 """
 
 from __future__ import annotations
@@ -35,8 +54,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,26 +61,40 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # bench.otlp_sink (the bare server imports nothing of ours)
-HOST = "127.0.0.1"
-CARD = "/.well-known/agent-card.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.* (the bare server imports nothing of ca)
+from bench.servers import (
+    CARD,
+    HOST,
+    OTEL_ENV,
+    REPO,
+    Database,
+    Server,
+    backend_cpu_between,
+    check_postgres,
+    free_port,
+    fresh_database,
+    is_postgres,
+    rss_kib,
+    server_env,
+    shown,
+    spawn,
+    spawn_ca,
+    stop,
+    tree_cpu_seconds,
+    wait_ready,
+    write_project,
+)
+
 HEADERS = {"A2A-Version": "1.0", "Content-Type": "application/json"}
-OTEL_ENV = "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"
-READY_TIMEOUT = 60.0  # seconds a server may take to answer its card
 REQUEST_TIMEOUT = 30.0  # seconds one request may take
 LOAD_TIMEOUT = 900.0  # seconds one load run may take in all
 WARMUP = 50
-
-PROJECT = {
-    "ca.yaml": "default_agent: echo\n",
-    "agents/echo.yaml": "name: echo\n",  # no model: the built-in offline model, which echoes
-}
+STATS_WAIT = 10.0  # seconds PostgreSQL may take to publish the load's counts (an idle backend waits up to 10 s)
 
 
 # -- the bare a2a-sdk server (run in its own process) --------------------------------------
@@ -157,17 +188,6 @@ def bare_server(port: int, store: str) -> None:
 # -- processes -----------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def server_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), OTEL_ENV: "false"}
-
-
 def otel_honoured() -> bool:
     """Whether this a2a-sdk reads the switch (it decides at import of a2a.utils.telemetry)."""
     code = "import a2a.utils.telemetry as t; print(t.ENABLED_ENV_VAR, t.otel_enabled)"
@@ -175,19 +195,6 @@ def otel_honoured() -> bool:
         [sys.executable, "-c", code], env=server_env(), capture_output=True, text=True, timeout=60, check=False
     ).stdout.split()
     return out == [OTEL_ENV, "False"]
-
-
-@dataclass
-class Server:
-    name: str
-    port: int
-    proc: subprocess.Popen[bytes]
-    started: float
-    output: IO[bytes]
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
 
 
 def traced_env(endpoint: str, *, sdk_spans: bool) -> dict[str, str]:
@@ -201,71 +208,10 @@ def traced_env(endpoint: str, *, sdk_spans: bool) -> dict[str, str]:
     }
 
 
-def spawn(name: str, command: list[str], cwd: Path, port: int, env: dict[str, str] | None = None) -> Server:
-    # A file, not a pipe, so a chatty server never blocks on it; stop() reads and closes it.
-    err = tempfile.TemporaryFile()  # noqa: SIM115
-    start = time.perf_counter()
-    environ = server_env() if env is None else env
-    proc = subprocess.Popen(command, cwd=cwd, env=environ, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
-    return Server(name, port, proc, start, err)
-
-
-def spawn_ca(project: Path, env: dict[str, str] | None = None) -> Server:
-    port = free_port()
-    command = [sys.executable, "-m", "framework", "serve", "--port", str(port)]
-    return spawn("ca serve", command, project, port, env)
-
-
 def spawn_bare(store: str) -> Server:
     port = free_port()
     command = [sys.executable, str(Path(__file__).resolve()), "--bare-server", str(port), "--store-url", store]
     return spawn("bare a2a-sdk", command, REPO, port)
-
-
-def wait_ready(server: Server) -> float:
-    """Seconds from spawn until the agent card answers 200 (polled every 5 ms)."""
-    import httpx
-
-    deadline = server.started + READY_TIMEOUT
-    with httpx.Client(timeout=2) as http:
-        while time.perf_counter() < deadline:
-            if server.proc.poll() is not None:
-                sys.exit(f"{server.name} exited with {server.proc.returncode}:\n{stop(server)}")
-            try:
-                if http.get(server.url + CARD).status_code == 200:
-                    return time.perf_counter() - server.started
-            except httpx.TransportError:
-                pass
-            time.sleep(0.005)
-    sys.exit(f"{server.name} did not answer its card within {READY_TIMEOUT:.0f} s:\n{stop(server)}")
-
-
-def stop(server: Server) -> str:
-    """SIGTERM, then SIGKILL after 15 s; returns what the process wrote."""
-    if server.proc.poll() is None:
-        server.proc.send_signal(signal.SIGTERM)
-        try:
-            server.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.proc.kill()
-            server.proc.wait(timeout=10)
-    server.output.seek(0)
-    text = server.output.read().decode(errors="replace")
-    server.output.close()
-    return text
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process so far (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 # -- load ----------------------------------------------------------------------------------
@@ -307,7 +253,10 @@ class Load:
     elapsed: float = 0.0
     latencies: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    server_cpu: float = 0.0  # seconds of CPU the server used during the load
+    server_cpu: float = 0.0  # seconds of CPU the server (or all replicas) used during the load
+    database_cpu: float | None = None  # seconds of CPU the PostgreSQL backends used, when they can be read
+    connections: int = 0  # PostgreSQL connections opened during the load
+    transactions: int = 0  # PostgreSQL transactions during the load
 
     @property
     def rate(self) -> float:
@@ -318,8 +267,9 @@ class Load:
         return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000 if ordered else float("nan")
 
 
-async def run_load(url: str, requests: int, concurrency: int) -> Load:
-    """``requests`` SendMessage from ``concurrency`` workers; bounded by LOAD_TIMEOUT in all."""
+async def run_load(urls: list[str], requests: int, concurrency: int) -> Load:
+    """``requests`` SendMessage from ``concurrency`` workers, request i to ``urls[i % len(urls)]``
+    (round-robin, as a load balancer would spread them); bounded by LOAD_TIMEOUT in all."""
     import httpx
 
     result = Load(requests)
@@ -337,7 +287,7 @@ async def run_load(url: str, requests: int, concurrency: int) -> Load:
                 text = f"load {i} {uuid.uuid4().hex[:8]}"
                 start = time.perf_counter()
                 try:
-                    response = await http.post(url, json=send_body(text))
+                    response = await http.post(urls[i % len(urls)], json=send_body(text))
                     problem = f"HTTP {response.status_code}" if response.status_code != 200 else None
                     problem = problem or check(response.json(), text)
                 except (httpx.HTTPError, ValueError) as exc:
@@ -376,33 +326,6 @@ async def time_to_first_event(url: str, runs: int) -> list[float]:
 # -- main ----------------------------------------------------------------------------------
 
 
-def write_project(root: Path) -> None:
-    for name, text in PROJECT.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU of a process and its live descendants (a tool's or worker's process counts too)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the process ended while we looked
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            total += cpu_seconds(current)
-        except OSError:
-            continue
-        todo.extend(children.get(current, []))
-    return total
-
-
 @dataclass
 class Round:
     """One server's figures in one round: a fresh process, warmed, then loaded."""
@@ -413,14 +336,37 @@ class Round:
     rss_after: int  # KiB after the load
 
 
-def measure(server: Server, requests: int, concurrency: int) -> Round:
-    spawn_time = wait_ready(server)
-    asyncio.run(run_load(server.url + "/", WARMUP, concurrency))
-    ready = rss_kib(server.proc.pid)
-    cpu = tree_cpu_seconds(server.proc.pid)
-    load = asyncio.run(run_load(server.url + "/", requests, concurrency))
-    load.server_cpu = tree_cpu_seconds(server.proc.pid) - cpu
-    return Round(load, spawn_time, ready, rss_kib(server.proc.pid))
+def settled(db: Database, before: tuple[int, int]) -> tuple[int, int]:
+    """The database's counts once PostgreSQL has published the load's: unchanged over 0.5 s, 1 s on."""
+    deadline = time.perf_counter() + STATS_WAIT
+    time.sleep(1.0)
+    last = db.activity()
+    while time.perf_counter() < deadline:
+        time.sleep(0.5)
+        now = db.activity()
+        if now == last and now[1] > before[1]:
+            return now
+        last = now
+    return last
+
+
+def measure(servers: list[Server], requests: int, concurrency: int, warmup: int, db: Database | None = None) -> Round:
+    """Warm up, then load ``servers`` (spread round-robin over them); CPU and RSS summed over them."""
+    spawn_time = max(wait_ready(server) for server in servers)  # each from its own spawn
+    urls = [server.url + "/" for server in servers]
+    if warmup:
+        asyncio.run(run_load(urls, warmup, concurrency))
+    ready = sum(rss_kib(server.proc.pid) for server in servers)
+    cpu = sum(tree_cpu_seconds(server.proc.pid) for server in servers)
+    backends = db.backends_cpu() if db is not None else None
+    activity = db.activity() if db is not None else (0, 0)
+    load = asyncio.run(run_load(urls, requests, concurrency))
+    load.server_cpu = sum(tree_cpu_seconds(server.proc.pid) for server in servers) - cpu
+    if db is not None:
+        load.database_cpu = backend_cpu_between(backends, db.backends_cpu())
+        now = settled(db, activity)
+        load.connections, load.transactions = now[0] - activity[0], now[1] - activity[1]
+    return Round(load, spawn_time, ready, sum(rss_kib(server.proc.pid) for server in servers))
 
 
 def spread(values: list[float], unit: str, digits: int = 1) -> str:
@@ -441,6 +387,13 @@ def report(name: str, rounds: list[Round]) -> None:
         f"{spread([r.rss_after / 1024 for r in rounds], 'MiB')} after"
     )
     print(f"  spawn->ready {spread([r.spawn for r in rounds], 's', 3)}")
+    database = [r.load.database_cpu / r.load.requests * 1000 for r in rounds if r.load.database_cpu is not None]
+    if database:
+        print(f"  PostgreSQL   {spread(database, 'ms', 2)} CPU/request in its backends for this database")
+    if any(r.load.transactions for r in rounds):
+        transactions = [r.load.transactions / r.load.requests for r in rounds]
+        print(f"  PostgreSQL   {spread(transactions, 'transactions/request')}")
+        print(f"  PostgreSQL   {spread([float(r.load.connections) for r in rounds], 'connections opened', 0)}")
     print(f"  failures     {len(failures)}/{total}")
     for problem in sorted(set(failures))[:5]:
         print(f"    e.g. {problem}")
@@ -451,6 +404,22 @@ def ratios(ca: list[Round], base: list[Round], name: str) -> None:
     rate = [c.load.rate / b.load.rate for c, b in zip(ca, base, strict=True) if b.load.rate]
     cpu = [b.load.server_cpu / c.load.server_cpu for c, b in zip(ca, base, strict=True) if c.load.server_cpu]
     print(f"  against {name}: throughput ca/base {spread(rate, '×', 2)}, CPU per request base/ca {spread(cpu, '×', 2)}")
+
+
+def compared(name: str, these: list[Round], base: list[Round]) -> None:
+    """Per-round ratios these/base of throughput, CPU per request (the servers' processes) and p50/p99."""
+    pairs = list(zip(these, base, strict=True))
+    rate = [t.load.rate / b.load.rate for t, b in pairs if b.load.rate]
+    cpu = [
+        (t.load.server_cpu / t.load.requests) / (b.load.server_cpu / b.load.requests)
+        for t, b in pairs
+        if b.load.server_cpu
+    ]
+    p50 = [t.load.percentile(0.5) / b.load.percentile(0.5) for t, b in pairs]
+    p99 = [t.load.percentile(0.99) / b.load.percentile(0.99) for t, b in pairs]
+    print(f"  {name}")
+    print(f"    throughput {spread(rate, '×', 2)}, CPU/request {spread(cpu, '×', 2)}")
+    print(f"    p50 {spread(p50, '×', 2)}, p99 {spread(p99, '×', 2)}")
 
 
 def overhead(what: str, traced: list[Round], plain: list[Round]) -> None:
@@ -467,17 +436,74 @@ def overhead(what: str, traced: list[Round], plain: list[Round]) -> None:
     print(f"  throughput   on/off {spread(rate, '×', 2)}")
 
 
+def store_option(value: str) -> str:
+    """``--store``: ``sqlite``, ``sqlite-sdk-default`` or a PostgreSQL URL."""
+    if value in ("sqlite", "sqlite-sdk-default") or is_postgres(value):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: use sqlite, sqlite-sdk-default or postgresql://USER@HOST:PORT/DB")
+
+
+MEMORY = "bare a2a-sdk echo, InMemoryTaskStore"
+DURABLE = "bare a2a-sdk echo, DatabaseTaskStore on SQLite"
+CA = "ca serve, offline echo agent, SQLite (.ca/state.db)"
+TRACED = "ca serve, tracing on (ca's and a2a-sdk's spans), OTLP/HTTP to a local sink"
+OURS = f"ca serve, tracing on, ca's spans only ({OTEL_ENV}=false), OTLP/HTTP to a local sink"
+PG_ONE = "ca serve, PostgreSQL store.url, 1 replica"
+PG_TWO = "ca serve, PostgreSQL store.url, 2 replicas (two folders, one database), requests round-robin"
+
+
+def run_rounds(
+    args: argparse.Namespace, names: list[str], tmp: Path, endpoint: str | None
+) -> tuple[dict[str, list[Round]], list[float]]:
+    """Every server of ``names`` in each of ``args.rounds`` rounds, interleaved; and the last SQLite
+    `ca serve`'s streaming times to first event."""
+    rounds: dict[str, list[Round]] = {name: [] for name in names}
+    ttfe: list[float] = []
+    for n in range(args.rounds):
+        sqlite = f"sqlite+aiosqlite:///{tmp / f'bare{n}.db'}"
+        stores = {MEMORY: "memory", DURABLE: f"sdk-default:{sqlite}" if args.store == "sqlite-sdk-default" else sqlite}
+        # Interleaved, fresh processes (projects, databases) per round, one server (or pair) at a time.
+        for index, name in enumerate(names):
+            with ExitStack() as stack:
+                db = None
+                if name in (PG_ONE, PG_TWO):
+                    db = stack.enter_context(fresh_database(args.store, f"r{n}_{index}"))
+                servers = []
+                for replica in range(2 if name == PG_TWO else 1):
+                    if name in stores:
+                        server = spawn_bare(stores[name])
+                    else:
+                        project = tmp / f"project{n}-{index}-{replica}"
+                        write_project(project, db.url if db is not None else None)
+                        env = (
+                            traced_env(endpoint, sdk_spans=name == TRACED)
+                            if name in (TRACED, OURS) and endpoint
+                            else None
+                        )
+                        server = spawn_ca(project, env)
+                    servers.append(server)
+                    stack.callback(stop, server)  # before the database is dropped; a traced server flushes its spans
+                    if name == PG_TWO and replica == 0:
+                        wait_ready(server)  # the second starts once the first has set up the empty database
+                rounds[name].append(measure(servers, args.requests, args.concurrency, args.warmup, db))
+                if name == CA and n == args.rounds - 1:
+                    ttfe = asyncio.run(time_to_first_event(servers[0].url + "/", args.ttfe_runs))
+    return rounds, ttfe
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds, each with fresh servers")
+    parser.add_argument("--warmup", type=int, default=WARMUP, help="requests to each server before it is measured")
     parser.add_argument(
         "--store",
-        choices=["sqlite", "sqlite-sdk-default"],
+        type=store_option,
         default="sqlite",
-        help="the durable baseline's task store: DatabaseTaskStore on SQLite with ca serve's engine settings"
-        " (default) or with SQLAlchemy's defaults",
+        help="sqlite or sqlite-sdk-default: the durable baseline's task store, DatabaseTaskStore on SQLite with"
+        " ca serve's engine settings (default) or with SQLAlchemy's defaults; postgresql://USER@HOST:PORT/DB: also"
+        " ca serve with that store.url, one replica and two, each on a fresh database (named after DB) per round",
     )
     parser.add_argument("--ttfe-runs", type=int, default=20)
     parser.add_argument(
@@ -491,20 +517,24 @@ def main() -> None:
     if args.bare_server:
         bare_server(args.bare_server, args.store_url)
         return
-    if not (1 <= args.requests <= 100_000 and 1 <= args.concurrency <= 256 and 1 <= args.rounds <= 50):
-        sys.exit("--requests must be 1..100000, --concurrency 1..256 and --rounds 1..50")
+    if not (
+        1 <= args.requests <= 100_000
+        and 1 <= args.concurrency <= 256
+        and 1 <= args.rounds <= 50
+        and 0 <= args.warmup <= 10_000
+        and 1 <= args.ttfe_runs <= 1000
+    ):
+        sys.exit(
+            "--requests must be 1..100000, --concurrency 1..256, --rounds 1..50, --warmup 0..10000, --ttfe-runs 1..1000"
+        )
+    postgres = is_postgres(args.store)
+    if postgres:
+        check_postgres(args.store)
 
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start")
     honoured = "honoured by" if otel_honoured() else "NOT read by"
     print(f"{OTEL_ENV}=false for every server but the traced one: {honoured} a2a-sdk")
-    memory = "bare a2a-sdk echo, InMemoryTaskStore"
-    durable = "bare a2a-sdk echo, DatabaseTaskStore on SQLite"
-    ca = "ca serve, offline echo agent, SQLite (.ca/state.db)"
-    traced = "ca serve, tracing on (ca's and a2a-sdk's spans), OTLP/HTTP to a local sink"
-    ours = f"ca serve, tracing on, ca's spans only ({OTEL_ENV}=false), OTLP/HTTP to a local sink"
-    rounds: dict[str, list[Round]] = {memory: [], durable: [], ca: []}
-    if args.telemetry:
-        rounds |= {traced: [], ours: []}
+    names = [MEMORY, DURABLE, CA] + ([TRACED, OURS] if args.telemetry else []) + ([PG_ONE, PG_TWO] if postgres else [])
     sink = None
     if args.telemetry:
         from bench.otlp_sink import Sink
@@ -512,26 +542,7 @@ def main() -> None:
         sink = Sink(free_port())
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            for n in range(args.rounds):
-                sqlite = f"sqlite+aiosqlite:///{Path(tmp) / f'bare{n}.db'}"
-                stores = {memory: "memory", durable: sqlite if args.store == "sqlite" else f"sdk-default:{sqlite}"}
-                # Interleaved, fresh processes (and projects) per round, one server at a time on the machine.
-                for name in rounds:
-                    if name in (ca, traced, ours):
-                        project = Path(tmp) / f"project{n}-{list(rounds).index(name)}"
-                        write_project(project)
-                        env = None
-                        if name != ca and sink is not None:
-                            env = traced_env(sink.endpoint, sdk_spans=name == traced)
-                        server = spawn_ca(project, env)
-                    else:
-                        server = spawn_bare(stores[name])
-                    try:
-                        rounds[name].append(measure(server, args.requests, args.concurrency))
-                        if name == ca and n == args.rounds - 1:
-                            ttfe = asyncio.run(time_to_first_event(server.url + "/", args.ttfe_runs))
-                    finally:
-                        stop(server)  # a traced server flushes its spans to the sink as it stops
+            rounds, ttfe = run_rounds(args, names, Path(tmp), sink.endpoint if sink is not None else None)
         exported = sink.count() if sink is not None else (0, 0)
     finally:
         if sink is not None:
@@ -539,18 +550,23 @@ def main() -> None:
 
     print(
         f"{args.requests} non-streaming SendMessage at concurrency {args.concurrency}, each a new context "
-        f"(after {WARMUP} warm-up requests), raw JSON-RPC over httpx, loopback; "
+        f"(after {args.warmup} warm-up requests), raw JSON-RPC over httpx, loopback; "
         f"median (min–max) of {args.rounds} interleaved rounds"
     )
     for name, measured in rounds.items():
         report(name, measured)
     print("ca serve")
-    ratios(rounds[ca], rounds[memory], "the in-memory echo (headline; goal >= 0.55×, CPU <= 2.4 ms/request)")
-    ratios(rounds[ca], rounds[durable], "the durable SQLite echo")
+    ratios(rounds[CA], rounds[MEMORY], "the in-memory echo (headline; goal >= 0.55×, CPU <= 2.4 ms/request)")
+    ratios(rounds[CA], rounds[DURABLE], "the durable SQLite echo")
     if args.telemetry:
-        overhead("ca's and a2a-sdk's spans", rounds[traced], rounds[ca])
-        overhead("ca's spans only", rounds[ours], rounds[ca])
+        overhead("ca's and a2a-sdk's spans", rounds[TRACED], rounds[CA])
+        overhead("ca's spans only", rounds[OURS], rounds[CA])
         print(f"  exported     {exported[0]} OTLP requests, {exported[1] / 1024:.0f} KiB to the sink in all")
+    if postgres:
+        print(f"ca serve on PostgreSQL ({shown(args.store)}, a fresh database each), per round")
+        compared("1 replica / SQLite", rounds[PG_ONE], rounds[CA])
+        compared("2 replicas / SQLite", rounds[PG_TWO], rounds[CA])
+        compared("2 replicas / 1 replica", rounds[PG_TWO], rounds[PG_ONE])
     print(f"ca serve streaming time to first event (SendStreamingMessage, {args.ttfe_runs} runs)")
     print(f"  {spread([t * 1000 for t in ttfe], 'ms')}")
     print(f"machine: load average {os.getloadavg()[0]:.2f} at the end")
