@@ -38,7 +38,7 @@ from a2a.server.agent_execution.active_task import INTERRUPTED_TASK_STATES, TERM
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabaseTaskStore, TaskStore
 from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState
-from sqlalchemy import JSON, DateTime
+from sqlalchemy import JSON, DateTime, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import class_mapper
@@ -56,6 +56,7 @@ FLUSH_SECONDS = 0.5
 """A running task's latest state reaches the database at most this long after it changed."""
 DURABLE_STATES = frozenset(TERMINAL_TASK_STATES | INTERRUPTED_TASK_STATES)
 """Saves into these states are written before ``save`` returns."""
+_CREATE_LOCK = 0x6361_6132_6174  # "caa2at": the advisory lock a2a-sdk's table creation runs under
 
 
 @dataclass
@@ -116,7 +117,19 @@ class WriteBehindTaskStore(TaskStore):
         return path.name if isinstance(path, Path) else "the task store"
 
     async def initialize(self) -> None:
-        await self.store.initialize()
+        engine = self.store.engine
+        if engine.dialect.name != "postgresql":
+            await self.store.initialize()
+            return
+        # Replicas starting together on an empty database: a2a-sdk's CREATE TABLE of one fails on the
+        # other's (a unique violation in pg_type). Under a session advisory lock one creates, the others
+        # wait and then find the table.
+        async with engine.connect() as lock:
+            await lock.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _CREATE_LOCK})
+            try:
+                await self.store.initialize()
+            finally:
+                await lock.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _CREATE_LOCK})
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
         if self.stop is not None and task.status.state == TaskState.TASK_STATE_CANCELED:
