@@ -65,6 +65,8 @@ from framework.runtime.stores import state_dir
 from framework.runtime.tasks import RENEW_S
 from framework.runtime.tasks import Task as Record
 
+A2A_POOL_SIZE = 15
+"""Connections to PostgreSQL the A2A task rows use per server (requests past them wait for one)."""
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
 CARD_CACHE = "public, max-age=60"
@@ -153,7 +155,9 @@ def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     url = store_url(runtime)
     records = runtime.tasks.find  # the one task record: every row's state is derived from it
     if not url.startswith("sqlite"):
-        engine = create_async_engine(url)
+        # SQLAlchemy's default pool keeps 5 connections and closes every one past them when it is given
+        # back: under load each request opened a connection. The same 15 at most, all kept.
+        engine = create_async_engine(url, pool_size=A2A_POOL_SIZE, max_overflow=0)
         follower = TaskFollower(engine, libpq_url(url))  # subscribers here relay runs of the other servers
         stop = lambda task_id: stop_elsewhere(runtime, task_id)  # noqa: E731 - a cancel here stops the run there
         return WriteBehindTaskStore(DatabaseTaskStore(engine), records=records, follower=follower, stop=stop)
