@@ -60,7 +60,6 @@ from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
 from framework.runtime.store_url import libpq_url
 from framework.runtime.stores import state_dir
-from framework.runtime.tasks import RENEW_S
 from framework.runtime.tasks import Task as Record
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -114,16 +113,28 @@ def store_url(runtime: Runtime) -> str:
     return "postgresql+asyncpg://" + libpq_url(url).removeprefix("postgresql://")
 
 
-async def sweep_orphans(runtime: Runtime) -> None:
-    """With replicas sharing PostgreSQL, settle every :data:`~framework.runtime.tasks.RENEW_S` the tasks
-    another replica was running when it died (its leases expired), as ``Runtime.open`` settles them
-    at start: a task is settled at most ``LEASE_S + RENEW_S`` after its replica stopped renewing."""
+async def sweep_orphans(runtime: Runtime, store: WriteBehindTaskStore) -> None:
+    """With replicas sharing PostgreSQL, settle every ``TaskStore.renew_every`` (a third of the lease) the
+    tasks another replica was running when it died (its leases expired), as ``Runtime.open`` settles them
+    at start, and write their A2A rows: a task is settled at most ``task_lease * 4/3`` after its replica
+    stopped renewing."""
     while True:
-        await asyncio.sleep(RENEW_S)
+        await asyncio.sleep(runtime.tasks.renew_every)
         try:
-            await runtime.settle_orphans()
+            await write_settled(store, await runtime.settle_orphans())
         except (StoreBusy, StoreUnreachable) as exc:
             logger.warning("orphaned tasks not looked for: %s", exc)
+
+
+async def write_settled(store: WriteBehindTaskStore, settled: list[Record]) -> None:
+    """Write the A2A rows of tasks whose records were settled (failed: their process died), so the row
+    itself — not only what GetTask derives from the record — shows the end, and subscribers on every
+    replica are told (the row's ``NOTIFY``). A task without a row (a child task, a CLI run) is skipped."""
+    for record in settled:
+        context = ServerCallContext(user=TaskOwner(record.caller))  # the A2A store scopes rows by owner
+        row = await store.get(record.id, context)  # its status derived from the settled record
+        if row is not None:
+            await store.save(row, context)
 
 
 async def stop_elsewhere(runtime: Runtime, task_id: str) -> None:
@@ -311,7 +322,8 @@ def build_server(runtime: Runtime) -> Server:
         if credentials is None and runtime.source == "a2a-http":
             await adopt_unowned(runtime, store)
         await fail_interrupted(runtime, store)
-        sweeper = None if runtime.tasks.db.local else asyncio.create_task(sweep_orphans(runtime))
+        await write_settled(store, runtime.settled_at_open)
+        sweeper = None if runtime.tasks.db.local else asyncio.create_task(sweep_orphans(runtime, store))
         try:
             yield
         finally:
