@@ -199,9 +199,10 @@ def served_card(runtime: Runtime, name: str) -> AgentCard:
 def request_handler(runtime: Runtime, name: str, store: WriteBehindTaskStore) -> DefaultRequestHandler:
     """a2a-sdk's handler for one agent; authenticated callers get the full card from GetExtendedAgentCard."""
     authed = runtime.bundle.project.config.server.auth is not None
+    rows = AgentTaskStore(store, name)
     return RelayingRequestHandler(
-        CleverAgentExecutor(runtime, name),
-        AgentTaskStore(store, name),
+        CleverAgentExecutor(runtime, name, rows),
+        rows,
         served_card(runtime, name),
         extended_agent_card=full_card(runtime, name) if authed else None,
         follower=store.follower,

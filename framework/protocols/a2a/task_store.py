@@ -116,6 +116,14 @@ class WriteBehindTaskStore(TaskStore):
         return path.name if isinstance(path, Path) else "the task store"
 
     async def initialize(self) -> None:
+        engine = self.store.engine
+        if engine.dialect.name == "postgresql":  # replicas starting together must not race on CREATE TABLE
+            from sqlalchemy import Table, text
+
+            tables = [t for t in class_mapper(self.store.task_model).tables if isinstance(t, Table)]
+            async with engine.begin() as conn:  # the first creates the table; the others wait, then find it
+                await conn.execute(text("SELECT pg_advisory_xact_lock(7412290142)"))  # the audit's is ...141
+                await conn.run_sync(self.store.task_model.metadata.create_all, tables=tables)
         await self.store.initialize()
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
