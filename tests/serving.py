@@ -161,18 +161,31 @@ def _launch(
     return kind(cwd, port, proc, out, err, ready_path)
 
 
+def _host_prefix(hostname: str) -> list[str]:
+    return ["unshare", "--user", "--map-root-user", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname]
+
+
+def why_no_hosts() -> str:
+    """Why processes cannot run under host names of their own here (:func:`on_host`), or '' when they can."""
+    try:
+        probe = subprocess.run(
+            [*_host_prefix("ca-probe"), "hostname"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except FileNotFoundError:
+        return "`unshare` is not installed"
+    if probe.returncode != 0 or probe.stdout.strip() != "ca-probe":
+        return f"no UTS namespace for a second host name: {probe.stderr.strip() or probe.stdout.strip()}"
+    return ""
+
+
 def on_host(hostname: str) -> list[str]:
     """The command prefix that runs a process as on another machine named ``hostname``: in a UTS
     namespace of its own (``unshare``), so ``socket.gethostname()`` differs while pids and loopback are
     shared. Skips the test, saying why, where namespaces cannot be made."""
-    prefix = ["unshare", "--user", "--map-root-user", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname]
-    try:
-        probe = subprocess.run([*prefix, "hostname"], capture_output=True, text=True, timeout=10, check=False)
-    except FileNotFoundError:
-        pytest.skip("`unshare` is not installed: replicas on separate hosts cannot be simulated here")
-    if probe.returncode != 0 or probe.stdout.strip() != hostname:
-        pytest.skip(f"no UTS namespace for a second host name here: {probe.stderr.strip() or probe.stdout.strip()}")
-    return prefix
+    why = why_no_hosts()
+    if why:
+        pytest.skip(f"replicas on separate hosts cannot be simulated here: {why}")
+    return _host_prefix(hostname)
 
 
 def launch_serve(

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
 from framework.runtime.store_url import libpq_url
 from framework.runtime.stores import state_dir
+from framework.runtime.tasks import FINAL_STATES
 from framework.runtime.tasks import Task as Record
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -116,14 +118,29 @@ def store_url(runtime: Runtime) -> str:
 async def sweep_orphans(runtime: Runtime, store: WriteBehindTaskStore) -> None:
     """With replicas sharing PostgreSQL, settle every ``TaskStore.renew_every`` (a third of the lease) the
     tasks another replica was running when it died (its leases expired), as ``Runtime.open`` settles them
-    at start, and write their A2A rows: a task is settled at most ``task_lease * 4/3`` after its replica
+    at start, and write their A2A rows (and those of tasks that ended just before their replica died,
+    :func:`write_lagging`): a task is settled at most ``task_lease * 4/3`` after its replica
     stopped renewing."""
     while True:
         await asyncio.sleep(runtime.tasks.renew_every)
         try:
             await write_settled(store, await runtime.settle_orphans())
+            await write_lagging(runtime, store)
         except (StoreBusy, StoreUnreachable) as exc:
             logger.warning("orphaned tasks not looked for: %s", exc)
+
+
+async def write_lagging(runtime: Runtime, store: WriteBehindTaskStore) -> None:
+    """Write the A2A rows still running, untouched for a lease, whose records have ended: their server died
+    between the record's last write and the row's (GetTask derives the end already; the row, and
+    subscribers told by its ``NOTIFY``, get it here)."""
+    before = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=runtime.tasks.lease)
+    ended = []
+    for task_id in await store.stale_running(before):
+        record = await runtime.tasks.afind(task_id)
+        if record is not None and record.state in FINAL_STATES:
+            ended.append(record)
+    await write_settled(store, ended)
 
 
 async def write_settled(store: WriteBehindTaskStore, settled: list[Record]) -> None:
