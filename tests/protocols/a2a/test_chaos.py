@@ -256,6 +256,7 @@ def test_two_replicas_one_killed_again_and_again_lose_no_task_and_repeat_no_side
         tasks = [t for t in store.list(limit=100_000) if not t.parent]
     finally:
         store.close()
+    settled_s = time.monotonic() - started - load_s
     counters = {p.name: p.read_text().count("ran\n") for p in (tmp_path / "counters").iterdir()}
     audit = run_ca("audit", "--json", "--limit", "1000000", cwd=cluster.roots["b"], timeout=120)
     assert audit.returncode == 0, audit.stderr
@@ -265,6 +266,9 @@ def test_two_replicas_one_killed_again_and_again_lose_no_task_and_repeat_no_side
     states = Counter(t.state for t in tasks)
     lease = sum(1 for t in tasks if t.state == "failed" and "stopped renewing its lease" in t.error)
     print(f"\nchaos: {TASKS} tasks in {load_s:.0f} s, replica A SIGKILLed {cluster.kills} times")
+    print(
+        f"  every task final {settled_s:.0f} s later; checks took {time.monotonic() - started - load_s - settled_s:.0f} s"
+    )
     print(f"  hosts: {cluster.hosts}")
     print(
         f"  task records: {dict(states)}; failed by an expired lease: {lease}, by a dead pid: {states['failed'] - lease}"
