@@ -128,17 +128,22 @@ async def sweep_orphans(runtime: Runtime, store: WriteBehindTaskStore) -> None:
             await write_lagging(runtime, store)
         except (StoreBusy, StoreUnreachable) as exc:
             logger.warning("orphaned tasks not looked for: %s", exc)
+        except Exception:  # the sweeper must go on: a replica that stops sweeping leaves others' tasks running
+            logger.exception("looking for orphaned tasks failed; looking again in %g s", runtime.tasks.renew_every)
 
 
 async def write_lagging(runtime: Runtime, store: WriteBehindTaskStore) -> None:
     """Write the A2A rows still running, untouched for a lease, whose records have ended: their server died
     between the record's last write and the row's (GetTask derives the end already; the row, and
-    subscribers told by its ``NOTIFY``, get it here)."""
+    subscribers told by its ``NOTIFY``, get it here). A row without a record is failed: its server died
+    between the row's first write and the record's, before anything ran."""
     before = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=runtime.tasks.lease)
     ended = []
-    for task_id in await store.stale_running(before):
+    for task_id, owner in await store.stale_running(before):
         record = await runtime.tasks.afind(task_id)
-        if record is not None and record.state in FINAL_STATES:
+        if record is None:
+            await _fail_row(store, task_id, ServerCallContext(user=TaskOwner(owner)))
+        elif record.state in FINAL_STATES:
             ended.append(record)
     await write_settled(store, ended)
 
@@ -482,13 +487,18 @@ async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> Non
             agent=task.agent,
             data={"state": "failed", "error": INTERRUPTED},
         )
-        stored = await store.get(task.id, context)
-        if stored is None or stored.status.state not in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
-            continue
-        state, message = failure_status(Failure.of(RunError(INTERRUPTED)), stored.id, stored.context_id)
-        stored.status.CopyFrom(TaskStatus(state=state, message=message))
-        stored.status.timestamp.GetCurrentTime()
-        await store.save(stored, context)
+        await _fail_row(store, task.id, context)
+
+
+async def _fail_row(store: WriteBehindTaskStore, task_id: str, context: ServerCallContext) -> None:
+    """Save the A2A row of a task its dead server was running as failed (:data:`INTERRUPTED`)."""
+    stored = await store.get(task_id, context)
+    if stored is None or stored.status.state not in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
+        return
+    state, message = failure_status(Failure.of(RunError(INTERRUPTED)), stored.id, stored.context_id)
+    stored.status.CopyFrom(TaskStatus(state=state, message=message))
+    stored.status.timestamp.GetCurrentTime()
+    await store.save(stored, context)
 
 
 def _metrics(metrics: Metrics) -> Endpoint:

@@ -127,3 +127,24 @@ def test_a_task_of_a_killed_replica_ends_failed_on_the_other(
     verified = run_ca("audit", "--verify", cwd=b.root)
     assert verified.returncode == 0 and verified.stdout.startswith("audit log ok: "), verified.stdout + verified.stderr
     b.assert_alive()
+
+
+def test_a_row_whose_server_died_before_recording_its_task_ends_failed(
+    replicas: tuple[ServerProcess, ServerProcess, str],
+) -> None:
+    _, b, url = replicas
+    task_id, context = str(uuid.uuid4()), str(uuid.uuid4())
+    status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
+    with psycopg.connect(url) as conn:  # a2a-sdk wrote the row of a new task; its server died before the record
+        conn.execute(
+            "INSERT INTO public.tasks (id, context_id, kind, owner, last_updated, status, artifacts, history,"
+            " protocol_version) VALUES (%s, %s, 'task', 'anonymous', '2026-01-01 00:00:00', %s, '[]', '[]', '1.0')",
+            (task_id, context, json.dumps(status)),
+        )
+    deadline = time.monotonic() + SETTLED_WITHIN + SLACK_S
+    while (row := _a2a_row(url, task_id))["state"] == "TASK_STATE_SUBMITTED" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert row["state"] == "TASK_STATE_FAILED", (row, b.output())
+    answer = b.rpc("GetTask", {"id": task_id}, agent="napper")["result"]
+    assert answer["status"]["state"] == "TASK_STATE_FAILED", answer
+    assert "send the message again" in answer["status"]["message"]["parts"][0]["text"], answer
