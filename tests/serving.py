@@ -161,6 +161,33 @@ def _launch(
     return kind(cwd, port, proc, out, err, ready_path)
 
 
+def _host_prefix(hostname: str) -> list[str]:
+    return ["unshare", "--user", "--map-root-user", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname]
+
+
+def why_no_hosts() -> str:
+    """Why processes cannot run under host names of their own here (:func:`on_host`), or '' when they can."""
+    try:
+        probe = subprocess.run(
+            [*_host_prefix("ca-probe"), "hostname"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except FileNotFoundError:
+        return "`unshare` is not installed"
+    if probe.returncode != 0 or probe.stdout.strip() != "ca-probe":
+        return f"no UTS namespace for a second host name: {probe.stderr.strip() or probe.stdout.strip()}"
+    return ""
+
+
+def on_host(hostname: str) -> list[str]:
+    """The command prefix that runs a process as on another machine named ``hostname``: in a UTS
+    namespace of its own (``unshare``), so ``socket.gethostname()`` differs while pids and loopback are
+    shared. Skips the test, saying why, where namespaces cannot be made."""
+    why = why_no_hosts()
+    if why:
+        pytest.skip(f"replicas on separate hosts cannot be simulated here: {why}")
+    return _host_prefix(hostname)
+
+
 def launch_serve(
     root: Path,
     *args: str,
@@ -169,18 +196,20 @@ def launch_serve(
     name: str | None = None,
     env: Mapping[str, str] | None = None,
     drop_env: Sequence[str] = (),
+    host: str | None = None,
     kind: type[S] = ServerProcess,  # type: ignore[assignment]
 ) -> S:
     """``ca serve --port PORT ARGS`` in ``root``, not waited for; output in ``logs/NAME.{out,err}``.
 
     ``logs`` defaults to a new temporary folder, ``port`` to a free one, ``name`` to ``serve-PORT``.
     The environment is this process's without ``drop_env``, with the repository importable, and ``env``.
+    ``host``: the host name it runs under, as a replica on another machine (:func:`on_host`).
     """
     port = free_port() if port is None else port
     environ = {k: v for k, v in os.environ.items() if k not in drop_env}
     environ |= {"PYTHONPATH": str(REPO), **(env or {})}
     folder = Path(tempfile.mkdtemp(prefix="ca-serve-")) if logs is None else logs
-    command = [*CA, "serve", "--port", str(port), *args]
+    command = [*(on_host(host) if host else []), *CA, "serve", "--port", str(port), *args]
     return _launch(
         command, root, folder, name or f"serve-{port}", port, environ=environ, ready_path="/healthz", kind=kind
     )
@@ -192,10 +221,11 @@ def start_serve(
     logs: Path | None = None,
     env: Mapping[str, str] | None = None,
     drop_env: Sequence[str] = (),
+    host: str | None = None,
     kind: type[S] = ServerProcess,  # type: ignore[assignment]
 ) -> S:
     """:func:`launch_serve`, returning once ``/healthz`` answers."""
-    server = launch_serve(root, *args, logs=logs, env=env, drop_env=drop_env, kind=kind)
+    server = launch_serve(root, *args, logs=logs, env=env, drop_env=drop_env, host=host, kind=kind)
     server.wait_ready()
     return server
 

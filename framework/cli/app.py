@@ -334,6 +334,7 @@ def serve_command(
       CA_PORT              server.port (--port)
       CA_PUBLIC_URL        server.public_url (--public-url)
       CA_SHUTDOWN_TIMEOUT  server.shutdown_timeout, e.g. 30s
+      CA_TASK_LEASE        store.task_lease: a running task's lease on PostgreSQL (15s)
       CA_LOG_FORMAT        human or json (--log-format)
       OTEL_*               traces (docs/observability.md)
 

@@ -89,6 +89,8 @@ class Runtime:
         """The start-up settings the files now change (``setting (before -> after)``): a restart applies them."""
         self.watch = CancelWatch(tasks)
         """The runs of this process, stopped when ``ca tasks cancel`` in another process asks."""
+        self.settled_at_open: list[Task] = []
+        """The tasks :meth:`open` settled as orphans (a server writes its protocol's rows of them)."""
 
     @classmethod
     async def open(
@@ -120,7 +122,8 @@ class Runtime:
         saver = await stack.enter_async_context(
             open_checkpointer(project.root, lock_timeout=lock_timeout, url=store_url)
         )
-        tasks = TaskStore.open(project.root, url=store_url, lock_timeout=lock_timeout)
+        lease = project.config.store.task_lease
+        tasks = TaskStore.open(project.root, url=store_url, lock_timeout=lock_timeout, lease=lease)
         stack.callback(tasks.close)
         turns = Turns.open(project.root, url=project.config.store.url, lock_timeout=lock_timeout)
         stack.callback(turns.close)
@@ -195,15 +198,18 @@ class Runtime:
 
         runtime = cls(await compile_project(project), tasks, audit, turns, source=source)
         runtime.compile_project = compile_project
-        await runtime.settle_orphans()
+        runtime.settled_at_open = await runtime.settle_orphans()
         return runtime
 
-    async def settle_orphans(self) -> None:
+    async def settle_orphans(self) -> list[Task]:
         """Fail, with the reason, the tasks left running by a process that died (a killed ``ca approve``,
         ``ca run`` or server): nothing runs them any more, and running them again could repeat a
-        tool's side effect. Tasks waiting for a decision stay waiting; see :meth:`TaskStore.settle_orphans`."""
-        for task in await self.tasks.asettle_orphans():
+        tool's side effect. Tasks waiting for a decision stay waiting; see :meth:`TaskStore.settle_orphans`.
+        Returns the tasks settled (each audited), as they are now."""
+        settled = await self.tasks.asettle_orphans()
+        for task in settled:
             await self._audit_task(task, "failed", error=task.error, code=task.failure.code if task.failure else None)
+        return settled
 
     async def reload(self) -> bool:
         """Load, validate and compile the project again, then swap the bundle in one assignment.

@@ -31,10 +31,9 @@ FINAL_STATES = ("completed", "failed", "canceled", "rejected")
 Statement = tuple[str, tuple[Any, ...]]
 
 LEASE_S = 15.0
-"""How long a running task's lease lasts: the process running it renews it every :data:`RENEW_S`
-(while PostgreSQL holds the tasks); past it, any replica settles the task as orphaned."""
-RENEW_S = 5.0
-"""How often a process renews the leases of the tasks it runs (and a server looks for expired ones)."""
+"""How long a running task's lease lasts by default (``store.task_lease``, ``CA_TASK_LEASE``): the process
+running it renews it every third of that (:attr:`TaskStore.renew_every`, while PostgreSQL holds the tasks);
+past it, any replica settles the task as orphaned."""
 
 ORPHANED = (
     "the process running this task (pid {pid} on {host}) stopped while this task was running; it was not "
@@ -76,9 +75,9 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def _lease() -> str:
-    """When a lease taken now ends (ISO, microseconds always: the text compares as the time does)."""
-    return (now() + timedelta(seconds=LEASE_S)).isoformat(timespec="microseconds")
+def _lease(seconds: float) -> str:
+    """When a lease of ``seconds`` taken now ends (ISO, microseconds always: the text compares as the time does)."""
+    return (now() + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,7 @@ class Task:
     owner_host: str = ""
     """The host of that process."""
     lease_until: str = ""
-    """Until when the owner's lease on this running task holds (renewed while it runs; see :data:`LEASE_S`)."""
+    """Until when the owner's lease on this running task holds (renewed while it runs; see :attr:`TaskStore.lease`)."""
     cancel_requested: str = ""
     """Who asked another process to stop this running task (``ca tasks cancel``), empty if no one."""
     caller: str = ""
@@ -143,15 +142,25 @@ class TaskStore:
     (a claim, an ending, a settled orphan) is one conditional ``UPDATE`` whose row count says who won.
     """
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, lease: float = LEASE_S) -> None:
         self.db = db
         self.path: Path | None = db.path if isinstance(db, SqliteDatabase) else None
         """The SQLite file, when the database is one."""
+        self.lease = lease
+        """Seconds a lease this process takes on a running task lasts (``store.task_lease``)."""
 
     @classmethod
-    def open(cls, root: Path, *, url: str = "", lock_timeout: float = LOCK_TIMEOUT_S) -> TaskStore:
+    def open(
+        cls, root: Path, *, url: str = "", lock_timeout: float = LOCK_TIMEOUT_S, lease: float = LEASE_S
+    ) -> TaskStore:
         """The tasks of the project at ``root``: in PostgreSQL when ``url`` (``store.url``) names it."""
-        return cls(connect(root, url, lock_timeout=lock_timeout))
+        return cls(connect(root, url, lock_timeout=lock_timeout), lease=lease)
+
+    @property
+    def renew_every(self) -> float:
+        """How often the leases of running tasks are renewed, and a server looks for expired ones: a third
+        of :attr:`lease`, so two renewals may be missed before another replica settles the task."""
+        return self.lease / 3
 
     @property
     def lock_timeout(self) -> float:
@@ -188,7 +197,7 @@ class TaskStore:
             owner_pid=pid,
             owner_host=host,
             caller=caller,
-            lease_until=_lease(),
+            lease_until=_lease(self.lease),
         )
         values = (
             task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host, caller,
@@ -248,8 +257,8 @@ class TaskStore:
         await self.db.aexecute(*insert)
         return task
 
-    @staticmethod
     def _updating(
+        self,
         task_id: str,
         *,
         state: TaskState,
@@ -264,7 +273,7 @@ class TaskStore:
         values: list[Any] = [state, now().isoformat()]
         if state in _RUNNING:  # whoever runs it owns it: a crash of this process leaves an orphan
             sets.append("owner_pid = ?, owner_host = ?, lease_until = ?")
-            values.extend((*_owner(), _lease()))
+            values.extend((*_owner(), _lease(self.lease)))
         for column, value in (("output", output), ("error", error)):
             if value is not None:
                 sets.append(f"{column} = ?")
@@ -325,13 +334,12 @@ class TaskStore:
         ending = self._updating(task_id, state=state, error=error, pending=(), unless_final=True)
         return (await self.db.aexecute(*ending)).rowcount == 1
 
-    @staticmethod
-    def _claiming(task_id: str, by: str) -> Statement:
+    def _claiming(self, task_id: str, by: str) -> Statement:
         stamp = now().isoformat()
         return (
             "UPDATE tasks SET state = 'working', decided_by = ?, decided_at = ?, updated_at = ?,"
             " owner_pid = ?, owner_host = ?, lease_until = ? WHERE id = ? AND state = 'input-required'",
-            (by, stamp, stamp, *_owner(), _lease(), task_id),
+            (by, stamp, stamp, *_owner(), _lease(self.lease), task_id),
         )
 
     @staticmethod
@@ -364,8 +372,7 @@ class TaskStore:
         expired_before = "" if self.db.local else now().isoformat(timespec="microseconds")
         return (*_RUNNING, _owner()[1], expired_before)
 
-    @staticmethod
-    def _orphans(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    def _orphans(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """(id, state, owner pid, owner host, lease, reason, failure JSON) of each running task whose
         process is gone: on this host a pid that no longer runs, on another a lease that expired."""
         pid, host = _owner()
@@ -376,7 +383,7 @@ class TaskStore:
                     continue
                 reason = ORPHANED.format(pid=owner, host=host)
             else:
-                reason = LEASE_EXPIRED.format(pid=owner, host=owner_host, lease=LEASE_S)
+                reason = LEASE_EXPIRED.format(pid=owner, host=owner_host, lease=self.lease)
             failure = json.dumps(Failure.of(RunError(reason)).to_json())
             found.append((task_id, state, owner, owner_host, lease, reason, failure))
         return found
@@ -397,7 +404,7 @@ class TaskStore:
         On this host, tasks owned by a process that no longer exists: a task another live process
         runs is never touched. Another host's processes cannot be seen from here (replicas sharing
         PostgreSQL): its task is settled (:data:`LEASE_EXPIRED`) once the lease its process renews
-        while running it (:data:`LEASE_S`) has expired. Each is one compare-and-set on its owner and
+        while running it (:attr:`lease`) has expired. Each is one compare-and-set on its owner and
         lease, so a task that was meanwhile claimed again or renewed is left alone. Returns the tasks
         settled, as they are now.
         """
@@ -414,14 +421,14 @@ class TaskStore:
         ]
 
     async def arenew(self, task_ids: Collection[str]) -> int:
-        """Extend this process's leases on these running tasks by :data:`LEASE_S`; how many it still holds."""
+        """Extend this process's leases on these running tasks by :attr:`lease`; how many it still holds."""
         if not task_ids:
             return 0
         marks = ", ".join("?" for _ in task_ids)
         renewed = await self.db.aexecute(
             f"UPDATE tasks SET lease_until = ? WHERE id IN ({marks}) AND state IN (?, ?)"  # noqa: S608
             " AND owner_pid = ? AND owner_host = ?",
-            (_lease(), *task_ids, *_RUNNING, *_owner()),
+            (_lease(self.lease), *task_ids, *_RUNNING, *_owner()),
         )
         return renewed.rowcount
 

@@ -245,6 +245,13 @@ class StoreConfig(Spec):
             " fails with store_busy (retryable; nothing of it is written)."
         ),
     )
+    task_lease: Duration = Field(
+        default=15.0,
+        description=(
+            "With a postgresql:// store.url: how long a running task's lease lasts; its replica renews it every"
+            " third of this, and once it expired (the replica died) another replica ends the task failed."
+        ),
+    )
     max_conversation_bytes: int = Field(
         default=64 * 1024 * 1024,
         ge=1024,

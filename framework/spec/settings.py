@@ -54,6 +54,12 @@ class Deployment(BaseSettings):
         description="On SIGTERM, how long running tasks may take to finish (e.g. 30s) before they are canceled.",
         json_schema_extra={"overrides": "server.shutdown_timeout"},
     )
+    task_lease: Duration | None = Field(
+        default=None,
+        description="How long a running task's lease lasts (e.g. 15s); renewed every third of it, and a dead"
+        " replica's tasks are ended failed by another once it expired.",
+        json_schema_extra={"overrides": "store.task_lease"},
+    )
     log_format: LogFormat = Field(
         default="human",
         description="human: lines for people; json: one JSON object per line on stderr (`--log-format`).",

@@ -28,12 +28,14 @@ def test_variables_win_over_ca_yaml(make_project: ProjectFactory) -> None:
         "CA_PORT": "9000",
         "CA_PUBLIC_URL": "https://agents.example.com/",
         "CA_SHUTDOWN_TIMEOUT": "1m30s",
+        "CA_TASK_LEASE": "3s",
     }
     config = load_project(make_project(FILES), environ=environ).config
     assert config.store.url == "postgresql://ca:pw@db:5432/ca"
     assert (config.server.host, config.server.port) == ("0.0.0.0", 9000)
     assert config.server.public_url == "https://agents.example.com"  # as ca.yaml's: no trailing slash
     assert config.server.shutdown_timeout == 90.0
+    assert config.store.task_lease == 3.0
 
 
 def test_unset_or_empty_variables_leave_ca_yaml_values(make_project: ProjectFactory) -> None:
@@ -41,6 +43,7 @@ def test_unset_or_empty_variables_leave_ca_yaml_values(make_project: ProjectFact
     assert config.server.port == 8765
     assert config.store.url == "sqlite:///.ca/state.db"
     assert config.server.shutdown_timeout == 30.0
+    assert config.store.task_lease == 15.0  # the default lease
 
 
 @pytest.mark.parametrize(
@@ -51,6 +54,7 @@ def test_unset_or_empty_variables_leave_ca_yaml_values(make_project: ProjectFact
         ("CA_LOG_FORMAT", "xml", "CA_LOG_FORMAT='xml': Input should be 'human' or 'json'"),
         ("CA_STORE_URL", "ftp://u:hunter2@h/x", "CA_STORE_URL='ftp://u:***@h/x': unsupported store URL"),
         ("CA_SHUTDOWN_TIMEOUT", "45", "CA_SHUTDOWN_TIMEOUT='45': invalid duration '45'"),
+        ("CA_TASK_LEASE", "soon", "CA_TASK_LEASE='soon': invalid duration 'soon'"),
         ("CA_PUBLIC_URL", "agents.example.com", "CA_PUBLIC_URL='agents.example.com': expected an http(s) URL"),
     ],
 )

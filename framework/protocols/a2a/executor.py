@@ -15,7 +15,9 @@
 
 A message sent to a task in INPUT_REQUIRED is its decision: a data part
 ``{"decision": "approve" | "reject" | "edit" | "always", "reason": ..., "args": ...}`` or
-the text ``approve`` / ``reject: REASON``; to a workflow's ``ask``, its text is the answer.
+the text ``approve`` / ``reject: REASON``; to a workflow's ``ask``, its text is the answer. A
+message to a task that another decision runs now (one that won the claim, here or on another
+replica) starts nothing: its answer is the state that run reaches.
 Workflows see the message's ``messageId`` and ``metadata`` (``{{ request.* }}`` templates).
 Our field names on the wire are camelCase, as A2A's are (``framework.protocols.a2a.wire``).
 """
@@ -31,7 +33,7 @@ from typing import Any
 from a2a.helpers.proto_helpers import get_data_parts, get_text_parts, new_data_part, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
-from a2a.server.tasks import TaskUpdater
+from a2a.server.tasks import TaskStore, TaskUpdater
 from a2a.types import Message, Part, Task, TaskState, TaskStatus
 from starlette.authentication import AuthCredentials
 
@@ -41,6 +43,7 @@ from framework.protocols.a2a.auth import DECIDED_BY
 from framework.protocols.a2a.statuses import (
     REPLY_ARTIFACT,
     agent_message,
+    derived,
     failure_status,
     waiting_message,
 )
@@ -60,11 +63,16 @@ from framework.runtime.events import (
 )
 from framework.runtime.pauses import all_questions
 from framework.runtime.runtime import Runtime
+from framework.runtime.tasks import AlreadyDecided
 from framework.runtime.turn import drive_turn
 from framework.spec.agent import WorkflowAgent
 
 COALESCE_SECONDS = 0.05
 """Reply chunks after the first are sent at most this often."""
+OUTCOME_POLL_S = 0.1
+"""How often a message to a task another decision runs looks whether that run has moved on."""
+_RUNNING = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
+_RUNNING_STATES = ("submitted", "working")
 DECISIONS = ("approve", "reject", "edit", "always")
 REFUSED = "cleveragents.refused"
 """Where the request handler leaves, in the call context's state, the error a new task's message
@@ -104,9 +112,11 @@ def parse_decision(message: Message) -> dict[str, Any]:
 class CleverAgentExecutor(AgentExecutor):
     """Executes tasks of ``agent`` on the Runtime; cancel stops the graph."""
 
-    def __init__(self, runtime: Runtime, agent: str) -> None:
+    def __init__(self, runtime: Runtime, agent: str, rows: TaskStore | None = None) -> None:
         self.runtime = runtime
         self.agent = agent
+        self.rows = rows
+        """The A2A task rows (read for the outcome of a task another decision runs); None: the task as sent."""
         self._running: dict[str, asyncio.Task[Any]] = {}
         self._stopping: str | None = None
 
@@ -157,12 +167,18 @@ class CleverAgentExecutor(AgentExecutor):
         if current is None and not deferred:
             await event_queue.enqueue_event(submitted)
         request = _request(message)
+        if current is not None and current.status.state in _RUNNING:
+            await self._outcome(context, current, event_queue)
+            return
         try:
             if current is not None and current.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
                 assert message is not None
                 try:
                     answer = self._answer(task_id, message)
                     self.runtime.check_decision(task_id, answer)
+                except AlreadyDecided:
+                    await self._outcome(context, current, event_queue)
+                    return
                 except CAError as exc:  # a wrong answer changes nothing: the task still waits, and says why
                     await updater.requires_input(_still_waiting(current, task_id, context_id, str(exc)))
                     return
@@ -194,6 +210,9 @@ class CleverAgentExecutor(AgentExecutor):
                 events = _replay(seen)
             await updater.start_work()
             await self._forward(events, updater, task_id, context_id)
+        except AlreadyDecided:  # another decider's claim won between the check and ours: its run has the task
+            assert current is not None
+            await self._outcome(context, current, event_queue)
         except CAError as exc:  # a user-facing failure before the run started (unknown agent, bad decision...)
             if deferred:
                 await event_queue.enqueue_event(submitted)
@@ -206,6 +225,16 @@ class CleverAgentExecutor(AgentExecutor):
                     await event_queue.enqueue_event(submitted)
                 await updater.cancel(agent_message(task_id, context_id, [new_text_part(reason)]))
             raise
+
+    async def _outcome(self, context: RequestContext, current: Task, event_queue: EventQueue) -> None:
+        """Answer a message to a task that another decision runs now — in this process or on another
+        replica — with the state that run reaches (final, or waiting again), as a2a-sdk answers a
+        message queued behind a run on one server. Nothing runs here and the task is left to its run;
+        the answer is its row once the record has moved on."""
+        while (record := await self.runtime.tasks.afind(current.id)) is not None and record.state in _RUNNING_STATES:
+            await asyncio.sleep(OUTCOME_POLL_S)
+        latest = await self.rows.get(current.id, context.call_context) if self.rows is not None else None
+        await event_queue.enqueue_event(latest or derived(current, record))
 
     def _may_reply_with_message(self) -> bool:
         spec = self.runtime.bundle.project.agents.get(self.agent)

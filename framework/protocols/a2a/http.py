@@ -21,6 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
 from framework.runtime.store_url import libpq_url
 from framework.runtime.stores import state_dir
-from framework.runtime.tasks import RENEW_S
+from framework.runtime.tasks import FINAL_STATES
 from framework.runtime.tasks import Task as Record
 
 A2A_POOL_SIZE = 15
@@ -118,16 +119,48 @@ def store_url(runtime: Runtime) -> str:
     return "postgresql+asyncpg://" + libpq_url(url).removeprefix("postgresql://")
 
 
-async def sweep_orphans(runtime: Runtime) -> None:
-    """With replicas sharing PostgreSQL, settle every :data:`~framework.runtime.tasks.RENEW_S` the tasks
-    another replica was running when it died (its leases expired), as ``Runtime.open`` settles them
-    at start: a task is settled at most ``LEASE_S + RENEW_S`` after its replica stopped renewing."""
+async def sweep_orphans(runtime: Runtime, store: WriteBehindTaskStore) -> None:
+    """With replicas sharing PostgreSQL, settle every ``TaskStore.renew_every`` (a third of the lease) the
+    tasks another replica was running when it died (its leases expired), as ``Runtime.open`` settles them
+    at start, and write their A2A rows (and those of tasks that ended just before their replica died,
+    :func:`write_lagging`): a task is settled at most ``task_lease * 4/3`` after its replica
+    stopped renewing."""
     while True:
-        await asyncio.sleep(RENEW_S)
+        await asyncio.sleep(runtime.tasks.renew_every)
         try:
-            await runtime.settle_orphans()
+            await write_settled(store, await runtime.settle_orphans())
+            await write_lagging(runtime, store)
         except (StoreBusy, StoreUnreachable) as exc:
             logger.warning("orphaned tasks not looked for: %s", exc)
+        except Exception:  # the sweeper must go on: a replica that stops sweeping leaves others' tasks running
+            logger.exception("looking for orphaned tasks failed; looking again in %g s", runtime.tasks.renew_every)
+
+
+async def write_lagging(runtime: Runtime, store: WriteBehindTaskStore) -> None:
+    """Write the A2A rows still running, untouched for a lease, whose records have ended: their server died
+    between the record's last write and the row's (GetTask derives the end already; the row, and
+    subscribers told by its ``NOTIFY``, get it here). A row without a record is failed: its server died
+    between the row's first write and the record's, before anything ran."""
+    before = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=runtime.tasks.lease)
+    ended = []
+    for task_id, owner in await store.stale_running(before):
+        record = await runtime.tasks.afind(task_id)
+        if record is None:
+            await _fail_row(store, task_id, ServerCallContext(user=TaskOwner(owner)))
+        elif record.state in FINAL_STATES:
+            ended.append(record)
+    await write_settled(store, ended)
+
+
+async def write_settled(store: WriteBehindTaskStore, settled: list[Record]) -> None:
+    """Write the A2A rows of tasks whose records were settled (failed: their process died), so the row
+    itself — not only what GetTask derives from the record — shows the end, and subscribers on every
+    replica are told (the row's ``NOTIFY``). A task without a row (a child task, a CLI run) is skipped."""
+    for record in settled:
+        context = ServerCallContext(user=TaskOwner(record.caller))  # the A2A store scopes rows by owner
+        row = await store.get(record.id, context)  # its status derived from the settled record
+        if row is not None:
+            await store.save(row, context)
 
 
 async def stop_elsewhere(runtime: Runtime, task_id: str) -> None:
@@ -195,9 +228,10 @@ def request_handler(runtime: Runtime, name: str, store: WriteBehindTaskStore) ->
     """a2a-sdk's handler for one agent; authenticated callers get the full card from GetExtendedAgentCard."""
     config = runtime.bundle.project.config
     authed = config.server.auth is not None
+    rows = AgentTaskStore(store, name)
     return ServingRequestHandler(
-        CleverAgentExecutor(runtime, name),
-        AgentTaskStore(store, name),
+        CleverAgentExecutor(runtime, name, rows),
+        rows,
         served_card(runtime, name),
         extended_agent_card=full_card(runtime, name) if authed else None,
         follower=store.follower,
@@ -321,9 +355,10 @@ def build_server(runtime: Runtime) -> Server:
         if credentials is None and runtime.source == "a2a-http":
             await adopt_unowned(runtime, store)
         await fail_interrupted(runtime, store)
+        await write_settled(store, runtime.settled_at_open)
         if window := runtime.bundle.project.config.server.retry_window:
             await MessageClaims(runtime.tasks.db, window).aprune()  # copies that old are new messages anyway
-        sweeper = None if runtime.tasks.db.local else asyncio.create_task(sweep_orphans(runtime))
+        sweeper = None if runtime.tasks.db.local else asyncio.create_task(sweep_orphans(runtime, store))
         try:
             yield
         finally:
@@ -464,13 +499,18 @@ async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> Non
             agent=task.agent,
             data={"state": "failed", "error": INTERRUPTED},
         )
-        stored = await store.get(task.id, context)
-        if stored is None or stored.status.state not in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
-            continue
-        state, message = failure_status(Failure.of(RunError(INTERRUPTED)), stored.id, stored.context_id)
-        stored.status.CopyFrom(TaskStatus(state=state, message=message))
-        stored.status.timestamp.GetCurrentTime()
-        await store.save(stored, context)
+        await _fail_row(store, task.id, context)
+
+
+async def _fail_row(store: WriteBehindTaskStore, task_id: str, context: ServerCallContext) -> None:
+    """Save the A2A row of a task its dead server was running as failed (:data:`INTERRUPTED`)."""
+    stored = await store.get(task_id, context)
+    if stored is None or stored.status.state not in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
+        return
+    state, message = failure_status(Failure.of(RunError(INTERRUPTED)), stored.id, stored.context_id)
+    stored.status.CopyFrom(TaskStatus(state=state, message=message))
+    stored.status.timestamp.GetCurrentTime()
+    await store.save(stored, context)
 
 
 def _metrics(metrics: Metrics) -> Endpoint:

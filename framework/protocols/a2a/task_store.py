@@ -197,6 +197,18 @@ class WriteBehindTaskStore(TaskStore):
         self._live.pop((self._owner(context), task_id), None)
         await self.store.delete(task_id, context)
 
+    async def stale_running(self, before: datetime) -> tuple[tuple[str, str], ...]:
+        """(id, owner) of the rows that still show a running state (submitted, working) and were last
+        written before ``before`` (naive UTC, as the SDK stores times)."""
+        from sqlalchemy import select
+
+        model = self.store.task_model
+        running = model.status["state"].as_string().in_(("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"))
+        await self.store._ensure_initialized()
+        async with self.store.async_session_maker() as session:
+            found = await session.execute(select(model.id, model.owner).where(model.last_updated < before, running))
+        return tuple((row[0], row[1] or "") for row in found.all())
+
     async def adopt_unowned(self, owner: str) -> int:
         """Give ``owner`` every task row recorded before tasks had owners (owner ``''``); how many."""
         from sqlalchemy import or_, update
