@@ -45,6 +45,7 @@ from framework.runtime import logs, telemetry
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
 from framework.runtime.cancel import Canceled, CancelWatch, cancel_task
+from framework.runtime.database import Database
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.access import CapabilityAccess
 from framework.runtime.governance.middleware import governance_middleware
@@ -54,6 +55,7 @@ from framework.runtime.pauses import Gate, Pause, Question
 from framework.runtime.remote import Discovery, RemoteFactory
 from framework.runtime.restart import needs_restart, pinned
 from framework.runtime.runner import Runner
+from framework.runtime.schema import connect
 from framework.runtime.stores import open_checkpointer
 from framework.runtime.tasks import FINAL_STATES, AlreadyDecided, Pending, Task, TaskState, TaskStore, expiry, now
 from framework.runtime.turns import Turns
@@ -120,10 +122,9 @@ class Runtime:
         saver = await stack.enter_async_context(
             open_checkpointer(project.root, lock_timeout=lock_timeout, url=store_url)
         )
-        tasks = TaskStore.open(project.root, url=store_url, lock_timeout=lock_timeout)
-        stack.callback(tasks.close)
-        turns = Turns.open(project.root, url=project.config.store.url, lock_timeout=lock_timeout)
-        stack.callback(turns.close)
+        database = connect(project.root, store_url, lock_timeout=lock_timeout)  # one per process, for every store
+        stack.callback(database.close)
+        tasks, turns = TaskStore(database), Turns(database)
         dotenv = load_dotenv(project.root)
         KNOWN.add(project_secrets(project, {**dotenv, **os.environ}, dotenv))
         if key is not None:
@@ -248,6 +249,11 @@ class Runtime:
     @property
     def root(self) -> Path:
         return self.bundle.project.root
+
+    @property
+    def database(self) -> Database:
+        """The task database this runtime's stores share (and ACP's session rows): opened once, closed by the stack."""
+        return self.tasks.db
 
     async def _audit_task(self, task: Task, state: str, **data: Any) -> None:
         await self.audit.aappend(

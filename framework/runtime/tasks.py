@@ -150,15 +150,13 @@ class TaskStore:
 
     @classmethod
     def open(cls, root: Path, *, url: str = "", lock_timeout: float = LOCK_TIMEOUT_S) -> TaskStore:
-        """The tasks of the project at ``root``: in PostgreSQL when ``url`` (``store.url``) names it."""
+        """The tasks of the project at ``root``, on a connection of their own (a CLI command, a test):
+        in PostgreSQL when ``url`` (``store.url``) names it. Close it with :meth:`close`; a runtime's
+        stores share its one database instead (``TaskStore(runtime.database)``)."""
         return cls(connect(root, url, lock_timeout=lock_timeout))
 
-    @property
-    def lock_timeout(self) -> float:
-        """Seconds a write waits for another process's write lock before StoreBusy."""
-        return self.db.lock_timeout
-
     def close(self) -> None:
+        """Close the database (for a store from :meth:`open`: a shared one is closed by its owner)."""
         self.db.close()
 
     def _creation(
