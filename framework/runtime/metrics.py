@@ -23,6 +23,7 @@ writes); model calls and latencies from the run's LangChain callbacks.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
@@ -74,12 +75,18 @@ class Metrics:
             "ca_tool_calls", "Tool calls, by governance decision", ["agent", "tool", "decision"], registry=r
         )
         self.tool_seconds = Histogram("ca_tool_call_seconds", "Tool call latency", ["agent", "tool"], registry=r)
-        r.register(_StoreCollector(tasks))
+        self._store = _StoreCollector()
+        r.register(self._store)
+        self._measuring: set[asyncio.Task[None]] = set()
+        """Approval waits being read from their task records (awaited before each scrape)."""
 
-    def exposition(self) -> bytes:
-        """The registry in the Prometheus text format."""
+    async def aexposition(self) -> bytes:
+        """The registry in the Prometheus text format, the task counts read with the event loop running."""
         from prometheus_client import generate_latest
 
+        if self._measuring:  # every decision audited before the scrape is in it
+            await asyncio.gather(*self._measuring, return_exceptions=True)
+        self._store.counts = await self.tasks.acounts()
         return generate_latest(self.registry)
 
     def audited(self, record: AuditRecord) -> None:
@@ -98,8 +105,14 @@ class Metrics:
             self._waited(record)
 
     def _waited(self, record: AuditRecord) -> None:
+        """Measure the wait the decision ``record`` ended, from its task record, read off the event loop's path."""
+        measuring = asyncio.get_running_loop().create_task(self._measure_wait(record))
+        self._measuring.add(measuring)
+        measuring.add_done_callback(self._measuring.discard)
+
+    async def _measure_wait(self, record: AuditRecord) -> None:
         try:
-            pending = self.tasks.get(record.task_id).pending
+            pending = (await self.tasks.aget(record.task_id)).pending
         except Exception:  # a task the store no longer has: nothing to measure
             return
         if pending:
@@ -163,8 +176,9 @@ class RunMetrics(BaseCallbackHandler):
 class _StoreCollector:
     """Gauges read from the task record when scraped: tasks by state, pending approvals."""
 
-    def __init__(self, tasks: TaskStore) -> None:
-        self.tasks = tasks
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        """Tasks by state, as :meth:`Metrics.aexposition` read them for this scrape."""
 
     def describe(self) -> list[Any]:
         return []
@@ -172,7 +186,7 @@ class _StoreCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        counts = self.tasks.counts()
+        counts = self.counts
         by_state = GaugeMetricFamily("ca_tasks", "Tasks of the project, by state", labels=["state"])
         for state, n in sorted(counts.items()):
             by_state.add_metric([state], n)

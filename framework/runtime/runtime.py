@@ -301,12 +301,12 @@ class Runtime:
         """
         self.bundle.agent(agent)
         who = self.decider if caller is None else caller
-        if caller is not None and self.tasks.callers_in(conversation) - {caller}:
+        if caller is not None and await self.tasks.acallers_in(conversation) - {caller}:
             raise ConversationNotYours(
                 f"conversation {conversation!r} was started by another caller: start a new one (send no contextId)"
             )
         limit = self.bundle.project.config.store.max_conversation_bytes
-        held = self.tasks.conversation_bytes(conversation) if not parent else 0  # a call's size is its caller's
+        held = await self.tasks.aconversation_bytes(conversation) if not parent else 0  # a call's size: its caller's
         if held + len(text.encode("utf-8", "surrogatepass")) > limit:
             raise ConversationTooLarge(
                 f"conversation {conversation!r} would hold more than {limit} bytes (store.max_conversation_bytes):"
@@ -351,7 +351,7 @@ class Runtime:
         taken exactly once: a second decider, in this process or another, gets a RunError saying
         who decided first.
         """
-        task = self.check_decision(task_id, decision)
+        task = await self.acheck_decision(task_id, decision)
         task = await self.tasks.aclaim(task.id, by or self.decider)
         _bind_logs(task)
         try:
@@ -420,9 +420,9 @@ class Runtime:
             return f"{'cli' if self.source == 'cli' else 'local'}:{getpass.getuser()}"
         return self.source
 
-    def check_decision(self, task_id: str, decision: Mapping[str, Any]) -> Task:
+    async def acheck_decision(self, task_id: str, decision: Mapping[str, Any]) -> Task:
         """The paused task ``decision`` can answer; a RunError saying what it waits for if it cannot."""
-        task = self.tasks.get(task_id)
+        task = await self.tasks.aget(task_id)
         if task.state != "input-required" or not task.pending:
             who = f"was already decided by {task.decided_by} at {task.decided_at}; it " if task.decided_by else ""
             raise AlreadyDecided(f"task {task.id[:12]} {who}is {task.state}, not waiting for a decision")
@@ -440,7 +440,7 @@ class Runtime:
         The tool calls it held are answered "cancelled by the user" (as if the tools ran), so
         the history stays valid for every provider and the next message starts a new turn.
         """
-        if self.tasks.waiting_in(conversation) or not self.tasks.ended_early_in(conversation):
+        if await self.tasks.awaiting_in(conversation) or not await self.tasks.aended_early_in(conversation):
             return
         from langchain_core.messages import AIMessage, ToolMessage
 
@@ -482,7 +482,7 @@ class Runtime:
         compare-and-set on the record, so a task that ended meanwhile keeps its end. Whether this
         call canceled it."""
         try:
-            task = self.tasks.get(task_id)
+            task = await self.tasks.aget(task_id)
         except RunError:
             return False
         if task.state in FINAL_STATES or not await self.tasks.aend(task.id, state="canceled", error=reason or None):
@@ -554,7 +554,7 @@ class Runtime:
                 pauses.append(event)
             if isinstance(event, RunFinished):
                 # A task resumed after a pause reports (and stores) its whole usage, not the last part.
-                before = self.tasks.get(task.id).usage
+                before = (await self.tasks.aget(task.id)).usage
                 total = event.usage + Usage(**{k: int(v) for k, v in before.items() if k in _USAGE_FIELDS})
                 event = dataclasses.replace(event, task_id=task.id, usage=total)
                 await self._finish(task, event, pauses)
@@ -616,11 +616,11 @@ class ChildTasks:
         key = f"{context.task_id}/{context.call_id}"
         child_id = uuid.uuid5(uuid.NAMESPACE_URL, key).hex if context.task_id and context.call_id else ""
         try:
-            task = self.tasks.get(child_id) if child_id else None
+            task = await self.tasks.aget(child_id) if child_id else None
         except RunError:
             task = None
         if task is None:
-            parent = self.tasks.find(context.task_id) if context.task_id else None
+            parent = await self.tasks.afind(context.task_id) if context.task_id else None
             task = await self.tasks.acreate(
                 agent=agent,
                 conversation=context.conversation_id,
@@ -654,7 +654,7 @@ class ChildTasks:
             error=error,
             usage=dict(usage) if usage else None,
         )
-        agent = self.tasks.get(context.task_id).agent
+        agent = (await self.tasks.aget(context.task_id)).agent
         await self._record(context.task_id, context, agent, state, error=error or None)
 
     async def _record(self, task_id: str, context: RunContext, agent: str, state: str, **data: Any) -> None:

@@ -495,29 +495,38 @@ class TaskStore:
             rows = (await self.db.aexecute(self._BY_PREFIX, (task_id, task_id))).records()
         return _one(task_id, rows)
 
-    def _exists(self, query: str, *args: Any) -> bool:
-        return self.db.execute(query, args).one() is not None
+    _ENDED_EARLY = "SELECT 1 FROM tasks WHERE conversation = ? AND state IN ('canceled', 'failed') LIMIT 1"
+    _WAITING = "SELECT 1 FROM tasks WHERE conversation = ? AND state = 'input-required' LIMIT 1"
+    _ASKING = "SELECT id FROM tasks WHERE conversation = ? AND state = 'input-required' ORDER BY created_at DESC"
 
     def ended_early_in(self, conversation: str) -> bool:
         """Whether a task of this conversation was canceled or failed (and may have left a pause behind)."""
-        return self._exists(
-            "SELECT 1 FROM tasks WHERE conversation = ? AND state IN ('canceled', 'failed') LIMIT 1", conversation
-        )
+        return self.db.execute(self._ENDED_EARLY, (conversation,)).one() is not None
+
+    async def aended_early_in(self, conversation: str) -> bool:
+        """:meth:`ended_early_in`, waiting with the event loop running."""
+        return (await self.db.aexecute(self._ENDED_EARLY, (conversation,))).one() is not None
 
     def waiting_in(self, conversation: str) -> bool:
         """Whether a task of this conversation waits for a decision."""
-        return self._exists(
-            "SELECT 1 FROM tasks WHERE conversation = ? AND state = 'input-required' LIMIT 1", conversation
-        )
+        return self.db.execute(self._WAITING, (conversation,)).one() is not None
+
+    async def awaiting_in(self, conversation: str) -> bool:
+        """:meth:`waiting_in`, waiting with the event loop running."""
+        return (await self.db.aexecute(self._WAITING, (conversation,))).one() is not None
 
     def question_in(self, conversation: str) -> Task | None:
         """The task of this conversation that waits for an answer to a workflow's ``ask``, if any."""
-        rows = self.db.execute(
-            "SELECT id FROM tasks WHERE conversation = ? AND state = 'input-required' ORDER BY created_at DESC",
-            (conversation,),
-        ).rows
-        for (task_id,) in rows:
+        for (task_id,) in self.db.execute(self._ASKING, (conversation,)).rows:
             task = self.get(task_id)
+            if all_questions([p.pause for p in task.pending]):
+                return task
+        return None
+
+    async def aquestion_in(self, conversation: str) -> Task | None:
+        """:meth:`question_in`, waiting with the event loop running."""
+        for (task_id,) in (await self.db.aexecute(self._ASKING, (conversation,))).rows:
+            task = await self.aget(task_id)
             if all_questions([p.pause for p in task.pending]):
                 return task
         return None
@@ -539,40 +548,70 @@ class TaskStore:
             (key, url, task_id, context_id, now().isoformat()),
         )
 
-    def get_remote(self, key: str) -> dict[str, str] | None:
-        row = self.db.execute("SELECT url, task_id, context_id FROM remote_calls WHERE key = ?", (key,)).one()
+    _REMOTE = "SELECT url, task_id, context_id FROM remote_calls WHERE key = ?"
+
+    @staticmethod
+    def _remote(row: tuple[Any, ...] | None) -> dict[str, str] | None:
         return None if row is None else {"url": row[0], "task_id": row[1], "context_id": row[2]}
+
+    def get_remote(self, key: str) -> dict[str, str] | None:
+        """The remote task a tool call started (``url``, ``task_id``, ``context_id``), or None."""
+        return self._remote(self.db.execute(self._REMOTE, (key,)).one())
+
+    async def aget_remote(self, key: str) -> dict[str, str] | None:
+        """:meth:`get_remote`, waiting with the event loop running."""
+        return self._remote((await self.db.aexecute(self._REMOTE, (key,))).one())
+
+    _COUNTS = "SELECT state, COUNT(*) FROM tasks GROUP BY state"
 
     def counts(self) -> dict[str, int]:
         """How many tasks are in each state."""
-        rows = self.db.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").rows
-        return {state: int(count) for state, count in rows}
+        return {state: int(count) for state, count in self.db.execute(self._COUNTS).rows}
+
+    async def acounts(self) -> dict[str, int]:
+        """:meth:`counts`, waiting with the event loop running."""
+        return {state: int(count) for state, count in (await self.db.aexecute(self._COUNTS)).rows}
+
+    _ADOPT = "UPDATE tasks SET caller = ? WHERE caller = '' AND source = ?"
 
     def adopt(self, caller: str, source: str) -> int:
         """Give ``caller`` the tasks of ``source`` recorded before tasks had callers; how many."""
-        adopted = self.db.execute("UPDATE tasks SET caller = ? WHERE caller = '' AND source = ?", (caller, source))
-        return int(adopted.rowcount)
+        return int(self.db.execute(self._ADOPT, (caller, source)).rowcount)
 
-    def conversation_bytes(self, conversation: str) -> int:
-        """What the tasks of a conversation hold: their messages and answers, in UTF-8 bytes."""
+    async def aadopt(self, caller: str, source: str) -> int:
+        """:meth:`adopt`, waiting with the event loop running."""
+        return int((await self.db.aexecute(self._ADOPT, (caller, source))).rowcount)
+
+    def _holding(self, conversation: str) -> Statement:
         if self.db.dialect == "postgresql":
             held = "octet_length(input) + octet_length(COALESCE(output, ''))"
         else:
             held = "LENGTH(CAST(input AS BLOB)) + LENGTH(CAST(COALESCE(output, '') AS BLOB))"
-        row = self.db.execute(
-            f"SELECT COALESCE(SUM({held}), 0)"  # noqa: S608
-            " FROM tasks WHERE conversation = ? AND parent = ''",
-            (conversation,),
-        ).one()
+        query = f"SELECT COALESCE(SUM({held}), 0) FROM tasks WHERE conversation = ? AND parent = ''"  # noqa: S608
+        return query, (conversation,)
+
+    def conversation_bytes(self, conversation: str) -> int:
+        """What the tasks of a conversation hold: their messages and answers, in UTF-8 bytes."""
+        row = self.db.execute(*self._holding(conversation)).one()
         return int(row[0]) if row is not None else 0
+
+    async def aconversation_bytes(self, conversation: str) -> int:
+        """:meth:`conversation_bytes`, waiting with the event loop running."""
+        row = (await self.db.aexecute(*self._holding(conversation))).one()
+        return int(row[0]) if row is not None else 0
+
+    _CALLERS = "SELECT DISTINCT caller FROM tasks WHERE conversation = ?"
 
     def callers_in(self, conversation: str) -> set[str]:
         """Who sent the tasks of this conversation (a conversation belongs to the caller who started it)."""
-        rows = self.db.execute("SELECT DISTINCT caller FROM tasks WHERE conversation = ?", (conversation,)).rows
-        return {caller for (caller,) in rows}
+        return {caller for (caller,) in self.db.execute(self._CALLERS, (conversation,)).rows}
 
-    def list(self, *, pending_only: bool = False, limit: int = 50, caller: str | None = None) -> list[Task]:
-        """The latest tasks, newest first; only those waiting for a decision, only those ``caller`` sent."""
+    async def acallers_in(self, conversation: str) -> set[str]:
+        """:meth:`callers_in`, waiting with the event loop running."""
+        return {caller for (caller,) in (await self.db.aexecute(self._CALLERS, (conversation,))).rows}
+
+    @staticmethod
+    def _listing(*, pending_only: bool, limit: int, caller: str | None) -> Statement:
         where, values = [], []
         if pending_only:
             where.append("state = 'input-required'")
@@ -580,8 +619,17 @@ class TaskStore:
             where.append("caller = ?")
             values.append(caller)
         query = "SELECT * FROM tasks" + (f" WHERE {' AND '.join(where)}" if where else "")  # noqa: S608
-        query += " ORDER BY created_at DESC LIMIT ?"
-        return [_row_to_task(row) for row in self.db.execute(query, (*values, limit)).records()]
+        return query + " ORDER BY created_at DESC LIMIT ?", (*values, limit)
+
+    async def alist(self, *, pending_only: bool = False, limit: int = 50, caller: str | None = None) -> list[Task]:
+        """:meth:`list`, waiting with the event loop running (defined first: below, ``list`` is the method)."""
+        listing = self._listing(pending_only=pending_only, limit=limit, caller=caller)
+        return [_row_to_task(row) for row in (await self.db.aexecute(*listing)).records()]
+
+    def list(self, *, pending_only: bool = False, limit: int = 50, caller: str | None = None) -> list[Task]:
+        """The latest tasks, newest first; only those waiting for a decision, only those ``caller`` sent."""
+        listing = self._listing(pending_only=pending_only, limit=limit, caller=caller)
+        return [_row_to_task(row) for row in self.db.execute(*listing).records()]
 
 
 def _one(task_id: str, rows: list[dict[str, Any]]) -> Task:
