@@ -24,7 +24,8 @@ from typing import Literal
 
 from framework.errors import RunError, StoreBusy, StoreError, StoreUnreachable, UsageError
 from framework.runtime.audit import AuditLog, Source
-from framework.runtime.tasks import FINAL_STATES, RENEW_S, Task, TaskStore, process_alive, this_process
+from framework.runtime.leases import RENEW_S, process_alive, this_process
+from framework.runtime.tasks import FINAL_STATES, Task, TaskStore
 
 POLL_S = 0.25
 """How often a process running tasks looks for cancel requests on their records."""
@@ -121,7 +122,7 @@ class CancelWatch:
     ``track`` registers a run (the asyncio task driving it) for the time it runs; while any run is
     tracked, one watcher polls their records every :data:`POLL_S` and cancels each run asked to
     stop, remembering who asked (:meth:`reason`), so the transport can say so to its client. On
-    PostgreSQL it also renews their leases every :data:`~framework.runtime.tasks.RENEW_S`, so other
+    PostgreSQL it also renews their leases every :data:`~framework.runtime.leases.RENEW_S`, so other
     replicas see they still run.
     """
 

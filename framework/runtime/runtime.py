@@ -44,12 +44,13 @@ from framework.runtime.cancel import Canceled, CancelWatch, cancel_task
 from framework.runtime.database import Database
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.governance.secrets import KNOWN
+from framework.runtime.leases import now
 from framework.runtime.metrics import Metrics
 from framework.runtime.pauses import Gate, Pause, Question
 from framework.runtime.remote import RemoteFactory
 from framework.runtime.restart import needs_restart, pinned
 from framework.runtime.runner import Runner
-from framework.runtime.tasks import FINAL_STATES, AlreadyDecided, Pending, Task, TaskStore, expiry, now
+from framework.runtime.tasks import FINAL_STATES, AlreadyDecided, Pending, Task, TaskStore, expiry
 from framework.runtime.turns import Turns
 from framework.runtime.wiring import McpFactory, wire
 from framework.spec.project import Project
@@ -95,7 +96,7 @@ class Runtime:
         model_hook: ModelHook | None = None,
         tool_hook: ToolHook | None = None,
     ) -> Runtime:
-        """Open the project's stores (closed by ``stack``) and build its bundle (:func:`~framework.runtime.wiring.wire`).
+        """Open the project's stores (closed by ``stack``) and build its bundle (``wiring.wire``).
 
         ``remote`` builds the client side for remote agents and registries (the protocol layer's
         A2A client); without it remote calls are refused and registries are not read. ``mcp``

@@ -10,75 +10,35 @@ the checkpointer; this table only says what is waiting for whom.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from framework.errors import Failure, RunError, TaskNotWaiting
 from framework.runtime.database import Database, SqliteDatabase
 from framework.runtime.governance.secrets import KNOWN
+from framework.runtime.leases import RENEW_S as RENEW_S  # re-exported: ca serve's sweep reads it here
+from framework.runtime.leases import (
+    RUNNING,
+    RUNNING_OR_EXPIRED,
+    Statement,
+    lease_end,
+    now,
+    orphans,
+    renewal,
+    running_or_expired,
+    settling,
+    this_process,
+)
 from framework.runtime.pauses import Pause, all_questions, read_pause
 from framework.runtime.schema import connect
 from framework.runtime.store_locks import LOCK_TIMEOUT_S
 
 TaskState = Literal["submitted", "working", "input-required", "completed", "failed", "canceled", "rejected"]
 FINAL_STATES = ("completed", "failed", "canceled", "rejected")
-Statement = tuple[str, tuple[Any, ...]]
-
-LEASE_S = 15.0
-"""How long a running task's lease lasts: the process running it renews it every :data:`RENEW_S`
-(while PostgreSQL holds the tasks); past it, any replica settles the task as orphaned."""
-RENEW_S = 5.0
-"""How often a process renews the leases of the tasks it runs (and a server looks for expired ones)."""
-
-ORPHANED = (
-    "the process running this task (pid {pid} on {host}) stopped while this task was running; it was not "
-    "resumed because a tool may have run halfway: send the message again"
-)
-LEASE_EXPIRED = (
-    "the process running this task (pid {pid} on {host}) stopped renewing its lease ({lease:g} s) while this task "
-    "was running; it was not resumed because a tool may have run halfway: send the message again"
-)
-_RUNNING = ("submitted", "working")
-
-
-def _owner() -> tuple[int, str]:
-    """This process, as a task's owner."""
-    return os.getpid(), socket.gethostname()
-
-
-def this_process() -> tuple[int, str]:
-    """The pid and host a task run by this process records as its owner."""
-    return _owner()
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` (of this host) still runs."""
-    return _alive(pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _lease() -> str:
-    """When a lease taken now ends (ISO, microseconds always: the text compares as the time does)."""
-    return (now() + timedelta(seconds=LEASE_S)).isoformat(timespec="microseconds")
 
 
 @dataclass(frozen=True)
@@ -125,7 +85,8 @@ class Task:
     owner_host: str = ""
     """The host of that process."""
     lease_until: str = ""
-    """Until when the owner's lease on this running task holds (renewed while it runs; see :data:`LEASE_S`)."""
+    """Until when the owner's lease on this running task holds (renewed while it runs; see
+    :data:`~framework.runtime.leases.LEASE_S`)."""
     cancel_requested: str = ""
     """Who asked another process to stop this running task (``ca tasks cancel``), empty if no one."""
     caller: str = ""
@@ -172,7 +133,7 @@ class TaskStore:
     ) -> tuple[Task, Statement]:
         stamp = now().isoformat()
         input = KNOWN.text(input)
-        pid, host = _owner()
+        pid, host = this_process()
         task = Task(
             id=task_id or uuid.uuid4().hex,
             agent=agent,
@@ -186,7 +147,7 @@ class TaskStore:
             owner_pid=pid,
             owner_host=host,
             caller=caller,
-            lease_until=_lease(),
+            lease_until=lease_end(),
         )
         values = (
             task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host, caller,
@@ -260,9 +221,9 @@ class TaskStore:
     ) -> Statement:
         sets = ["state = ?", "updated_at = ?"]
         values: list[Any] = [state, now().isoformat()]
-        if state in _RUNNING:  # whoever runs it owns it: a crash of this process leaves an orphan
+        if state in RUNNING:  # whoever runs it owns it: a crash of this process leaves an orphan
             sets.append("owner_pid = ?, owner_host = ?, lease_until = ?")
-            values.extend((*_owner(), _lease()))
+            values.extend((*this_process(), lease_end()))
         for column, value in (("output", output), ("error", error)):
             if value is not None:
                 sets.append(f"{column} = ?")
@@ -329,7 +290,7 @@ class TaskStore:
         return (
             "UPDATE tasks SET state = 'working', decided_by = ?, decided_at = ?, updated_at = ?,"
             " owner_pid = ?, owner_host = ?, lease_until = ? WHERE id = ? AND state = 'input-required'",
-            (by, stamp, stamp, *_owner(), _lease(), task_id),
+            (by, stamp, stamp, *this_process(), lease_end(), task_id),
         )
 
     @staticmethod
@@ -351,77 +312,31 @@ class TaskStore:
         claimed = (await self.db.aexecute(*self._claiming(task_id, by))).rowcount
         return self._claimed(await self.aget(task_id), claimed)
 
-    # Running tasks of this host's processes (judged by their pid) and of other hosts' whose lease expired.
-    _RUNNING_OR_EXPIRED = (
-        "SELECT id, state, owner_pid, owner_host, lease_until FROM tasks WHERE state IN (?, ?) AND owner_pid != 0"
-        " AND (owner_host = ? OR (lease_until != '' AND lease_until < ?))"
-    )
-
-    def _running(self) -> tuple[Any, ...]:
-        # Leases are renewed only where replicas share the tasks (PostgreSQL): on SQLite none expires.
-        expired_before = "" if self.db.local else now().isoformat(timespec="microseconds")
-        return (*_RUNNING, _owner()[1], expired_before)
-
-    @staticmethod
-    def _orphans(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        """(id, state, owner pid, owner host, lease, reason, failure JSON) of each running task whose
-        process is gone: on this host a pid that no longer runs, on another a lease that expired."""
-        pid, host = _owner()
-        found = []
-        for task_id, state, owner, owner_host, lease in rows:
-            if owner_host == host:
-                if owner == pid or _alive(owner):
-                    continue
-                reason = ORPHANED.format(pid=owner, host=host)
-            else:
-                reason = LEASE_EXPIRED.format(pid=owner, host=owner_host, lease=LEASE_S)
-            failure = json.dumps(Failure.of(RunError(reason)).to_json())
-            found.append((task_id, state, owner, owner_host, lease, reason, failure))
-        return found
-
-    @staticmethod
-    def _settling(orphan: tuple[Any, ...]) -> Statement:
-        task_id, state, owner, owner_host, lease, reason, failure = orphan
-        # A compare-and-set on the owner and its lease: a task claimed or renewed meanwhile is left alone.
-        return (
-            "UPDATE tasks SET state = 'failed', error = ?, failure = ?, pending = '[]', updated_at = ?"
-            " WHERE id = ? AND state = ? AND owner_pid = ? AND owner_host = ? AND lease_until = ?",
-            (reason, failure, now().isoformat(), task_id, state, owner, owner_host, lease),
-        )
-
     def settle_orphans(self) -> list[Task]:
-        """End ``failed`` (:data:`ORPHANED`, with the pid) every running task whose process is gone.
+        """End ``failed`` (:data:`~framework.runtime.leases.ORPHANED`, with the pid) every running task
+        whose process is gone.
 
         On this host, tasks owned by a process that no longer exists: a task another live process
         runs is never touched. Another host's processes cannot be seen from here (replicas sharing
-        PostgreSQL): its task is settled (:data:`LEASE_EXPIRED`) once the lease its process renews
-        while running it (:data:`LEASE_S`) has expired. Each is one compare-and-set on its owner and
-        lease, so a task that was meanwhile claimed again or renewed is left alone. Returns the tasks
-        settled, as they are now.
+        PostgreSQL): its task is settled (:data:`~framework.runtime.leases.LEASE_EXPIRED`) once the
+        lease its process renews while running it (:data:`~framework.runtime.leases.LEASE_S`) has
+        expired. Each is one compare-and-set on its owner and lease, so a task that was meanwhile
+        claimed again or renewed is left alone. Returns the tasks settled, as they are now.
         """
-        rows = self.db.execute(self._RUNNING_OR_EXPIRED, self._running()).rows
-        return [self.get(o[0]) for o in self._orphans(rows) if self.db.execute(*self._settling(o)).rowcount == 1]
+        rows = self.db.execute(RUNNING_OR_EXPIRED, running_or_expired(self.db.local)).rows
+        return [self.get(o[0]) for o in orphans(rows) if self.db.execute(*settling(o)).rowcount == 1]
 
     async def asettle_orphans(self) -> list[Task]:
         """:meth:`settle_orphans`, waiting with the event loop running."""
-        rows = (await self.db.aexecute(self._RUNNING_OR_EXPIRED, self._running())).rows
-        return [
-            await self.aget(o[0])
-            for o in self._orphans(rows)
-            if (await self.db.aexecute(*self._settling(o))).rowcount == 1
-        ]
+        rows = (await self.db.aexecute(RUNNING_OR_EXPIRED, running_or_expired(self.db.local))).rows
+        return [await self.aget(o[0]) for o in orphans(rows) if (await self.db.aexecute(*settling(o))).rowcount == 1]
 
     async def arenew(self, task_ids: Collection[str]) -> int:
-        """Extend this process's leases on these running tasks by :data:`LEASE_S`; how many it still holds."""
+        """Extend this process's leases on these running tasks by :data:`~framework.runtime.leases.LEASE_S`;
+        how many it still holds."""
         if not task_ids:
             return 0
-        marks = ", ".join("?" for _ in task_ids)
-        renewed = await self.db.aexecute(
-            f"UPDATE tasks SET lease_until = ? WHERE id IN ({marks}) AND state IN (?, ?)"  # noqa: S608
-            " AND owner_pid = ? AND owner_host = ?",
-            (_lease(), *task_ids, *_RUNNING, *_owner()),
-        )
-        return renewed.rowcount
+        return (await self.db.aexecute(*renewal(task_ids))).rowcount
 
     async def acancel_paused(self, task_id: str, by: str, reason: str) -> bool:
         """End a task that waits for a decision ``canceled``: the same compare-and-set on
@@ -441,7 +356,7 @@ class TaskStore:
         canceled = await self.db.aexecute(
             "UPDATE tasks SET state = 'canceled', pending = '[]', error = ?, updated_at = ?"
             " WHERE id = ? AND state IN (?, ?) AND owner_pid = ? AND owner_host = ?",
-            (KNOWN.text(reason), now().isoformat(), task_id, *_RUNNING, owner_pid, _owner()[1]),
+            (KNOWN.text(reason), now().isoformat(), task_id, *RUNNING, owner_pid, this_process()[1]),
         )
         return canceled.rowcount == 1
 
@@ -449,7 +364,7 @@ class TaskStore:
         """Ask the process running a task to stop it (it polls :meth:`cancel_requests`); whether the
         task was still running."""
         asked = await self.db.aexecute(
-            "UPDATE tasks SET cancel_requested = ? WHERE id = ? AND state IN (?, ?)", (by, task_id, *_RUNNING)
+            "UPDATE tasks SET cancel_requested = ? WHERE id = ? AND state IN (?, ?)", (by, task_id, *RUNNING)
         )
         return asked.rowcount == 1
 

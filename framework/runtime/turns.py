@@ -30,7 +30,8 @@ from contextlib import asynccontextmanager
 
 from framework.errors import ConversationBusy, StoreError
 from framework.runtime.database import Database
-from framework.runtime.tasks import FINAL_STATES, now
+from framework.runtime.leases import now
+from framework.runtime.tasks import FINAL_STATES
 
 TURN_WAIT_S = 120.0
 """How long a message waits for the running turn of its conversation before it is refused."""
