@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from langchain_core.outputs import LLMResult
 
     from framework.runtime.audit import AuditRecord
-    from framework.runtime.tasks import TaskStore
+    from framework.runtime.tasks import Task, TaskStore
 
 FINAL = frozenset({"completed", "failed", "canceled", "rejected", "input-required"})
 """The states a run ends in (input-required: it paused)."""
@@ -105,18 +105,31 @@ class Metrics:
             self._waited(record)
 
     def _waited(self, record: AuditRecord) -> None:
-        """Measure the wait the decision ``record`` ended, from its task record, read off the event loop's path."""
-        measuring = asyncio.get_running_loop().create_task(self._measure_wait(record))
+        """Measure the wait the decision ``record`` ended, from its task record: on the event loop the
+        record is read with the loop running (awaited before the next scrape), elsewhere at once."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # appended off any event loop: reading here holds no loop up
+            try:
+                task = self.tasks.get(record.task_id)
+            except Exception:  # a task the store no longer has: nothing to measure
+                return
+            self._observe_wait(record, task)
+            return
+        measuring = loop.create_task(self._ameasure_wait(record))
         self._measuring.add(measuring)
         measuring.add_done_callback(self._measuring.discard)
 
-    async def _measure_wait(self, record: AuditRecord) -> None:
+    async def _ameasure_wait(self, record: AuditRecord) -> None:
         try:
-            pending = (await self.tasks.aget(record.task_id)).pending
+            task = await self.tasks.aget(record.task_id)
         except Exception:  # a task the store no longer has: nothing to measure
             return
-        if pending:
-            paused = datetime.fromisoformat(pending[0].paused_at)
+        self._observe_wait(record, task)
+
+    def _observe_wait(self, record: AuditRecord, task: Task) -> None:
+        if task.pending:
+            paused = datetime.fromisoformat(task.pending[0].paused_at)
             self.approval_wait.observe(max(0.0, (datetime.fromisoformat(record.ts) - paused).total_seconds()))
 
     def callbacks(self, agent: str) -> RunMetrics:
