@@ -255,7 +255,7 @@ class AcpServer:
 
     def _default_mode(self) -> str:
         spec = self.runtime.bundle.agent(self.agent_name)
-        from framework.runtime.governance.middleware import DEFAULT_PROFILE
+        from framework.runtime.governance.policy import DEFAULT_PROFILE
 
         return str(spec.profile or self.runtime.bundle.project.config.defaults.profile or DEFAULT_PROFILE)
 
