@@ -4,9 +4,14 @@ tools reach the model under."""
 
 from __future__ import annotations
 
+import json
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from framework.cli.options import AgentArg, ProjectOpt, project_dir
 
 if TYPE_CHECKING:
     from framework.compiler.bundle import Bundle
@@ -64,3 +69,50 @@ def agent_lines(project: Project) -> list[str]:
         for tool in described["tools"]:
             lines.append(f"  tool {tool['name']:<24} {tool['tool']}")
     return lines
+
+
+agents_app = typer.Typer(help="The agents a project can use: its own and its registries'.", no_args_is_help=True)
+
+
+@agents_app.command("list")
+def agents_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the agents as JSON.")] = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Every agent from every source (the project, the registries in ca.yaml) with its skills and tags."""
+    import asyncio
+
+    agents = asyncio.run(list_agents(project_dir(project)))
+    if as_json:
+        typer.echo(json.dumps(agents, indent=2))
+        return
+    for agent in agents:
+        tags = ", ".join(agent["tags"]) or "-"
+        typer.echo(f"{agent['name']:<18} {agent['kind']:<9} {agent['source']:<18} tags: {tags}")
+        if agent["skills"]:
+            typer.echo(f"{'':<18} skills: {', '.join(skill['id'] for skill in agent['skills'])}")
+        typer.echo(f"{'':<18} {agent['url']}")
+
+
+@agents_app.command("show")
+def agents_show(
+    agent: AgentArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
+    project: ProjectOpt = None,
+) -> None:
+    """One agent of the project: its kind, model, profile, skills, and each tool with the name a model calls."""
+    from framework.spec import load_project
+
+    described = describe_agent(load_project(project_dir(project)), agent)
+    if as_json:
+        typer.echo(json.dumps(described, indent=2))
+        return
+    typer.echo(f"{described['name']} ({described['kind']}): {described['description'] or '-'}")
+    for key in ("model", "profile"):
+        if described.get(key):
+            typer.echo(f"  {key}: {described[key]}")
+    if described["skills"]:
+        typer.echo("  skills: " + ", ".join(s["id"] for s in described["skills"]))
+    typer.echo("  tools:" if described["tools"] else "  tools: none")
+    for tool in described["tools"]:
+        typer.echo(f"    {tool['name']:<24} {tool['tool']}")

@@ -19,6 +19,11 @@ from typing import TYPE_CHECKING, Annotated, cast
 import typer
 
 from framework import __version__
+from framework.cli.agents import agents_app  # the command groups: each module imports only typer at first
+from framework.cli.db import db_app
+from framework.cli.mcp import mcp_app
+from framework.cli.options import AgentArg, ProjectArg, ProjectOpt, project_dir
+from framework.cli.tasks import tasks_app
 from framework.errors import CAError, SpecError
 
 if TYPE_CHECKING:
@@ -33,30 +38,6 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-ProjectArg = Annotated[
-    Path | None,
-    typer.Argument(help="Project folder (holds agents/ and optionally ca.yaml); the same as -p.", show_default=False),
-]
-ProjectOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--project",
-        "-p",
-        help="Project folder (default: the nearest folder, from the current one up, with ca.yaml or agents/).",
-        show_default=False,
-    ),
-]
-
-
-def _project_dir(project: Path | None, positional: Path | None = None) -> Path:
-    """The project folder a command works on: ``-p`` or the positional PROJECT as given, else the
-    nearest project at or above the current folder (:func:`framework.spec.root.project_root`)."""
-    from framework.spec.root import project_root
-
-    if positional is not None and project is not None and positional != project:
-        raise typer.BadParameter(f"two projects given ({positional} and -p {project}): give one", param_hint="-p")
-    return project_root(project if project is not None else positional)
 
 
 def _version(value: bool) -> None:
@@ -90,7 +71,7 @@ def validate(
     from framework.spec import load_project
 
     try:
-        loaded = load_project(_project_dir(project_option, project))
+        loaded = load_project(project_dir(project_option, project))
     except SpecError as exc:
         _print_diagnostics(exc, as_json)
         raise typer.Exit(2) from None
@@ -178,9 +159,6 @@ def init(
     typer.echo(f"  {cd}ca run {result.agent} 'hello'   # talk to the agent on the offline model")
 
 
-AgentArg = Annotated[str, typer.Argument(help="The agent's name (see `ca agents list`).")]
-
-
 @app.command()
 def run(
     agent: Annotated[
@@ -228,7 +206,7 @@ def run(
         )
     from framework.cli.run import RunOptions, run_command
 
-    options = RunOptions(_project_dir(project), agent, prompt, session, skill, as_json)
+    options = RunOptions(project_dir(project), agent, prompt, session, skill, as_json)
     try:
         code = asyncio.run(run_command(options))
     except KeyboardInterrupt:
@@ -264,7 +242,7 @@ def test_command(
     from framework.cli.evals import TestOptions
     from framework.cli.evals import test_command as run_tests
 
-    root = _project_dir(project)
+    root = project_dir(project)
     options = TestOptions(root, pattern, as_json, junit_xml, record, update, jobs or os.cpu_count() or 2, keep)
     try:
         code = run_tests(options)
@@ -280,7 +258,7 @@ def graph(agent: AgentArg, project: ProjectOpt = None) -> None:
     from framework.compiler.bundle import build_bundle
     from framework.spec import load_project
 
-    bundle = build_bundle(load_project(_project_dir(project)))
+    bundle = build_bundle(load_project(project_dir(project)))
     typer.echo(bundle.graph(agent).get_graph().draw_mermaid())
 
 
@@ -298,7 +276,7 @@ def card(
     from framework.protocols.a2a.platform import declare_methods
     from framework.spec import load_project
 
-    bundle = build_bundle(load_project(_project_dir(project)), base_url=base_url)
+    bundle = build_bundle(load_project(project_dir(project)), base_url=base_url)
     typer.echo(json.dumps(card_to_json(declare_methods(bundle.card(agent))), indent=2))
 
 
@@ -347,7 +325,7 @@ def serve_command(
     if log_format not in (None, "human", "json"):
         raise typer.BadParameter(f"{log_format!r} is not a log format: use human or json", param_hint="--log-format")
     chosen = cast("LogFormat | None", log_format)
-    options = ServeOptions(_project_dir(project_option, project), host, port, public_url, insecure, reload, chosen)
+    options = ServeOptions(project_dir(project_option, project), host, port, public_url, insecure, reload, chosen)
     try:
         code = asyncio.run(serve(options))
     except KeyboardInterrupt:
@@ -395,123 +373,13 @@ def call_command(
     if task and not context:
         raise typer.BadParameter("--task needs the task's --context (A2A requires both)", param_hint="--task")
     headers = parse_headers(header or [], token)
-    options = CallOptions(target, message, context, as_json, timeout, _project_dir(project), task, headers)
+    options = CallOptions(target, message, context, as_json, timeout, project_dir(project), task, headers)
     raise typer.Exit(asyncio.run(call(options)))
 
 
-agents_app = typer.Typer(help="The agents a project can use: its own and its registries'.", no_args_is_help=True)
 app.add_typer(agents_app, name="agents")
-
-
-@agents_app.command("list")
-def agents_list(
-    as_json: Annotated[bool, typer.Option("--json", help="Print the agents as JSON.")] = False,
-    project: ProjectOpt = None,
-) -> None:
-    """Every agent from every source (the project, the registries in ca.yaml) with its skills and tags."""
-    import asyncio
-
-    from framework.cli.agents import list_agents
-
-    agents = asyncio.run(list_agents(_project_dir(project)))
-    if as_json:
-        typer.echo(json.dumps(agents, indent=2))
-        return
-    for agent in agents:
-        tags = ", ".join(agent["tags"]) or "-"
-        typer.echo(f"{agent['name']:<18} {agent['kind']:<9} {agent['source']:<18} tags: {tags}")
-        if agent["skills"]:
-            typer.echo(f"{'':<18} skills: {', '.join(skill['id'] for skill in agent['skills'])}")
-        typer.echo(f"{'':<18} {agent['url']}")
-
-
-@agents_app.command("show")
-def agents_show(
-    agent: AgentArg,
-    as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
-    project: ProjectOpt = None,
-) -> None:
-    """One agent of the project: its kind, model, profile, skills, and each tool with the name a model calls."""
-    from framework.cli.agents import describe_agent
-    from framework.spec import load_project
-
-    described = describe_agent(load_project(_project_dir(project)), agent)
-    if as_json:
-        typer.echo(json.dumps(described, indent=2))
-        return
-    typer.echo(f"{described['name']} ({described['kind']}): {described['description'] or '-'}")
-    for key in ("model", "profile"):
-        if described.get(key):
-            typer.echo(f"  {key}: {described[key]}")
-    if described["skills"]:
-        typer.echo("  skills: " + ", ".join(s["id"] for s in described["skills"]))
-    typer.echo("  tools:" if described["tools"] else "  tools: none")
-    for tool in described["tools"]:
-        typer.echo(f"    {tool['name']:<24} {tool['tool']}")
-
-
-from framework.cli.mcp import mcp_app  # noqa: E402 - beside the other sub-commands; it imports only typer
-
 app.add_typer(mcp_app, name="mcp")
-
-tasks_app = typer.Typer(help="Tasks of a project: what ran, what waits for a decision; end one.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
-
-
-@tasks_app.command("list")
-def tasks_list(
-    pending: Annotated[bool, typer.Option("--pending", help="Only tasks waiting for a decision.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the tasks as JSON.")] = False,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=10000, help="At most this many, newest first.")] = 50,
-    project: ProjectOpt = None,
-) -> None:
-    """List tasks, newest first, with what each paused task is waiting for."""
-    import dataclasses
-
-    from framework.runtime.tasks import TaskStore
-    from framework.spec import load_project
-
-    loaded = load_project(_project_dir(project))
-    store = TaskStore.open(loaded.root, url=loaded.config.store.url)
-    try:
-        tasks = store.list(pending_only=pending, limit=limit)
-    finally:
-        store.close()
-    if as_json:
-        typer.echo(json.dumps([dataclasses.asdict(t) for t in tasks], indent=2))
-        return
-    if not tasks:
-        typer.echo("no tasks waiting for a decision" if pending else "no tasks yet")
-        return
-    for task in tasks:
-        called = f"  (called by {task.parent[:12]})" if task.parent else ""
-        typer.echo(
-            f"{task.id[:12]}  {task.state:<15} {task.agent:<16} {task.updated_at[:19]}  "
-            f"session {task.conversation}{called}"
-        )
-        for waiting in task.pending:
-            expired = " (expired)" if waiting.expired() else ""
-            typer.echo(f"    waiting: {waiting.pause.message or waiting.pause.kind}{expired}")
-
-
-@tasks_app.command("cancel")
-def tasks_cancel(
-    task: Annotated[str, typer.Argument(help="The task id (or a unique prefix), from `ca tasks list`.")],
-    wait: Annotated[
-        float, typer.Option("--wait", min=0, help="Seconds to wait for another process to stop a running task.")
-    ] = 5.0,
-    project: ProjectOpt = None,
-) -> None:
-    """End a task: one waiting for a decision, or one running in any process of the project
-    (a `ca serve`, `ca run`, `ca approve`: that process stops it and kills its tools).
-
-    Exit codes: 0 canceled; 1 already final, or still running after --wait; 2 unknown task.
-    """
-    import asyncio
-
-    from framework.cli.cancel import cancel_command, describe
-
-    typer.echo(describe(asyncio.run(cancel_command(_project_dir(project), task, wait))))
 
 
 @app.command()
@@ -544,7 +412,7 @@ def approve(
         raise typer.BadParameter("--reason goes with --reject (it tells the agent why); add --reject or drop it")
     choice = "reject" if reject else ("always" if always else "approve")
     decision = {"decision": "answer", "text": answer} if answer is not None else {"decision": choice, "reason": reason}
-    code = asyncio.run(approve_command(_project_dir(project), task, decision, as_json))
+    code = asyncio.run(approve_command(project_dir(project), task, decision, as_json))
     raise typer.Exit(code)
 
 
@@ -570,7 +438,7 @@ def audit(
     """
     from framework.cli.audit import AuditOptions, audit_command
 
-    raise typer.Exit(audit_command(AuditOptions(_project_dir(project), task, verify, limit, since, as_json)))
+    raise typer.Exit(audit_command(AuditOptions(project_dir(project), task, verify, limit, since, as_json)))
 
 
 @app.command()
@@ -591,25 +459,10 @@ def usage(
     """
     from framework.cli.usage import UsageOptions, usage_command
 
-    raise typer.Exit(usage_command(UsageOptions(_project_dir(project), by, since, as_json)))
+    raise typer.Exit(usage_command(UsageOptions(project_dir(project), by, since, as_json)))
 
 
-db_app = typer.Typer(
-    help="The project's task database (.ca/tasks.db, or PostgreSQL with store.url).", no_args_is_help=True
-)
 app.add_typer(db_app, name="db")
-
-
-@db_app.command("upgrade")
-def db_upgrade(project: ProjectOpt = None) -> None:
-    """Apply the task database's schema migrations that are missing, in order, and print them.
-
-    Every ca process does this when it opens the database; run it before starting or rolling
-    replicas. On PostgreSQL it runs under an advisory lock: replicas migrating at once wait for it.
-    """
-    from framework.cli.db import upgrade_command
-
-    raise typer.Exit(upgrade_command(_project_dir(project)))
 
 
 def _masked(text: str) -> str:

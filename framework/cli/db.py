@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import typer
+
+from framework.cli.options import ProjectOpt, project_dir
+
 
 def upgrade_command(project_dir: Path) -> int:
     """Migrate the project's task database; the exit code."""
@@ -31,3 +35,18 @@ def upgrade_command(project_dir: Path) -> int:
     else:
         print(f"task database {where}: already at schema version {LATEST}; nothing to do")
     return 0
+
+
+db_app = typer.Typer(
+    help="The project's task database (.ca/tasks.db, or PostgreSQL with store.url).", no_args_is_help=True
+)
+
+
+@db_app.command("upgrade")
+def db_upgrade(project: ProjectOpt = None) -> None:
+    """Apply the task database's schema migrations that are missing, in order, and print them.
+
+    Every ca process does this when it opens the database; run it before starting or rolling
+    replicas. On PostgreSQL it runs under an advisory lock: replicas migrating at once wait for it.
+    """
+    raise typer.Exit(upgrade_command(project_dir(project)))

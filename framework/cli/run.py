@@ -377,6 +377,6 @@ async def approve_command(project_dir: Path, task_id: str, decision: dict[str, A
     project = load_project(project_dir)
     async with AsyncExitStack() as stack:
         runtime = await Runtime.open(project, stack=stack, remote=open_remote, mcp=open_mcp)
-        task = runtime.tasks.get(task_id)
+        task = await runtime.tasks.aget(task_id)
         events = runtime.decide(task.id, decision)
         return await drive(runtime, events, as_json=as_json, session=task.conversation, task_id=task.id)

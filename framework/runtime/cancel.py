@@ -24,7 +24,8 @@ from typing import Literal
 
 from framework.errors import RunError, StoreBusy, StoreError, StoreUnreachable, UsageError
 from framework.runtime.audit import AuditLog, Source
-from framework.runtime.tasks import FINAL_STATES, Task, TaskStore, process_alive, this_process
+from framework.runtime.leases import process_alive, this_process
+from framework.runtime.tasks import FINAL_STATES, Task, TaskStore
 
 POLL_S = 0.25
 """How often a process running tasks looks for cancel requests on their records."""

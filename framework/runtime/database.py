@@ -42,6 +42,8 @@ PG_SCHEMA = "ca"
 may share the database, so ours live apart and every connection reads them first (``search_path``)."""
 CONNECT_TIMEOUT_S = 10
 """How long opening a PostgreSQL connection may take before the store is called unreachable."""
+APPLICATION_NAME = "ca-tasks"
+"""What ``pg_stat_activity`` calls the task database's connections: one blocking and one async per process."""
 
 Dialect = Literal["sqlite", "postgresql"]
 Params = Sequence[Any]
@@ -236,6 +238,7 @@ class PostgresDatabase(Database):
             "autocommit": True,
             "connect_timeout": CONNECT_TIMEOUT_S,
             "options": f"-c search_path={PG_SCHEMA}",
+            "application_name": APPLICATION_NAME,
         }
         self._lock = threading.Lock()
         self._closed = False

@@ -23,6 +23,7 @@ writes); model calls and latencies from the run's LangChain callbacks.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from langchain_core.outputs import LLMResult
 
     from framework.runtime.audit import AuditRecord
-    from framework.runtime.tasks import TaskStore
+    from framework.runtime.tasks import Task, TaskStore
 
 FINAL = frozenset({"completed", "failed", "canceled", "rejected", "input-required"})
 """The states a run ends in (input-required: it paused)."""
@@ -74,12 +75,18 @@ class Metrics:
             "ca_tool_calls", "Tool calls, by governance decision", ["agent", "tool", "decision"], registry=r
         )
         self.tool_seconds = Histogram("ca_tool_call_seconds", "Tool call latency", ["agent", "tool"], registry=r)
-        r.register(_StoreCollector(tasks))
+        self._store = _StoreCollector()
+        r.register(self._store)
+        self._measuring: set[asyncio.Task[None]] = set()
+        """Approval waits being read from their task records (awaited before each scrape)."""
 
-    def exposition(self) -> bytes:
-        """The registry in the Prometheus text format."""
+    async def aexposition(self) -> bytes:
+        """The registry in the Prometheus text format, the task counts read with the event loop running."""
         from prometheus_client import generate_latest
 
+        if self._measuring:  # every decision audited before the scrape is in it
+            await asyncio.gather(*self._measuring, return_exceptions=True)
+        self._store.counts = await self.tasks.acounts()
         return generate_latest(self.registry)
 
     def audited(self, record: AuditRecord) -> None:
@@ -98,12 +105,31 @@ class Metrics:
             self._waited(record)
 
     def _waited(self, record: AuditRecord) -> None:
+        """Measure the wait the decision ``record`` ended, from its task record: on the event loop the
+        record is read with the loop running (awaited before the next scrape), elsewhere at once."""
         try:
-            pending = self.tasks.get(record.task_id).pending
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # appended off any event loop: reading here holds no loop up
+            try:
+                task = self.tasks.get(record.task_id)
+            except Exception:  # a task the store no longer has: nothing to measure
+                return
+            self._observe_wait(record, task)
+            return
+        measuring = loop.create_task(self._ameasure_wait(record))
+        self._measuring.add(measuring)
+        measuring.add_done_callback(self._measuring.discard)
+
+    async def _ameasure_wait(self, record: AuditRecord) -> None:
+        try:
+            task = await self.tasks.aget(record.task_id)
         except Exception:  # a task the store no longer has: nothing to measure
             return
-        if pending:
-            paused = datetime.fromisoformat(pending[0].paused_at)
+        self._observe_wait(record, task)
+
+    def _observe_wait(self, record: AuditRecord, task: Task) -> None:
+        if task.pending:
+            paused = datetime.fromisoformat(task.pending[0].paused_at)
             self.approval_wait.observe(max(0.0, (datetime.fromisoformat(record.ts) - paused).total_seconds()))
 
     def callbacks(self, agent: str) -> RunMetrics:
@@ -163,8 +189,9 @@ class RunMetrics(BaseCallbackHandler):
 class _StoreCollector:
     """Gauges read from the task record when scraped: tasks by state, pending approvals."""
 
-    def __init__(self, tasks: TaskStore) -> None:
-        self.tasks = tasks
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        """Tasks by state, as :meth:`Metrics.aexposition` read them for this scrape."""
 
     def describe(self) -> list[Any]:
         return []
@@ -172,7 +199,7 @@ class _StoreCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        counts = self.tasks.counts()
+        counts = self.counts
         by_state = GaugeMetricFamily("ca_tasks", "Tasks of the project, by state", labels=["state"])
         for state, n in sorted(counts.items()):
             by_state.add_metric([state], n)

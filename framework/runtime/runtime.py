@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import sys
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from framework.compiler.agent import RunContext
-from framework.compiler.bundle import Bundle, build_bundle
-from framework.compiler.mcp_tools import McpServers
+from framework.compiler.bundle import Bundle
 from framework.compiler.models import ModelHook
 from framework.compiler.precompile import compile_graphs
 from framework.compiler.tools import ToolHook
@@ -43,25 +40,20 @@ from framework.errors import (
 )
 from framework.runtime import logs, telemetry
 from framework.runtime.audit import AuditLog
-from framework.runtime.audit_chain import chain_key
 from framework.runtime.cancel import Canceled, CancelWatch, cancel_task
+from framework.runtime.database import Database
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
-from framework.runtime.governance.access import CapabilityAccess
-from framework.runtime.governance.middleware import governance_middleware
-from framework.runtime.governance.secrets import KNOWN, mask_logs, project_secrets
+from framework.runtime.governance.secrets import KNOWN
+from framework.runtime.leases import now
 from framework.runtime.metrics import Metrics
 from framework.runtime.pauses import Gate, Pause, Question
-from framework.runtime.remote import Discovery, RemoteFactory
+from framework.runtime.remote import RemoteFactory
 from framework.runtime.restart import needs_restart, pinned
 from framework.runtime.runner import Runner
-from framework.runtime.stores import open_checkpointer
-from framework.runtime.tasks import FINAL_STATES, AlreadyDecided, Pending, Task, TaskState, TaskStore, expiry, now
+from framework.runtime.tasks import FINAL_STATES, AlreadyDecided, Pending, Task, TaskStore, expiry
 from framework.runtime.turns import Turns
-from framework.spec.interpolate import load_dotenv
+from framework.runtime.wiring import McpFactory, wire
 from framework.spec.project import Project
-
-McpFactory = Callable[[Project, Mapping[str, str]], Any]
-"""(project, environment) -> the MCP client side (``framework.protocols.mcp.open_mcp``), with ``close()``."""
 
 
 class Runtime:
@@ -106,7 +98,7 @@ class Runtime:
         model_hook: ModelHook | None = None,
         tool_hook: ToolHook | None = None,
     ) -> Runtime:
-        """Open the project's stores (closed by ``stack``) and build its bundle.
+        """Open the project's stores (closed by ``stack``) and build its bundle (``wiring.wire``).
 
         ``remote`` builds the client side for remote agents and registries (the protocol layer's
         A2A client); without it remote calls are refused and registries are not read. ``mcp``
@@ -115,89 +107,18 @@ class Runtime:
         ``model_hook`` wraps how each agent's model is built and ``tool_hook`` each tool (``ca test``
         records or replays through them).
         """
-        mask_logs()
-        key = chain_key(project.config.audit, project.root)  # a missing key stops us before anything opens
-        lock_timeout = project.config.store.lock_timeout
-        store_url = project.config.store.url
-        saver = await stack.enter_async_context(
-            open_checkpointer(project.root, lock_timeout=lock_timeout, url=store_url)
+        wired = await wire(
+            project,
+            stack=stack,
+            governed=governed,
+            base_url=base_url,
+            remote=remote,
+            mcp=mcp,
+            model_hook=model_hook,
+            tool_hook=tool_hook,
         )
-        lease = project.config.store.task_lease
-        tasks = TaskStore.open(project.root, url=store_url, lock_timeout=lock_timeout, lease=lease)
-        stack.callback(tasks.close)
-        turns = Turns.open(project.root, url=project.config.store.url, lock_timeout=lock_timeout)
-        stack.callback(turns.close)
-        dotenv = load_dotenv(project.root)
-        KNOWN.add(project_secrets(project, {**dotenv, **os.environ}, dotenv))
-        if key is not None:
-            KNOWN.add([key.secret.decode("utf-8")])
-        audit = AuditLog.of_project(project, secrets=KNOWN.values, key=key, lock_timeout=lock_timeout)
-        stack.callback(audit.close)
-        audit.check_extendable()
-        audit.observers.append(logs.audited)  # at INFO: shown by --log-format json
-        tracing = telemetry.start()
-        if tracing is not None:
-            audit.observers.append(tracing.audited)
-            stack.callback(tracing.flush)
-        environ = {**load_dotenv(project.root), **os.environ}
-        current: dict[str, Any] = {"project": project, "environ": environ}
-        opened: list[Any] = []  # the A2A client side, created on first use (a2a's client costs ~50 ms)
-
-        def peers() -> Any:
-            if remote is None:
-                raise RunError("remote agents need the A2A client, which this runtime was opened without")
-            if not opened:
-                opened.append(remote(current["project"], tasks, current["environ"]))
-                stack.push_async_callback(opened[0].close)
-            client = opened[0]
-            client.project, client.environ = current["project"], current["environ"]
-            return client
-
-        async def call_remote(url: str, text: str) -> tuple[str, dict[str, Any]]:
-            result: tuple[str, dict[str, Any]] = await peers().call_tool(url, text)
-            return result
-
-        hooks = ChildTasks(tasks, audit)
-        servers: list[Any] = []  # the MCP client side, one for the runtime's whole life
-
-        def mcp_servers(project: Project, environ: Mapping[str, str]) -> McpServers | None:
-            if mcp is None:  # the client side costs nothing until a server starts (an editor may pass one)
-                return None
-            if not servers:
-                servers.append(mcp(project, environ))
-                stack.push_async_callback(servers[0].close)
-            servers[0].project, servers[0].environ = project, environ
-            return cast(McpServers, servers[0])
-
-        async def compile_project(project: Project) -> Bundle:
-            dotenv = load_dotenv(project.root)
-            environ = {**dotenv, **os.environ}
-            KNOWN.add(project_secrets(project, environ, dotenv))
-            current.update(project=project, environ=environ)
-            found = Discovery()
-            if project.config.registries and remote is None:
-                found.problems.append("registries are not read: this runtime has no A2A client")
-            elif project.config.registries:
-                found = await peers().discover()
-            for problem in found.problems:
-                print(f"warning: {problem}", file=sys.stderr)
-            return build_bundle(
-                project,
-                checkpointer=saver,
-                middleware=governance_middleware if governed else None,
-                access=CapabilityAccess if governed else None,
-                remote=call_remote,
-                call_hooks=hooks,
-                directory=found.agents,
-                mcp=mcp_servers(project, environ),
-                base_url=base_url,
-                environ=environ,
-                model_hook=model_hook,
-                tool_hook=tool_hook,
-            )
-
-        runtime = cls(await compile_project(project), tasks, audit, turns, source=source)
-        runtime.compile_project = compile_project
+        runtime = cls(wired.bundle, wired.tasks, wired.audit, wired.turns, source=source)
+        runtime.compile_project = wired.compile_project
         runtime.settled_at_open = await runtime.settle_orphans()
         return runtime
 
@@ -255,6 +176,11 @@ class Runtime:
     def root(self) -> Path:
         return self.bundle.project.root
 
+    @property
+    def database(self) -> Database:
+        """The task database this runtime's stores share (and ACP's session rows): opened once, closed by the stack."""
+        return self.tasks.db
+
     async def _audit_task(self, task: Task, state: str, **data: Any) -> None:
         await self.audit.aappend(
             "task.state",
@@ -301,12 +227,12 @@ class Runtime:
         """
         self.bundle.agent(agent)
         who = self.decider if caller is None else caller
-        if caller is not None and self.tasks.callers_in(conversation) - {caller}:
+        if caller is not None and await self.tasks.acallers_in(conversation) - {caller}:
             raise ConversationNotYours(
                 f"conversation {conversation!r} was started by another caller: start a new one (send no contextId)"
             )
         limit = self.bundle.project.config.store.max_conversation_bytes
-        held = self.tasks.conversation_bytes(conversation) if not parent else 0  # a call's size is its caller's
+        held = await self.tasks.aconversation_bytes(conversation) if not parent else 0  # a call's size: its caller's
         if held + len(text.encode("utf-8", "surrogatepass")) > limit:
             raise ConversationTooLarge(
                 f"conversation {conversation!r} would hold more than {limit} bytes (store.max_conversation_bytes):"
@@ -351,7 +277,7 @@ class Runtime:
         taken exactly once: a second decider, in this process or another, gets a RunError saying
         who decided first.
         """
-        task = self.check_decision(task_id, decision)
+        task = await self.acheck_decision(task_id, decision)
         task = await self.tasks.aclaim(task.id, by or self.decider)
         _bind_logs(task)
         try:
@@ -420,9 +346,9 @@ class Runtime:
             return f"{'cli' if self.source == 'cli' else 'local'}:{getpass.getuser()}"
         return self.source
 
-    def check_decision(self, task_id: str, decision: Mapping[str, Any]) -> Task:
+    async def acheck_decision(self, task_id: str, decision: Mapping[str, Any]) -> Task:
         """The paused task ``decision`` can answer; a RunError saying what it waits for if it cannot."""
-        task = self.tasks.get(task_id)
+        task = await self.tasks.aget(task_id)
         if task.state != "input-required" or not task.pending:
             who = f"was already decided by {task.decided_by} at {task.decided_at}; it " if task.decided_by else ""
             raise AlreadyDecided(f"task {task.id[:12]} {who}is {task.state}, not waiting for a decision")
@@ -440,7 +366,7 @@ class Runtime:
         The tool calls it held are answered "cancelled by the user" (as if the tools ran), so
         the history stays valid for every provider and the next message starts a new turn.
         """
-        if self.tasks.waiting_in(conversation) or not self.tasks.ended_early_in(conversation):
+        if await self.tasks.awaiting_in(conversation) or not await self.tasks.aended_early_in(conversation):
             return
         from langchain_core.messages import AIMessage, ToolMessage
 
@@ -482,7 +408,7 @@ class Runtime:
         compare-and-set on the record, so a task that ended meanwhile keeps its end. Whether this
         call canceled it."""
         try:
-            task = self.tasks.get(task_id)
+            task = await self.tasks.aget(task_id)
         except RunError:
             return False
         if task.state in FINAL_STATES or not await self.tasks.aend(task.id, state="canceled", error=reason or None):
@@ -554,7 +480,7 @@ class Runtime:
                 pauses.append(event)
             if isinstance(event, RunFinished):
                 # A task resumed after a pause reports (and stores) its whole usage, not the last part.
-                before = self.tasks.get(task.id).usage
+                before = (await self.tasks.aget(task.id)).usage
                 total = event.usage + Usage(**{k: int(v) for k, v in before.items() if k in _USAGE_FIELDS})
                 event = dataclasses.replace(event, task_id=task.id, usage=total)
                 await self._finish(task, event, pauses)
@@ -602,70 +528,6 @@ def _bind_logs(task: Task) -> None:
     """Every record made from here on in this asyncio task (the transport's, for this task) carries
     the task's ids: the audit's, a library's (``--log-format json``)."""
     logs.bind(task_id=task.id, context_id=task.conversation, agent=task.agent, caller=task.caller)
-
-
-class ChildTasks:
-    """In-process agent calls as tasks of their own: a parent link, visible in `ca tasks list` and the audit."""
-
-    def __init__(self, tasks: TaskStore, audit: AuditLog) -> None:
-        self.tasks = tasks
-        self.audit = audit
-
-    async def started(self, agent: str, text: str, context: RunContext) -> RunContext:
-        # One task per (parent task, tool call): a resumed caller re-enters the same child task.
-        key = f"{context.task_id}/{context.call_id}"
-        child_id = uuid.uuid5(uuid.NAMESPACE_URL, key).hex if context.task_id and context.call_id else ""
-        try:
-            task = self.tasks.get(child_id) if child_id else None
-        except RunError:
-            task = None
-        if task is None:
-            parent = self.tasks.find(context.task_id) if context.task_id else None
-            task = await self.tasks.acreate(
-                agent=agent,
-                conversation=context.conversation_id,
-                source="agent-call",
-                input=text,
-                parent=context.task_id,
-                task_id=child_id or None,
-                caller=parent.caller if parent is not None else "",
-            )
-            await self._record(task.id, context, agent, "submitted", parent=context.task_id)
-        tracing = telemetry.tracing()
-        if tracing is not None and context.task_id:
-            tracing.alias(task.id, context.task_id)
-        await self.tasks.aupdate(task.id, state="working")
-        await self._record(task.id, context, agent, "working")
-        return dataclasses.replace(context, task_id=task.id)
-
-    async def finished(
-        self,
-        context: RunContext,
-        *,
-        state: str,
-        output: str = "",
-        error: str = "",
-        usage: Mapping[str, float] | None = None,
-    ) -> None:
-        await self.tasks.aupdate(
-            context.task_id,
-            state=cast(TaskState, state),
-            output=output,
-            error=error,
-            usage=dict(usage) if usage else None,
-        )
-        agent = self.tasks.get(context.task_id).agent
-        await self._record(context.task_id, context, agent, state, error=error or None)
-
-    async def _record(self, task_id: str, context: RunContext, agent: str, state: str, **data: Any) -> None:
-        await self.audit.aappend(
-            "task.state",
-            source="agent-call",
-            task_id=task_id,
-            conversation_id=context.conversation_id,
-            agent=agent,
-            data={"state": state, **{k: v for k, v in data.items() if v is not None}},
-        )
 
 
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "model_calls", "tool_calls")

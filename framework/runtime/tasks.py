@@ -10,74 +10,35 @@ the checkpointer; this table only says what is waiting for whom.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from framework.errors import Failure, RunError, TaskNotWaiting
 from framework.runtime.database import Database, SqliteDatabase
 from framework.runtime.governance.secrets import KNOWN
+from framework.runtime.leases import (
+    LEASE_S,
+    RUNNING,
+    RUNNING_OR_EXPIRED,
+    Statement,
+    lease_end,
+    now,
+    orphans,
+    renewal,
+    running_or_expired,
+    settling,
+    this_process,
+)
 from framework.runtime.pauses import Pause, all_questions, read_pause
 from framework.runtime.schema import connect
 from framework.runtime.store_locks import LOCK_TIMEOUT_S
 
 TaskState = Literal["submitted", "working", "input-required", "completed", "failed", "canceled", "rejected"]
 FINAL_STATES = ("completed", "failed", "canceled", "rejected")
-Statement = tuple[str, tuple[Any, ...]]
-
-LEASE_S = 15.0
-"""How long a running task's lease lasts by default (``store.task_lease``, ``CA_TASK_LEASE``): the process
-running it renews it every third of that (:attr:`TaskStore.renew_every`, while PostgreSQL holds the tasks);
-past it, any replica settles the task as orphaned."""
-
-ORPHANED = (
-    "the process running this task (pid {pid} on {host}) stopped while this task was running; it was not "
-    "resumed because a tool may have run halfway: send the message again"
-)
-LEASE_EXPIRED = (
-    "the process running this task (pid {pid} on {host}) stopped renewing its lease ({lease:g} s) while this task "
-    "was running; it was not resumed because a tool may have run halfway: send the message again"
-)
-_RUNNING = ("submitted", "working")
-
-
-def _owner() -> tuple[int, str]:
-    """This process, as a task's owner."""
-    return os.getpid(), socket.gethostname()
-
-
-def this_process() -> tuple[int, str]:
-    """The pid and host a task run by this process records as its owner."""
-    return _owner()
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` (of this host) still runs."""
-    return _alive(pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _lease(seconds: float) -> str:
-    """When a lease of ``seconds`` taken now ends (ISO, microseconds always: the text compares as the time does)."""
-    return (now() + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
 
 
 @dataclass(frozen=True)
@@ -124,7 +85,8 @@ class Task:
     owner_host: str = ""
     """The host of that process."""
     lease_until: str = ""
-    """Until when the owner's lease on this running task holds (renewed while it runs; see :attr:`TaskStore.lease`)."""
+    """Until when the owner's lease on this running task holds (renewed while it runs; see
+    :data:`~framework.runtime.leases.LEASE_S`)."""
     cancel_requested: str = ""
     """Who asked another process to stop this running task (``ca tasks cancel``), empty if no one."""
     caller: str = ""
@@ -153,7 +115,9 @@ class TaskStore:
     def open(
         cls, root: Path, *, url: str = "", lock_timeout: float = LOCK_TIMEOUT_S, lease: float = LEASE_S
     ) -> TaskStore:
-        """The tasks of the project at ``root``: in PostgreSQL when ``url`` (``store.url``) names it."""
+        """The tasks of the project at ``root``, on a connection of their own (a CLI command, a test):
+        in PostgreSQL when ``url`` (``store.url``) names it. Close it with :meth:`close`; a runtime's
+        stores share its one database instead (``TaskStore(runtime.database, lease=...)``)."""
         return cls(connect(root, url, lock_timeout=lock_timeout), lease=lease)
 
     @property
@@ -162,12 +126,8 @@ class TaskStore:
         of :attr:`lease`, so two renewals may be missed before another replica settles the task."""
         return self.lease / 3
 
-    @property
-    def lock_timeout(self) -> float:
-        """Seconds a write waits for another process's write lock before StoreBusy."""
-        return self.db.lock_timeout
-
     def close(self) -> None:
+        """Close the database (for a store from :meth:`open`: a shared one is closed by its owner)."""
         self.db.close()
 
     def _creation(
@@ -183,7 +143,7 @@ class TaskStore:
     ) -> tuple[Task, Statement]:
         stamp = now().isoformat()
         input = KNOWN.text(input)
-        pid, host = _owner()
+        pid, host = this_process()
         task = Task(
             id=task_id or uuid.uuid4().hex,
             agent=agent,
@@ -197,7 +157,7 @@ class TaskStore:
             owner_pid=pid,
             owner_host=host,
             caller=caller,
-            lease_until=_lease(self.lease),
+            lease_until=lease_end(self.lease),
         )
         values = (
             task.id, agent, conversation, source, task.state, input, parent, stamp, stamp, pid, host, caller,
@@ -271,9 +231,9 @@ class TaskStore:
     ) -> Statement:
         sets = ["state = ?", "updated_at = ?"]
         values: list[Any] = [state, now().isoformat()]
-        if state in _RUNNING:  # whoever runs it owns it: a crash of this process leaves an orphan
+        if state in RUNNING:  # whoever runs it owns it: a crash of this process leaves an orphan
             sets.append("owner_pid = ?, owner_host = ?, lease_until = ?")
-            values.extend((*_owner(), _lease(self.lease)))
+            values.extend((*this_process(), lease_end(self.lease)))
         for column, value in (("output", output), ("error", error)):
             if value is not None:
                 sets.append(f"{column} = ?")
@@ -339,7 +299,7 @@ class TaskStore:
         return (
             "UPDATE tasks SET state = 'working', decided_by = ?, decided_at = ?, updated_at = ?,"
             " owner_pid = ?, owner_host = ?, lease_until = ? WHERE id = ? AND state = 'input-required'",
-            (by, stamp, stamp, *_owner(), _lease(self.lease), task_id),
+            (by, stamp, stamp, *this_process(), lease_end(self.lease), task_id),
         )
 
     @staticmethod
@@ -361,76 +321,35 @@ class TaskStore:
         claimed = (await self.db.aexecute(*self._claiming(task_id, by))).rowcount
         return self._claimed(await self.aget(task_id), claimed)
 
-    # Running tasks of this host's processes (judged by their pid) and of other hosts' whose lease expired.
-    _RUNNING_OR_EXPIRED = (
-        "SELECT id, state, owner_pid, owner_host, lease_until FROM tasks WHERE state IN (?, ?) AND owner_pid != 0"
-        " AND (owner_host = ? OR (lease_until != '' AND lease_until < ?))"
-    )
-
-    def _running(self) -> tuple[Any, ...]:
-        # Leases are renewed only where replicas share the tasks (PostgreSQL): on SQLite none expires.
-        expired_before = "" if self.db.local else now().isoformat(timespec="microseconds")
-        return (*_RUNNING, _owner()[1], expired_before)
-
-    def _orphans(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        """(id, state, owner pid, owner host, lease, reason, failure JSON) of each running task whose
-        process is gone: on this host a pid that no longer runs, on another a lease that expired."""
-        pid, host = _owner()
-        found = []
-        for task_id, state, owner, owner_host, lease in rows:
-            if owner_host == host:
-                if owner == pid or _alive(owner):
-                    continue
-                reason = ORPHANED.format(pid=owner, host=host)
-            else:
-                reason = LEASE_EXPIRED.format(pid=owner, host=owner_host, lease=self.lease)
-            failure = json.dumps(Failure.of(RunError(reason)).to_json())
-            found.append((task_id, state, owner, owner_host, lease, reason, failure))
-        return found
-
-    @staticmethod
-    def _settling(orphan: tuple[Any, ...]) -> Statement:
-        task_id, state, owner, owner_host, lease, reason, failure = orphan
-        # A compare-and-set on the owner and its lease: a task claimed or renewed meanwhile is left alone.
-        return (
-            "UPDATE tasks SET state = 'failed', error = ?, failure = ?, pending = '[]', updated_at = ?"
-            " WHERE id = ? AND state = ? AND owner_pid = ? AND owner_host = ? AND lease_until = ?",
-            (reason, failure, now().isoformat(), task_id, state, owner, owner_host, lease),
-        )
-
     def settle_orphans(self) -> list[Task]:
-        """End ``failed`` (:data:`ORPHANED`, with the pid) every running task whose process is gone.
+        """End ``failed`` (:data:`~framework.runtime.leases.ORPHANED`, with the pid) every running task
+        whose process is gone.
 
         On this host, tasks owned by a process that no longer exists: a task another live process
         runs is never touched. Another host's processes cannot be seen from here (replicas sharing
-        PostgreSQL): its task is settled (:data:`LEASE_EXPIRED`) once the lease its process renews
-        while running it (:attr:`lease`) has expired. Each is one compare-and-set on its owner and
-        lease, so a task that was meanwhile claimed again or renewed is left alone. Returns the tasks
-        settled, as they are now.
+        PostgreSQL): its task is settled (:data:`~framework.runtime.leases.LEASE_EXPIRED`) once the
+        lease its process renews while running it (:attr:`lease`) has
+        expired. Each is one compare-and-set on its owner and lease, so a task that was meanwhile
+        claimed again or renewed is left alone. Returns the tasks settled, as they are now.
         """
-        rows = self.db.execute(self._RUNNING_OR_EXPIRED, self._running()).rows
-        return [self.get(o[0]) for o in self._orphans(rows) if self.db.execute(*self._settling(o)).rowcount == 1]
+        rows = self.db.execute(RUNNING_OR_EXPIRED, running_or_expired(self.db.local)).rows
+        return [self.get(o[0]) for o in orphans(rows, self.lease) if self.db.execute(*settling(o)).rowcount == 1]
 
     async def asettle_orphans(self) -> list[Task]:
         """:meth:`settle_orphans`, waiting with the event loop running."""
-        rows = (await self.db.aexecute(self._RUNNING_OR_EXPIRED, self._running())).rows
+        rows = (await self.db.aexecute(RUNNING_OR_EXPIRED, running_or_expired(self.db.local))).rows
         return [
             await self.aget(o[0])
-            for o in self._orphans(rows)
-            if (await self.db.aexecute(*self._settling(o))).rowcount == 1
+            for o in orphans(rows, self.lease)
+            if (await self.db.aexecute(*settling(o))).rowcount == 1
         ]
 
     async def arenew(self, task_ids: Collection[str]) -> int:
-        """Extend this process's leases on these running tasks by :attr:`lease`; how many it still holds."""
+        """Extend this process's leases on these running tasks by :attr:`lease`;
+        how many it still holds."""
         if not task_ids:
             return 0
-        marks = ", ".join("?" for _ in task_ids)
-        renewed = await self.db.aexecute(
-            f"UPDATE tasks SET lease_until = ? WHERE id IN ({marks}) AND state IN (?, ?)"  # noqa: S608
-            " AND owner_pid = ? AND owner_host = ?",
-            (_lease(self.lease), *task_ids, *_RUNNING, *_owner()),
-        )
-        return renewed.rowcount
+        return (await self.db.aexecute(*renewal(task_ids, self.lease))).rowcount
 
     async def acancel_paused(self, task_id: str, by: str, reason: str) -> bool:
         """End a task that waits for a decision ``canceled``: the same compare-and-set on
@@ -450,7 +369,7 @@ class TaskStore:
         canceled = await self.db.aexecute(
             "UPDATE tasks SET state = 'canceled', pending = '[]', error = ?, updated_at = ?"
             " WHERE id = ? AND state IN (?, ?) AND owner_pid = ? AND owner_host = ?",
-            (KNOWN.text(reason), now().isoformat(), task_id, *_RUNNING, owner_pid, _owner()[1]),
+            (KNOWN.text(reason), now().isoformat(), task_id, *RUNNING, owner_pid, this_process()[1]),
         )
         return canceled.rowcount == 1
 
@@ -458,7 +377,7 @@ class TaskStore:
         """Ask the process running a task to stop it (it polls :meth:`cancel_requests`); whether the
         task was still running."""
         asked = await self.db.aexecute(
-            "UPDATE tasks SET cancel_requested = ? WHERE id = ? AND state IN (?, ?)", (by, task_id, *_RUNNING)
+            "UPDATE tasks SET cancel_requested = ? WHERE id = ? AND state IN (?, ?)", (by, task_id, *RUNNING)
         )
         return asked.rowcount == 1
 
@@ -504,29 +423,38 @@ class TaskStore:
             rows = (await self.db.aexecute(self._BY_PREFIX, (task_id, task_id))).records()
         return _one(task_id, rows)
 
-    def _exists(self, query: str, *args: Any) -> bool:
-        return self.db.execute(query, args).one() is not None
+    _ENDED_EARLY = "SELECT 1 FROM tasks WHERE conversation = ? AND state IN ('canceled', 'failed') LIMIT 1"
+    _WAITING = "SELECT 1 FROM tasks WHERE conversation = ? AND state = 'input-required' LIMIT 1"
+    _ASKING = "SELECT id FROM tasks WHERE conversation = ? AND state = 'input-required' ORDER BY created_at DESC"
 
     def ended_early_in(self, conversation: str) -> bool:
         """Whether a task of this conversation was canceled or failed (and may have left a pause behind)."""
-        return self._exists(
-            "SELECT 1 FROM tasks WHERE conversation = ? AND state IN ('canceled', 'failed') LIMIT 1", conversation
-        )
+        return self.db.execute(self._ENDED_EARLY, (conversation,)).one() is not None
+
+    async def aended_early_in(self, conversation: str) -> bool:
+        """:meth:`ended_early_in`, waiting with the event loop running."""
+        return (await self.db.aexecute(self._ENDED_EARLY, (conversation,))).one() is not None
 
     def waiting_in(self, conversation: str) -> bool:
         """Whether a task of this conversation waits for a decision."""
-        return self._exists(
-            "SELECT 1 FROM tasks WHERE conversation = ? AND state = 'input-required' LIMIT 1", conversation
-        )
+        return self.db.execute(self._WAITING, (conversation,)).one() is not None
+
+    async def awaiting_in(self, conversation: str) -> bool:
+        """:meth:`waiting_in`, waiting with the event loop running."""
+        return (await self.db.aexecute(self._WAITING, (conversation,))).one() is not None
 
     def question_in(self, conversation: str) -> Task | None:
         """The task of this conversation that waits for an answer to a workflow's ``ask``, if any."""
-        rows = self.db.execute(
-            "SELECT id FROM tasks WHERE conversation = ? AND state = 'input-required' ORDER BY created_at DESC",
-            (conversation,),
-        ).rows
-        for (task_id,) in rows:
+        for (task_id,) in self.db.execute(self._ASKING, (conversation,)).rows:
             task = self.get(task_id)
+            if all_questions([p.pause for p in task.pending]):
+                return task
+        return None
+
+    async def aquestion_in(self, conversation: str) -> Task | None:
+        """:meth:`question_in`, waiting with the event loop running."""
+        for (task_id,) in (await self.db.aexecute(self._ASKING, (conversation,))).rows:
+            task = await self.aget(task_id)
             if all_questions([p.pause for p in task.pending]):
                 return task
         return None
@@ -548,40 +476,70 @@ class TaskStore:
             (key, url, task_id, context_id, now().isoformat()),
         )
 
-    def get_remote(self, key: str) -> dict[str, str] | None:
-        row = self.db.execute("SELECT url, task_id, context_id FROM remote_calls WHERE key = ?", (key,)).one()
+    _REMOTE = "SELECT url, task_id, context_id FROM remote_calls WHERE key = ?"
+
+    @staticmethod
+    def _remote(row: tuple[Any, ...] | None) -> dict[str, str] | None:
         return None if row is None else {"url": row[0], "task_id": row[1], "context_id": row[2]}
+
+    def get_remote(self, key: str) -> dict[str, str] | None:
+        """The remote task a tool call started (``url``, ``task_id``, ``context_id``), or None."""
+        return self._remote(self.db.execute(self._REMOTE, (key,)).one())
+
+    async def aget_remote(self, key: str) -> dict[str, str] | None:
+        """:meth:`get_remote`, waiting with the event loop running."""
+        return self._remote((await self.db.aexecute(self._REMOTE, (key,))).one())
+
+    _COUNTS = "SELECT state, COUNT(*) FROM tasks GROUP BY state"
 
     def counts(self) -> dict[str, int]:
         """How many tasks are in each state."""
-        rows = self.db.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").rows
-        return {state: int(count) for state, count in rows}
+        return {state: int(count) for state, count in self.db.execute(self._COUNTS).rows}
+
+    async def acounts(self) -> dict[str, int]:
+        """:meth:`counts`, waiting with the event loop running."""
+        return {state: int(count) for state, count in (await self.db.aexecute(self._COUNTS)).rows}
+
+    _ADOPT = "UPDATE tasks SET caller = ? WHERE caller = '' AND source = ?"
 
     def adopt(self, caller: str, source: str) -> int:
         """Give ``caller`` the tasks of ``source`` recorded before tasks had callers; how many."""
-        adopted = self.db.execute("UPDATE tasks SET caller = ? WHERE caller = '' AND source = ?", (caller, source))
-        return int(adopted.rowcount)
+        return int(self.db.execute(self._ADOPT, (caller, source)).rowcount)
 
-    def conversation_bytes(self, conversation: str) -> int:
-        """What the tasks of a conversation hold: their messages and answers, in UTF-8 bytes."""
+    async def aadopt(self, caller: str, source: str) -> int:
+        """:meth:`adopt`, waiting with the event loop running."""
+        return int((await self.db.aexecute(self._ADOPT, (caller, source))).rowcount)
+
+    def _holding(self, conversation: str) -> Statement:
         if self.db.dialect == "postgresql":
             held = "octet_length(input) + octet_length(COALESCE(output, ''))"
         else:
             held = "LENGTH(CAST(input AS BLOB)) + LENGTH(CAST(COALESCE(output, '') AS BLOB))"
-        row = self.db.execute(
-            f"SELECT COALESCE(SUM({held}), 0)"  # noqa: S608
-            " FROM tasks WHERE conversation = ? AND parent = ''",
-            (conversation,),
-        ).one()
+        query = f"SELECT COALESCE(SUM({held}), 0) FROM tasks WHERE conversation = ? AND parent = ''"  # noqa: S608
+        return query, (conversation,)
+
+    def conversation_bytes(self, conversation: str) -> int:
+        """What the tasks of a conversation hold: their messages and answers, in UTF-8 bytes."""
+        row = self.db.execute(*self._holding(conversation)).one()
         return int(row[0]) if row is not None else 0
+
+    async def aconversation_bytes(self, conversation: str) -> int:
+        """:meth:`conversation_bytes`, waiting with the event loop running."""
+        row = (await self.db.aexecute(*self._holding(conversation))).one()
+        return int(row[0]) if row is not None else 0
+
+    _CALLERS = "SELECT DISTINCT caller FROM tasks WHERE conversation = ?"
 
     def callers_in(self, conversation: str) -> set[str]:
         """Who sent the tasks of this conversation (a conversation belongs to the caller who started it)."""
-        rows = self.db.execute("SELECT DISTINCT caller FROM tasks WHERE conversation = ?", (conversation,)).rows
-        return {caller for (caller,) in rows}
+        return {caller for (caller,) in self.db.execute(self._CALLERS, (conversation,)).rows}
 
-    def list(self, *, pending_only: bool = False, limit: int = 50, caller: str | None = None) -> list[Task]:
-        """The latest tasks, newest first; only those waiting for a decision, only those ``caller`` sent."""
+    async def acallers_in(self, conversation: str) -> set[str]:
+        """:meth:`callers_in`, waiting with the event loop running."""
+        return {caller for (caller,) in (await self.db.aexecute(self._CALLERS, (conversation,))).rows}
+
+    @staticmethod
+    def _listing(*, pending_only: bool, limit: int, caller: str | None) -> Statement:
         where, values = [], []
         if pending_only:
             where.append("state = 'input-required'")
@@ -589,8 +547,17 @@ class TaskStore:
             where.append("caller = ?")
             values.append(caller)
         query = "SELECT * FROM tasks" + (f" WHERE {' AND '.join(where)}" if where else "")  # noqa: S608
-        query += " ORDER BY created_at DESC LIMIT ?"
-        return [_row_to_task(row) for row in self.db.execute(query, (*values, limit)).records()]
+        return query + " ORDER BY created_at DESC LIMIT ?", (*values, limit)
+
+    async def alist(self, *, pending_only: bool = False, limit: int = 50, caller: str | None = None) -> list[Task]:
+        """:meth:`list`, waiting with the event loop running (defined first: below, ``list`` is the method)."""
+        listing = self._listing(pending_only=pending_only, limit=limit, caller=caller)
+        return [_row_to_task(row) for row in (await self.db.aexecute(*listing)).records()]
+
+    def list(self, *, pending_only: bool = False, limit: int = 50, caller: str | None = None) -> list[Task]:
+        """The latest tasks, newest first; only those waiting for a decision, only those ``caller`` sent."""
+        listing = self._listing(pending_only=pending_only, limit=limit, caller=caller)
+        return [_row_to_task(row) for row in self.db.execute(*listing).records()]
 
 
 def _one(task_id: str, rows: list[dict[str, Any]]) -> Task:

@@ -27,13 +27,11 @@ import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from framework.errors import ConversationBusy, StoreError
 from framework.runtime.database import Database
-from framework.runtime.schema import connect
-from framework.runtime.store_locks import LOCK_TIMEOUT_S
-from framework.runtime.tasks import FINAL_STATES, now
+from framework.runtime.leases import now
+from framework.runtime.tasks import FINAL_STATES
 
 TURN_WAIT_S = 120.0
 """How long a message waits for the running turn of its conversation before it is refused."""
@@ -55,24 +53,12 @@ class Turns:
         self.wait = wait
         """Seconds a message waits for its turn before ConversationBusy."""
         self.db = db
+        """The task database (shared with the process's other stores, which close it)."""
         self._locks: dict[str, asyncio.Lock] = {}
         self._giving_back: set[asyncio.Task[None]] = set()
         self._users: dict[str, int] = {}
         self._pid = os.getpid()
         self._host = socket.gethostname()
-
-    @classmethod
-    def open(cls, root: Path, *, url: str = "", lock_timeout: float = LOCK_TIMEOUT_S) -> Turns:
-        """The turns of the project at ``root``: in PostgreSQL when ``url`` (``store.url``) names it."""
-        return cls(connect(root, url, lock_timeout=lock_timeout))
-
-    @property
-    def lock_timeout(self) -> float:
-        """Seconds giving a turn back waits for another process's write lock on the file."""
-        return self.db.lock_timeout
-
-    def close(self) -> None:
-        self.db.close()
 
     @asynccontextmanager
     async def take(self, conversation: str, task_id: str) -> AsyncIterator[None]:
@@ -172,12 +158,12 @@ class Turns:
         """
 
         async def give_back() -> None:
-            deadline = asyncio.get_running_loop().time() + self.lock_timeout
+            deadline = asyncio.get_running_loop().time() + self.db.lock_timeout
             while not self._release(conversation, task_id):
                 if asyncio.get_running_loop().time() >= deadline:
                     print(
                         f"warning: the turn of conversation {conversation!r} could not be given back: "
-                        f"{self.db.name} stayed locked for {self.lock_timeout:g} s",
+                        f"{self.db.name} stayed locked for {self.db.lock_timeout:g} s",
                         file=sys.stderr,
                     )
                     return

@@ -234,7 +234,7 @@ def test_another_hosts_task_is_settled_once_its_lease_expired(engine: Engine) ->
 
 def test_a_turn_is_held_across_connections(engine: Engine) -> None:
     tasks = engine.tasks()
-    first, second = Turns.open(engine.root, url=engine.url), Turns.open(engine.root, url=engine.url)
+    first, second = Turns(connect(engine.root, engine.url)), Turns(connect(engine.root, engine.url))
     second.wait = 0.3
     try:
         task = tasks.create(agent="a", conversation="c", source="cli", input="go")
@@ -264,13 +264,13 @@ def test_a_turn_is_held_across_connections(engine: Engine) -> None:
         asyncio.run(take())
         assert tasks.db.execute("SELECT * FROM turns").rows == []
     finally:
-        first.close()
-        second.close()
+        first.db.close()
+        second.db.close()
         tasks.close()
 
 
 def test_sessions_are_kept_for_other_connections(engine: Engine) -> None:
-    one, other = SessionStore.open(engine.root, url=engine.url), SessionStore.open(engine.root, url=engine.url)
+    one, other = SessionStore(connect(engine.root, engine.url)), SessionStore(connect(engine.root, engine.url))
     try:
         asyncio.run(one.asave("s1", "echo", "ask", "/work"))
         assert other.get("s1") == {"agent": "echo", "mode": "ask", "cwd": "/work"}
@@ -278,8 +278,8 @@ def test_sessions_are_kept_for_other_connections(engine: Engine) -> None:
         assert asyncio.run(one.aget("s1")) == {"agent": "echo", "mode": "auto", "cwd": "/elsewhere"}
         assert one.get("unknown") is None
     finally:
-        one.close()
-        other.close()
+        one.db.close()
+        other.db.close()
 
 
 def test_migrations_are_idempotent(engine: Engine) -> None:

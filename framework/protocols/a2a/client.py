@@ -221,7 +221,7 @@ class Peers:
         context = CALL_CONTEXT.get() or RunContext()
         assert self.tasks is not None, "agent tools need the runtime's task store"
         key = f"{context.task_id}:{context.call_id}" if context.task_id and context.call_id else ""
-        known = self.tasks.get_remote(key) if key else None
+        known = await self.tasks.aget_remote(key) if key else None
         metadata = {
             "cleveragents": {
                 "depth": context.depth,

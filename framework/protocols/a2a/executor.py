@@ -174,8 +174,8 @@ class CleverAgentExecutor(AgentExecutor):
             if current is not None and current.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
                 assert message is not None
                 try:
-                    answer = self._answer(task_id, message)
-                    self.runtime.check_decision(task_id, answer)
+                    answer = await self._answer(task_id, message)
+                    await self.runtime.acheck_decision(task_id, answer)
                 except AlreadyDecided:
                     await self._outcome(context, current, event_queue)
                     return
@@ -240,9 +240,9 @@ class CleverAgentExecutor(AgentExecutor):
         spec = self.runtime.bundle.project.agents.get(self.agent)
         return isinstance(spec, WorkflowAgent) and replies_with_message(spec)
 
-    def _answer(self, task_id: str, message: Message) -> dict[str, Any]:
+    async def _answer(self, task_id: str, message: Message) -> dict[str, Any]:
         """A decision for every pending approval, or the text that answers a workflow's ``ask``."""
-        pending = self.runtime.tasks.get(task_id).pending
+        pending = (await self.runtime.tasks.aget(task_id)).pending
         if all_questions([p.pause for p in pending]):
             text = "\n".join(get_text_parts(list(message.parts)))
             return _data_decision(message) or {"decision": "answer", "text": text}

@@ -186,7 +186,7 @@ def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     from sqlalchemy.ext.asyncio import create_async_engine
 
     url = store_url(runtime)
-    records = runtime.tasks.find  # the one task record: every row's state is derived from it
+    records = runtime.tasks.afind  # the one task record: every row's state is derived from it
     if not url.startswith("sqlite"):
         # SQLAlchemy's default pool keeps 5 connections and closes every one past them when it is given
         # back: under load each request opened a connection. The same 15 at most, all kept.
@@ -470,7 +470,7 @@ async def adopt_unowned(runtime: Runtime, store: WriteBehindTaskStore) -> None:
     """On a server without ``server.auth``, the tasks recorded before tasks had callers are
     :data:`ANONYMOUS`'s, the one caller such a server has: it keeps seeing them after an upgrade.
     (With ``server.auth`` they stay without an owner: only approvers see them.)"""
-    runtime.tasks.adopt(ANONYMOUS.name, runtime.source)
+    await runtime.tasks.aadopt(ANONYMOUS.name, runtime.source)
     await store.adopt_unowned(ANONYMOUS.name)
 
 
@@ -486,7 +486,7 @@ async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> Non
     """
     if runtime.source != "a2a-http":
         return
-    for task in runtime.tasks.list(limit=1_000_000):
+    for task in await runtime.tasks.alist(limit=1_000_000):
         if task.source != runtime.source or task.state not in ("submitted", "working") or task.owner_pid:
             continue
         context = ServerCallContext(user=TaskOwner(task.caller))  # the A2A store scopes rows by owner
@@ -522,7 +522,7 @@ def _metrics(metrics: Metrics) -> Endpoint:
                 {"error": "the metrics span every caller's tasks: they need a credential with the approver role"},
                 status_code=403,
             )
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+        return Response(await metrics.aexposition(), media_type=CONTENT_TYPE)
 
     return exposition
 

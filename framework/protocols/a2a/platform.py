@@ -162,10 +162,10 @@ class Platform:
             raise JsonRpcError(Code.INVALID_PARAMS, f"invalid params for {method}: {problems}") from exc
         return parsed
 
-    def _task(self, task_id: str, caller: Caller, *, approving: bool = False) -> Task:
+    async def _task(self, task_id: str, caller: Caller, *, approving: bool = False) -> Task:
         """The task ``task_id`` as ``caller`` may see it: its own, or any task for an approver
         (``approving``: a decision or what it needs); another caller's task is not found."""
-        task = self.runtime.tasks.find(task_id)
+        task = await self.runtime.tasks.afind(task_id)
         if task is None or (task.caller != caller.name and not (approving and caller.approver)):
             raise JsonRpcError(TASK_NOT_FOUND, f"task {task_id!r} not found")
         return task
@@ -211,7 +211,8 @@ class Platform:
     # -- approvals ---------------------------------------------------------------
 
     async def approvals_list(self, params: ApprovalsListParams, caller: Caller) -> dict[str, Any]:
-        tasks = self.runtime.tasks.list(pending_only=True, limit=500, caller=None if caller.approver else caller.name)
+        mine = None if caller.approver else caller.name
+        tasks = await self.runtime.tasks.alist(pending_only=True, limit=500, caller=mine)
         out = []
         for task in tasks:
             if params.agent and task.agent != params.agent:
@@ -237,7 +238,7 @@ class Platform:
         return {"approvals": out}
 
     async def approvals_decide(self, params: DecideParams, caller: Caller) -> dict[str, Any]:
-        task = self._task(params.task_id, caller, approving=True)
+        task = await self._task(params.task_id, caller, approving=True)
         if task.state != "input-required":
             raise TaskNotWaiting(f"task {task.id} is {task.state}, not waiting for a decision")
         decision = {"decision": params.decision, "reason": params.reason, "args": params.args, "text": params.text}
@@ -248,7 +249,7 @@ class Platform:
     # -- budget, audit, diagnostics -------------------------------------------------
 
     async def budget_status(self, params: BudgetParams, caller: Caller) -> dict[str, Any]:
-        task = self._task(params.task_id, caller, approving=True)  # an approver deciding a budget ask reads it
+        task = await self._task(params.task_id, caller, approving=True)  # an approver deciding a budget ask reads it
         spec = self.runtime.bundle.project.agents.get(task.agent)
         budget = getattr(spec, "budget", None) or self.runtime.bundle.project.config.defaults.budget
         caps = budget.model_dump(mode="json", exclude_none=True) if budget is not None else {}
@@ -257,13 +258,13 @@ class Platform:
     async def audit_query(self, params: AuditParams, caller: Caller) -> dict[str, Any]:
         """The records matching the filters; a caller's only those of its own tasks (an approver's, all)."""
         if params.task_id is not None:
-            self._task(params.task_id, caller, approving=True)
+            await self._task(params.task_id, caller, approving=True)
         query = self.runtime.audit.aquery
         filters = {"task_id": params.task_id, "conversation_id": params.conversation_id, "kind": params.kind}
         if caller.approver:
             records = await query(**filters, since_seq=params.since_seq, limit=params.limit)
             return {"records": [_record(r) for r in records]}
-        mine = {t.id for t in self.runtime.tasks.list(limit=1_000_000, caller=caller.name)}
+        mine = {t.id for t in await self.runtime.tasks.alist(limit=1_000_000, caller=caller.name)}
         found: list[Any] = []
         since = params.since_seq
         while len(found) < params.limit:
@@ -280,7 +281,11 @@ class Platform:
             since = since_bound(params.since, option="since") if params.since is not None else None
         except UsageError as exc:
             raise JsonRpcError(Code.INVALID_PARAMS, f"invalid params for {PREFIX}usage: {exc}") from exc
-        mine = None if caller.approver else {t.id for t in self.runtime.tasks.list(limit=1_000_000, caller=caller.name)}
+        mine = (
+            None
+            if caller.approver
+            else {t.id for t in await self.runtime.tasks.alist(limit=1_000_000, caller=caller.name)}
+        )
         audit = self.runtime.audit
         report = await asyncio.to_thread(
             lambda: usage_report(audit.records(since_ts=since), params.by, since=since, tasks=mine)

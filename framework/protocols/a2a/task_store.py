@@ -85,6 +85,10 @@ def _masked(task: Task) -> Task:
     return latest
 
 
+async def _no_record(task_id: str) -> Record | None:
+    return None
+
+
 class WriteBehindTaskStore(TaskStore):
     """A :class:`DatabaseTaskStore` whose intermediate saves are held in memory (see the module doc)."""
 
@@ -92,7 +96,7 @@ class WriteBehindTaskStore(TaskStore):
         self,
         store: DatabaseTaskStore,
         *,
-        records: Callable[[str], Record | None] = lambda _: None,
+        records: Callable[[str], Awaitable[Record | None]] = _no_record,
         interval: float = FLUSH_SECONDS,
         follower: TaskFollower | None = None,
         stop: Callable[[str], Awaitable[None]] | None = None,
@@ -175,10 +179,10 @@ class WriteBehindTaskStore(TaskStore):
         live = self._live.get((self._owner(context), task_id))
         if live is None:
             stored = await self.store.get(task_id, context)
-            return derived(stored, self.records(task_id)) if stored is not None else None
+            return derived(stored, await self.records(task_id)) if stored is not None else None
         task = Task()
         task.CopyFrom(live.task)
-        return derived(task, self.records(task_id))
+        return derived(task, await self.records(task_id))
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         await self.flush()
@@ -186,7 +190,7 @@ class WriteBehindTaskStore(TaskStore):
         query.CopyFrom(params)
         query.ClearField("status")  # a row's stored state may lag its record: filter on the derived one
         found = await self.store.list(query, context)
-        tasks = [derived(task, self.records(task.id)) for task in found.tasks]
+        tasks = [derived(task, await self.records(task.id)) for task in found.tasks]
         if params.status:
             tasks = [task for task in tasks if task.status.state == params.status]
         del found.tasks[:]
@@ -293,27 +297,27 @@ class AgentTaskStore(TaskStore):
         self.shared = shared
         self.agent = agent
 
-    def _other_agents(self, task_id: str) -> bool:
-        record = self.shared.records(task_id)
+    async def _other_agents(self, task_id: str) -> bool:
+        record = await self.shared.records(task_id)
         return record is not None and record.agent != self.agent
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
         await self.shared.save(task, context)
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
-        if self._other_agents(task_id):
+        if await self._other_agents(task_id):
             return None
         return await self.shared.get(task_id, context)
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         found = await self.shared.list(params, context)
-        mine = [task for task in found.tasks if not self._other_agents(task.id)]
+        mine = [task for task in found.tasks if not await self._other_agents(task.id)]
         del found.tasks[:]
         found.tasks.extend(mine)
         return found
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
-        if not self._other_agents(task_id):
+        if not await self._other_agents(task_id):
             await self.shared.delete(task_id, context)
 
 

@@ -116,7 +116,7 @@ class PromptTurn:
             name, _, rest = text[1:].partition(" ")
             if name in {c["name"] for c in self.server.commands()}:
                 skill, text = name, rest.strip() or name
-        question = runtime.tasks.question_in(self.session.id)
+        question = await runtime.tasks.aquestion_in(self.session.id)
         if question is not None:  # the prompt answers the question the last turn ended with
             self.task_id = question.id
             events = runtime.decide(question.id, {"decision": "answer", "text": text})

@@ -60,6 +60,6 @@ async def replay(runtime: Any, agent: str, session_id: str) -> list[dict[str, An
                     "content": [{"type": "content", "content": {"type": "text", "text": message.text}}],
                 }
             )
-    if not runtime.tasks.waiting_in(session_id):  # a paused call is open, not cancelled
+    if not await runtime.tasks.awaiting_in(session_id):  # a paused call is open, not cancelled
         close_unfinished()
     return updates

@@ -197,10 +197,7 @@ class AcpServer:
             self.load_error = exc
             return
         self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote, mcp=open_mcp)
-        self.rows = SessionStore.open(
-            project.root, url=project.config.store.url, lock_timeout=project.config.store.lock_timeout
-        )
-        self.stack.callback(self.rows.close)
+        self.rows = SessionStore(self.runtime.database)  # the runtime's connection, closed with it
         self.agent_name = self.agent_name or project.default_agent
         if self.reload:
             from framework.runtime.reload import watch
@@ -258,7 +255,7 @@ class AcpServer:
 
     def _default_mode(self) -> str:
         spec = self.runtime.bundle.agent(self.agent_name)
-        from framework.runtime.governance.middleware import DEFAULT_PROFILE
+        from framework.runtime.governance.policy import DEFAULT_PROFILE
 
         return str(spec.profile or self.runtime.bundle.project.config.defaults.profile or DEFAULT_PROFILE)
 

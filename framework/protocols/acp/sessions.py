@@ -9,11 +9,8 @@ and which mode (automation profile) the person chose. It lives in the project's 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 
 from framework.runtime.database import Database
-from framework.runtime.schema import connect
-from framework.runtime.store_locks import LOCK_TIMEOUT_S
 
 
 class SessionStore:
@@ -26,14 +23,7 @@ class SessionStore:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-
-    @classmethod
-    def open(cls, root: Path, *, url: str = "", lock_timeout: float = LOCK_TIMEOUT_S) -> SessionStore:
-        """The sessions of the project at ``root``: in PostgreSQL when ``url`` (``store.url``) names it."""
-        return cls(connect(root, url, lock_timeout=lock_timeout))
-
-    def close(self) -> None:
-        self.db.close()
+        """The task database: the runtime's (``Runtime.database``), which closes it."""
 
     async def asave(self, session_id: str, agent: str, mode: str, cwd: str) -> None:
         """Remember a session: its agent and chosen mode survive the process."""

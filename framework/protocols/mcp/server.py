@@ -107,7 +107,7 @@ class AgentTools:
         owner = None if caller is None or caller.approver else caller.name  # None: sees every task
         try:
             if isinstance(asked, ElicitResult) and params.request_state:  # the answer to our elicitation
-                task = self.runtime.tasks.find(params.request_state)
+                task = await self.runtime.tasks.afind(params.request_state)
                 if task is None or owner not in (None, task.caller):
                     return _error(f"task {params.request_state!r} not found")
                 events = self.runtime.decide(task.id, _answer(asked), by=by)
@@ -117,7 +117,7 @@ class AgentTools:
                     return _error("`decision` is approve or reject, with the `context_id` of the waiting conversation")
                 waiting = [
                     t
-                    for t in self.runtime.tasks.list(pending_only=True, limit=1000, caller=owner)
+                    for t in await self.runtime.tasks.alist(pending_only=True, limit=1000, caller=owner)
                     if t.conversation == context_id
                 ]
                 if not waiting:
