@@ -80,9 +80,9 @@ def running_or_expired(local: bool) -> tuple[Any, ...]:
     return (*RUNNING, this_process()[1], expired_before)
 
 
-def orphans(rows: list[tuple[Any, ...]], lease: float = LEASE_S) -> list[tuple[Any, ...]]:
+def orphans(rows: list[tuple[Any, ...]], length: float = LEASE_S) -> list[tuple[Any, ...]]:
     """(id, state, owner pid, owner host, lease, reason, failure JSON) of each running task whose
-    process is gone: on this host a pid that no longer runs, on another a lease (of ``lease`` s) that expired."""
+    process is gone: on this host a pid that no longer runs, on another a lease (``length`` s) that expired."""
     pid, host = this_process()
     found = []
     for task_id, state, owner, owner_host, lease in rows:
@@ -91,7 +91,7 @@ def orphans(rows: list[tuple[Any, ...]], lease: float = LEASE_S) -> list[tuple[A
                 continue
             reason = ORPHANED.format(pid=owner, host=host)
         else:
-            reason = LEASE_EXPIRED.format(pid=owner, host=owner_host, lease=lease)
+            reason = LEASE_EXPIRED.format(pid=owner, host=owner_host, lease=length)
         failure = json.dumps(Failure.of(RunError(reason)).to_json())
         found.append((task_id, state, owner, owner_host, lease, reason, failure))
     return found
