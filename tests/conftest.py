@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +140,17 @@ def write_project(root: Path, files: Mapping[str, str]) -> Path:
 
 
 ProjectFactory = Callable[[dict[str, str]], Path]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_server_outlives_the_session() -> Iterator[None]:
+    """Kill, at the end of the session, any server a test started and did not stop (tests.serving)."""
+    yield
+    from tests.serving import kill_launched  # tests.serving imports this module
+
+    left = kill_launched()
+    if left:
+        print(f"\nkilled {len(left)} server process(es) the tests left running: pids {left}", file=sys.stderr)
 
 
 @pytest.fixture

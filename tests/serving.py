@@ -158,7 +158,22 @@ def _launch(
         proc = subprocess.Popen(
             list(cmd), cwd=cwd, env=dict(environ), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr
         )
+    LAUNCHED.append(proc)
     return kind(cwd, port, proc, out, err, ready_path)
+
+
+LAUNCHED: list[subprocess.Popen[bytes]] = []
+"""Every server process this session started: one still running when the session ends (a fixture
+that failed halfway through starting its servers) is killed then, so none outlives the tests."""
+
+
+def kill_launched() -> list[int]:
+    """Kill the servers this session started that still run; their pids."""
+    alive = [proc for proc in LAUNCHED if proc.poll() is None]
+    for proc in alive:
+        proc.kill()
+        proc.wait(timeout=10)
+    return [proc.pid for proc in alive]
 
 
 def _host_prefix(hostname: str) -> list[str]:

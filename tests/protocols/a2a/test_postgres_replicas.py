@@ -34,21 +34,23 @@ def postgres() -> Iterator[str]:
 @pytest.fixture
 def replicas(tmp_path: Path, postgres: str) -> Iterator[list[ServerProcess]]:
     started: list[ServerProcess] = []
-    for name in ("a", "b"):
-        root = write_project(
-            tmp_path / name,
-            {
-                "ca.yaml": f"default_agent: napper\nstore: {{url: {postgres!r}}}\n",
-                "agents/napper.yaml": NAPPER,
-                "tools/nap.py": NAP,
-                "agents/writer.yaml": writer_agent(file=str(tmp_path / "effects.log")),
-                "tools/side.py": SIDE_EFFECT,
-            },
-        )
-        started.append(start_serve(root))
-    yield started
-    for served in started:
-        served.stop()
+    try:  # a replica that fails to start must not leave the one before it running
+        for name in ("a", "b"):
+            root = write_project(
+                tmp_path / name,
+                {
+                    "ca.yaml": f"default_agent: napper\nstore: {{url: {postgres!r}}}\n",
+                    "agents/napper.yaml": NAPPER,
+                    "tools/nap.py": NAP,
+                    "agents/writer.yaml": writer_agent(file=str(tmp_path / "effects.log")),
+                    "tools/side.py": SIDE_EFFECT,
+                },
+            )
+            started.append(start_serve(root))
+        yield started
+    finally:
+        for served in started:
+            served.stop()
 
 
 def _message(text: str, **ids: str) -> dict[str, Any]:
