@@ -140,7 +140,7 @@ class ServingRequestHandler(RelayingRequestHandler):
             return None
 
     async def _earlier(self, claims: MessageClaims, key: str, digest: str, context: ServerCallContext) -> str | None:
-        mine = uuid.uuid4().hex
+        mine = str(uuid.uuid4())  # the form of the ids a2a-sdk gives the tasks it names itself
         claim = await claims.aclaim(key, mine, digest)
         while claim.task_id != mine:
             if claim.digest != digest:
