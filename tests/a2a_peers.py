@@ -12,9 +12,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+import httpx
+from a2a.client import Client, ClientConfig, ClientFactory
 
 from tests.conftest import CA, NAP, REPO, SIDE_EFFECT, writer_agent
 
@@ -86,6 +90,18 @@ request metadata; ``stingy`` fails at its one-turn budget."""
 def user_message(text: str, **ids: str) -> Json:
     """A v1.0 user message (``taskId``/``contextId`` as keyword arguments)."""
     return {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}], **ids}
+
+
+@asynccontextmanager
+async def a2a_client(
+    base: str, agent: str, *, streaming: bool = False, binding: str = "JSONRPC"
+) -> AsyncIterator[Client]:
+    """The official a2a-sdk client, from the card at ``base/agents/AGENT/.well-known/agent-card.json``."""
+    async with httpx.AsyncClient(timeout=60) as http:
+        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding])
+        client = await ClientFactory(config).create_from_url(f"{base}/agents/{agent}")
+        async with client:
+            yield client
 
 
 class StdioPeer:

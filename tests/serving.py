@@ -18,7 +18,8 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -243,6 +244,20 @@ def start_serve(
     server = launch_serve(root, *args, logs=logs, env=env, drop_env=drop_env, host=host, kind=kind)
     server.wait_ready()
     return server
+
+
+@contextmanager
+def serving(*roots: Path) -> Iterator[list[ServerProcess]]:
+    """One `ca serve` per project folder (as replicas on separate hosts), started in turn; all of them
+    stopped on exit, and the ones already up when a later one fails to start."""
+    started: list[ServerProcess] = []
+    try:
+        for root in roots:
+            started.append(start_serve(root))
+        yield started
+    finally:
+        for served in started:
+            served.stop()
 
 
 def launch_script(name: str, script: str, folder: Path, logs: Path, port: int) -> ServerProcess:

@@ -11,13 +11,12 @@ import json
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 import httpx
 import pytest
-from a2a.client import Client, ClientConfig, ClientFactory, create_client
+from a2a.client import Client, ClientConfig, create_client
 from a2a.helpers.proto_helpers import get_artifact_text, get_data_parts, get_text_parts, new_data_part, new_text_part
 from a2a.types import (
     AgentCard,
@@ -37,6 +36,7 @@ from a2a.types import (
 from a2a.utils.errors import UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from tests.a2a_peers import a2a_client
 from tests.conftest import NAP, SIDE_EFFECT, ProjectFactory, run_ca, write_project, writer_agent
 from tests.serving import ServerProcess, start_serve
 
@@ -135,18 +135,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
-
-
-@asynccontextmanager
-async def a2a_client(
-    base: str, agent: str, *, streaming: bool = False, binding: str = "JSONRPC"
-) -> AsyncIterator[Client]:
-    """The official client, from the card at ``base/agents/AGENT/.well-known/agent-card.json``."""
-    async with httpx.AsyncClient(timeout=30) as http:
-        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding])
-        client = await ClientFactory(config).create_from_url(f"{base}/agents/{agent}")
-        async with client:
-            yield client
 
 
 def user_message(*parts: Part | str, context_id: str = "", task_id: str = "") -> Message:

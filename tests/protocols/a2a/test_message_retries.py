@@ -14,24 +14,22 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from a2a.client import Client, ClientConfig, ClientFactory
 from a2a.helpers import get_artifact_text, new_text_part
 from a2a.types import Message, Role, SendMessageConfiguration, SendMessageRequest, Task, TaskState
 
 from framework.runtime.message_claims import STALE_S, MessageClaims, claim_key
 from framework.runtime.schema import connect
-from tests.a2a_peers import StdioPeer
+from tests.a2a_peers import StdioPeer, a2a_client
 from tests.conftest import write_project
 from tests.postgres_db import fresh_database
-from tests.serving import ServerProcess, start_serve
+from tests.serving import ServerProcess, serving, start_serve
 
 pytestmark = pytest.mark.e2e
 
@@ -122,16 +120,6 @@ def project(root: Path, store: str = "", server: str = "") -> Path:
     return write_project(root, files)
 
 
-@asynccontextmanager
-async def a2a_client(server: ServerProcess, *, streaming: bool = False) -> AsyncIterator[Client]:
-    """The official client, from the agent's card."""
-    async with httpx.AsyncClient(timeout=60) as http:
-        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=["JSONRPC"])
-        client = await ClientFactory(config).create_from_url(f"{server.url}/agents/once")
-        async with client:
-            yield client
-
-
 def request(message_id: str, *, immediately: bool = False) -> SendMessageRequest:
     message = Message(message_id=message_id, role=Role.ROLE_USER, parts=[new_text_part("write it")])
     return SendMessageRequest(message=message, configuration=SendMessageConfiguration(return_immediately=immediately))
@@ -141,7 +129,7 @@ async def send(server: ServerProcess, message_id: str, *, streaming: bool = Fals
     """Send the message; the last task the answer carried (a stream's events applied: its final state)."""
     last: Task | None = None
     state = None
-    async with a2a_client(server, streaming=streaming) as client:
+    async with a2a_client(server.url, "once", streaming=streaming) as client:
         async for event in client.send_message(request(message_id, immediately=immediately)):
             if event.HasField("task"):
                 last = event.task
@@ -329,18 +317,14 @@ def test_a_refused_request_gives_its_claim_back_and_another_message_under_its_id
 
 @pytest.fixture
 def replicas(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    with fresh_database("message_retries") as url:
-        first = start_serve(project(tmp_path / "a", url))
-        try:
-            second = start_serve(project(tmp_path / "b", url))
-        except BaseException:
-            first.stop()
-            raise
-        try:
-            yield first, second
-        finally:
-            first.stop()
-            second.stop()
+    with (
+        fresh_database("message_retries") as url,
+        serving(project(tmp_path / "a", url), project(tmp_path / "b", url)) as (
+            first,
+            second,
+        ),
+    ):
+        yield first, second
 
 
 def test_copies_of_one_message_on_two_replicas_run_once(replicas: tuple[ServerProcess, ServerProcess]) -> None:

@@ -20,7 +20,7 @@ import pytest
 from framework.runtime.tasks import TaskStore
 from tests.conftest import NAP, NAPPER, SIDE_EFFECT, write_project, writer_agent
 from tests.postgres_db import fresh_database
-from tests.serving import ServerProcess, start_serve
+from tests.serving import ServerProcess, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -33,24 +33,21 @@ def postgres() -> Iterator[str]:
 
 @pytest.fixture
 def replicas(tmp_path: Path, postgres: str) -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    try:  # a replica that fails to start must not leave the one before it running
-        for name in ("a", "b"):
-            root = write_project(
-                tmp_path / name,
-                {
-                    "ca.yaml": f"default_agent: napper\nstore: {{url: {postgres!r}}}\n",
-                    "agents/napper.yaml": NAPPER,
-                    "tools/nap.py": NAP,
-                    "agents/writer.yaml": writer_agent(file=str(tmp_path / "effects.log")),
-                    "tools/side.py": SIDE_EFFECT,
-                },
-            )
-            started.append(start_serve(root))
+    roots = [
+        write_project(
+            tmp_path / name,
+            {
+                "ca.yaml": f"default_agent: napper\nstore: {{url: {postgres!r}}}\n",
+                "agents/napper.yaml": NAPPER,
+                "tools/nap.py": NAP,
+                "agents/writer.yaml": writer_agent(file=str(tmp_path / "effects.log")),
+                "tools/side.py": SIDE_EFFECT,
+            },
+        )
+        for name in ("a", "b")
+    ]
+    with serving(*roots) as started:
         yield started
-    finally:
-        for served in started:
-            served.stop()
 
 
 def _message(text: str, **ids: str) -> dict[str, Any]:

@@ -15,14 +15,13 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from a2a.client import Client, ClientConfig, ClientFactory
+from a2a.client import Client
 from a2a.helpers import get_artifact_text, new_text_part
 from a2a.types import (
     GetTaskRequest,
@@ -36,9 +35,10 @@ from a2a.types import (
     TaskState,
 )
 
+from tests.a2a_peers import a2a_client
 from tests.conftest import NAP, run_ca, write_project
 from tests.postgres_db import fresh_database
-from tests.serving import ServerProcess, start_serve
+from tests.serving import ServerProcess, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -73,27 +73,8 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerP
             )
             for name in ("a", "b")
         ]
-        first = start_serve(roots[0])
-        try:
-            second = start_serve(roots[1])
-        except BaseException:
-            first.stop()
-            raise
-        try:
+        with serving(*roots) as (first, second):
             yield first, second
-        finally:
-            first.stop()
-            second.stop()
-
-
-@asynccontextmanager
-async def a2a_client(server: ServerProcess, agent: str, *, streaming: bool = False) -> AsyncIterator[Client]:
-    """The official client, from the agent's card."""
-    async with httpx.AsyncClient(timeout=60) as http:
-        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=["JSONRPC"])
-        client = await ClientFactory(config).create_from_url(f"{server.url}/agents/{agent}")
-        async with client:
-            yield client
 
 
 def message(text: str, context_id: str) -> Message:
@@ -118,7 +99,7 @@ def test_a_conversation_started_on_one_replica_continues_on_the_other(
     context = f"ctx-{uuid.uuid4().hex}"
 
     async def main() -> tuple[Task, Task, Task]:
-        async with a2a_client(first, "twice") as on_a, a2a_client(second, "twice") as on_b:
+        async with a2a_client(first.url, "twice") as on_a, a2a_client(second.url, "twice") as on_b:
             started = await send(on_a, "hello", context)
             continued = await send(on_b, "and again", context)
             seen_on_b = await on_b.get_task(GetTaskRequest(id=started.id))
@@ -136,10 +117,10 @@ async def started_on(first: ServerProcess, second: ServerProcess, context: str) 
     """A run of ``slow`` sent to ``first`` (its answer, pending) and its task id, once ``second`` lists it."""
 
     async def nap_on_a() -> Task:
-        async with a2a_client(first, "slow") as on_a:
+        async with a2a_client(first.url, "slow") as on_a:
             return await send(on_a, "take a nap", context)
 
-    async with a2a_client(second, "slow") as lister:
+    async with a2a_client(second.url, "slow") as lister:
         running = asyncio.create_task(nap_on_a())
         deadline = time.monotonic() + 60
         while not (found := await lister.list_tasks(ListTasksRequest(context_id=context))).tasks:
@@ -156,7 +137,7 @@ def test_a_subscriber_on_one_replica_gets_the_run_on_the_other_to_its_end(
 
     async def main() -> tuple[Task, list[StreamResponse]]:
         running, task_id = await started_on(first, second, f"ctx-{uuid.uuid4().hex}")
-        async with a2a_client(second, "slow", streaming=True) as on_b:
+        async with a2a_client(second.url, "slow", streaming=True) as on_b:
             events = [event async for event in on_b.subscribe(SubscribeToTaskRequest(id=task_id))]
         return await running, events
 
@@ -202,7 +183,7 @@ def test_one_audit_chain_holds_both_replicas_records(replicas: tuple[ServerProce
     context = f"ctx-{uuid.uuid4().hex}"
 
     async def main() -> tuple[Task, Task]:
-        async with a2a_client(first, "twice") as on_a, a2a_client(second, "twice") as on_b:
+        async with a2a_client(first.url, "twice") as on_a, a2a_client(second.url, "twice") as on_b:
             return await send(on_a, "audited", context), await send(on_b, "audited too", context)
 
     on_a, on_b = asyncio.run(main())
