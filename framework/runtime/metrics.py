@@ -24,6 +24,7 @@ writes); model calls and latencies from the run's LangChain callbacks.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
@@ -32,8 +33,11 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
+from framework.errors import CAError, RunError
 from framework.runtime.telemetry import model_of, tool_name, usage_of
 from framework.spec.prices import call_cost
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from langchain_core.outputs import LLMResult
@@ -112,7 +116,8 @@ class Metrics:
         except RuntimeError:  # appended off any event loop: reading here holds no loop up
             try:
                 task = self.tasks.get(record.task_id)
-            except Exception:  # a task the store no longer has: nothing to measure
+            except CAError as exc:
+                _unmeasured(record, exc)
                 return
             self._observe_wait(record, task)
             return
@@ -123,7 +128,8 @@ class Metrics:
     async def _ameasure_wait(self, record: AuditRecord) -> None:
         try:
             task = await self.tasks.aget(record.task_id)
-        except Exception:  # a task the store no longer has: nothing to measure
+        except CAError as exc:
+            _unmeasured(record, exc)
             return
         self._observe_wait(record, task)
 
@@ -207,3 +213,10 @@ class _StoreCollector:
         yield GaugeMetricFamily(
             "ca_pending_approvals", "Tasks waiting for a person's decision", value=counts.get("input-required", 0)
         )
+
+
+def _unmeasured(record: AuditRecord, exc: CAError) -> None:
+    """A decision whose wait cannot be read from its task record: a task the store no longer has is
+    nothing to measure; a store that is busy or away is said, and the metric misses one sample."""
+    if not isinstance(exc, RunError):
+        logger.warning("approval wait of task %s not measured: %s", record.task_id, exc)
