@@ -8,11 +8,12 @@ replies ``The tool said: <result>``. Every request body is kept in ``requests``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import uvicorn
@@ -38,10 +39,14 @@ def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
 
 
 class FakeOpenAI:
-    """``with FakeOpenAI(tool_args) as server``: ``server.url`` ends in ``/v1``."""
+    """``with FakeOpenAI(tool_args) as server``: ``server.url`` ends in ``/v1``. ``stalls``: seconds
+    the first requests wait before their answer starts, one each (a model call still in flight)."""
 
-    def __init__(self, tool_args: dict[str, Any] | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, tool_args: dict[str, Any] | None = None, port: int | None = None, stalls: Sequence[float] = ()
+    ) -> None:
         self.tool_args = tool_args or {}
+        self.stalls = list(stalls)
         self.port = port or free_port()
         self.requests: list[dict[str, Any]] = []
         app = Starlette(routes=[Route("/v1/chat/completions", self._completions, methods=["POST"])])
@@ -66,6 +71,8 @@ class FakeOpenAI:
     async def _completions(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append(body)
+        if len(self.requests) <= len(self.stalls):
+            await asyncio.sleep(self.stalls[len(self.requests) - 1])
         last = body["messages"][-1]
         tools = body.get("tools") or []
 

@@ -49,6 +49,7 @@ from framework.runtime.metrics import Metrics
 from framework.runtime.pauses import Gate, Pause, Question
 from framework.runtime.remote import RemoteFactory
 from framework.runtime.restart import needs_restart, pinned
+from framework.runtime.resumes import why_not_resumed
 from framework.runtime.runner import Runner
 from framework.runtime.tasks import FINAL_STATES, AlreadyDecided, Pending, Task, TaskStore, expiry
 from framework.runtime.turns import Turns
@@ -83,6 +84,9 @@ class Runtime:
         """The runs of this process, stopped when ``ca tasks cancel`` in another process asks."""
         self.settled_at_open: list[Task] = []
         """The tasks :meth:`open` settled as orphans (a server writes its protocol's rows of them)."""
+        self.resumer: Callable[[Task, AsyncIterator[RunEvent]], None] | None = None
+        """Given, an A2A server: the orphans it may resume (:meth:`settle_orphans`) are taken over and
+        their runs handed to it (it drives them and writes their A2A rows)."""
 
     @classmethod
     async def open(
@@ -123,14 +127,52 @@ class Runtime:
         return runtime
 
     async def settle_orphans(self) -> list[Task]:
-        """Fail, with the reason, the tasks left running by a process that died (a killed ``ca approve``,
-        ``ca run`` or server): nothing runs them any more, and running them again could repeat a
-        tool's side effect. Tasks waiting for a decision stay waiting; see :meth:`TaskStore.settle_orphans`.
-        Returns the tasks settled (each audited), as they are now."""
-        settled = await self.tasks.asettle_orphans()
-        for task in settled:
-            await self._audit_task(task, "failed", error=task.error, code=task.failure.code if task.failure else None)
+        """Settle the tasks left running by a process that died (a killed ``ca approve``, ``ca run`` or
+        server); returns the tasks ended ``failed`` (each audited), as they are now.
+
+        A task an A2A server was running whose run can have had no effect yet — an agent's (not a
+        workflow's), never paused, no tool call started (each is audited before it runs) — is run again
+        from its conversation's last checkpoint by the server that finds it (:attr:`resumer`, which this
+        runtime's stores hand it to: of several replicas, one), at most :data:`~framework.runtime.resumes.RESUMES` times. Every other
+        orphan ends ``failed`` with a reason that says why it was not resumed: running it again could
+        repeat a tool's side effect. A runtime that is not a server leaves the resumable ones to one.
+        Tasks waiting for a decision stay waiting; see :meth:`TaskStore.settle_orphans`."""
+        settled = []
+        for orphan in await self.tasks.aorphans():
+            task = await self.tasks.afind(orphan.id)
+            if task is None:
+                continue
+            why, asked = await why_not_resumed(task, self.bundle.project, self.audit)
+            if not why:
+                if self.resumer is not None and (taken := await self.tasks.atake_over(orphan)) is not None:
+                    self.resumer(taken, self._resume(taken, asked, orphan.owner))
+                continue
+            if (ended := await self.tasks.asettle(orphan, why)) is not None:
+                await self._audit_task(ended, "failed", error=ended.error, code=_code(ended))
+                settled.append(ended)
         return settled
+
+    async def _resume(self, task: Task, asked: Mapping[str, Any], owner: str) -> AsyncIterator[RunEvent]:
+        """Run an orphan this process took over again, as :meth:`send` ran it, from its conversation's
+        last checkpoint (the dead run checkpointed nothing of it: a run checkpoints when it ends or pauses)."""
+        _bind_logs(task)
+        skill = asked.get("skill")
+        context = dataclasses.replace(
+            self._context(task, skill),
+            caps=asked.get("caps") or None,
+            depth=int(asked.get("depth", 0)),
+            chain=tuple(asked.get("chain", ())),
+        )
+        async for event in self._drive(
+            task,
+            lambda callbacks: Runner(self.bundle).run(
+                task.agent, task.input, thread_id=task.conversation, skill=skill, context=context, callbacks=callbacks
+            ),
+            prepare=lambda: self._drop_abandoned_pause(task.agent, task.conversation),
+            taken_over=True,
+            working={"resumed_from": owner},
+        ):
+            yield event
 
     async def reload(self) -> bool:
         """Load, validate and compile the project again, then swap the bundle in one assignment.
@@ -249,7 +291,10 @@ class Runtime:
             caller=who,
         )
         _bind_logs(task)
-        await self._audit_task(task, "submitted", input_chars=len(text), by=who)
+        asked = {"skill": skill, "caps": dict(caps) if caps else None, "depth": depth, "chain": list(chain)}
+        await self._audit_task(
+            task, "submitted", input_chars=len(text), by=who, **{k: v for k, v in asked.items() if v}
+        )
         context = dataclasses.replace(self._context(task, skill, request), caps=caps or None, depth=depth, chain=chain)
         async for event in self._drive(
             task,
@@ -294,6 +339,12 @@ class Runtime:
             resumed=True,
         ):
             yield event
+
+    async def afail(self, task_id: str, reason: str) -> None:
+        """End a running task ``failed`` with ``reason`` (recorded, audited): its run could not end it."""
+        task = await self.tasks.aget(task_id)
+        if task.state not in FINAL_STATES:
+            await self._failed_before_run(task, Failure.of(RunError(reason)))
 
     async def _failed_before_run(self, task: Task, failure: Failure) -> RunFinished:
         """End ``task`` failed before its run started (recorded, audited); the event that says so."""
@@ -423,22 +474,25 @@ class Runtime:
         *,
         prepare: Callable[[], Awaitable[None]] | None = None,
         resumed: bool = False,
+        taken_over: bool = False,
+        working: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Run ``run(callbacks)`` (the events of a run) in the turn of ``task``'s conversation, recording it.
 
         ``prepare`` runs first, inside the turn. A turn not had within the wait limit fails the task
         (ConversationBusy) before anything of it ran. With tracing on, the run is an ``invoke_agent``
-        span (``resumed``: linked to the run that paused the task).
+        span (``resumed``: linked to the run that paused the task). ``taken_over``: the task is an orphan
+        this process took over (its turn with it); ``working``: what its ``working`` audit record adds.
         """
         self.watch.track(task.id)
         try:
-            async with self.turns.take(task.conversation, task.id):
+            async with self.turns.take(task.conversation, task.id, taken_over=taken_over):
                 if prepare is not None:
                     await prepare()
                 tracing = telemetry.tracing()
                 measured = [self.metrics.callbacks(task.agent)] if self.metrics is not None else []
                 if tracing is None:
-                    async for event in self._recorded(task, run(measured or None)):
+                    async for event in self._recorded(task, run(measured or None), working):
                         yield event
                     return
                 with tracing.run(
@@ -449,7 +503,7 @@ class Runtime:
                     prices=self.bundle.project.config.prices,
                     paused_by=self._paused_by(task) if resumed else "",
                 ) as spans:
-                    async for event in self._recorded(task, run([spans, *measured])):
+                    async for event in self._recorded(task, run([spans, *measured]), working):
                         if isinstance(event, RunFinished):
                             tracing.finished(task.id, event)
                         yield event
@@ -470,9 +524,11 @@ class Runtime:
                 return str(record.data.get("traceparent", ""))
         return ""
 
-    async def _recorded(self, task: Task, events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
+    async def _recorded(
+        self, task: Task, events: AsyncIterator[RunEvent], working: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[RunEvent]:
         await self.tasks.aupdate(task.id, state="working")
-        await self._audit_task(task, "working")
+        await self._audit_task(task, "working", **(working or {}))
         pauses: list[Paused] = []
         async for raw in events:
             event = KNOWN.value(raw)  # what any transport shows, stores or logs: never a secret
@@ -531,6 +587,10 @@ def _bind_logs(task: Task) -> None:
 
 
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "model_calls", "tool_calls")
+
+
+def _code(task: Task) -> str | None:
+    return task.failure.code if task.failure else None
 
 
 def _for_pause(pause: Pause, answer: Mapping[str, Any]) -> Any:

@@ -22,8 +22,10 @@ from framework.runtime.database import Database, SqliteDatabase
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.leases import (
     LEASE_S,
+    MAY_HAVE_RUN,
     RUNNING,
     RUNNING_OR_EXPIRED,
+    Orphan,
     Statement,
     lease_end,
     now,
@@ -31,7 +33,9 @@ from framework.runtime.leases import (
     renewal,
     running_or_expired,
     settling,
+    taking_over,
     this_process,
+    turn_taken_over,
 )
 from framework.runtime.pauses import Pause, all_questions, read_pause
 from framework.runtime.schema import connect
@@ -333,16 +337,33 @@ class TaskStore:
         claimed again or renewed is left alone. Returns the tasks settled, as they are now.
         """
         rows = self.db.execute(RUNNING_OR_EXPIRED, running_or_expired(self.db.local)).rows
-        return [self.get(o[0]) for o in orphans(rows, self.lease) if self.db.execute(*settling(o)).rowcount == 1]
+        return [self.get(o.id) for o in orphans(rows, self.lease) if self.db.execute(*settling(o)).rowcount == 1]
 
     async def asettle_orphans(self) -> list[Task]:
         """:meth:`settle_orphans`, waiting with the event loop running."""
+        settled = [await self.asettle(orphan) for orphan in await self.aorphans()]
+        return [task for task in settled if task is not None]
+
+    async def aorphans(self) -> list[Orphan]:
+        """The running tasks whose process is gone (see :meth:`settle_orphans`), as they are now."""
         rows = (await self.db.aexecute(RUNNING_OR_EXPIRED, running_or_expired(self.db.local))).rows
-        return [
-            await self.aget(o[0])
-            for o in orphans(rows, self.lease)
-            if (await self.db.aexecute(*settling(o))).rowcount == 1
-        ]
+        return orphans(rows, self.lease)
+
+    async def asettle(self, orphan: Orphan, why: str = MAY_HAVE_RUN) -> Task | None:
+        """End ``orphan`` failed, saying ``why`` it was not resumed; the task, or None when it changed
+        meanwhile (another process settled, took over or ended it)."""
+        settled = await self.db.aexecute(*settling(orphan, why))
+        return await self.aget(orphan.id) if settled.rowcount == 1 else None
+
+    async def atake_over(self, orphan: Orphan) -> Task | None:
+        """Make this process the owner of ``orphan`` (a fresh lease, its conversation's turn): it runs
+        the task again. The task, or None when another process settled or took it over first."""
+        taken = await self.db.aexecute(*taking_over(orphan, self.lease))
+        if taken.rowcount != 1:
+            return None
+        task = await self.aget(orphan.id)
+        await self.db.aexecute(*turn_taken_over(orphan, task.conversation))
+        return task
 
     async def arenew(self, task_ids: Collection[str]) -> int:
         """Extend this process's leases on these running tasks by :attr:`lease`;

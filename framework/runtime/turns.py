@@ -61,8 +61,11 @@ class Turns:
         self._host = socket.gethostname()
 
     @asynccontextmanager
-    async def take(self, conversation: str, task_id: str) -> AsyncIterator[None]:
-        """Hold ``conversation``'s turn for ``task_id``'s run; ConversationBusy after the wait limit."""
+    async def take(self, conversation: str, task_id: str, *, taken_over: bool = False) -> AsyncIterator[None]:
+        """Hold ``conversation``'s turn for ``task_id``'s run; ConversationBusy after the wait limit.
+
+        ``taken_over``: the task is a dead process's this process took over (``TaskStore.atake_over``),
+        which gave its turn, if it held one, to this process: that row is this run's."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait
         lock = self._locks.setdefault(conversation, asyncio.Lock())
@@ -74,7 +77,7 @@ class Turns:
             except TimeoutError:
                 raise self._busy(conversation, "a turn of this process") from None
             try:
-                while not await self._claim(conversation, task_id):  # a locked file is "not yet"
+                while not await self._claim(conversation, task_id, taken_over):  # a locked file is "not yet"
                     if loop.time() >= deadline:
                         raise self._busy(conversation, "a turn of another process")
                     await asyncio.sleep(POLL_S)
@@ -104,7 +107,7 @@ class Turns:
             data={"conversation": conversation, "waited_s": self.wait, "retryable": True},
         )
 
-    async def _claim(self, conversation: str, task_id: str) -> bool:
+    async def _claim(self, conversation: str, task_id: str, taken_over: bool = False) -> bool:
         """Take the row of ``conversation`` (one atomic insert); a dead process's row is removed first.
 
         False when another process holds the row, or the file's write lock (both mean: poll again)."""
@@ -124,6 +127,8 @@ class Turns:
         if row is None:
             return False
         held_by, pid, host = row
+        if taken_over and (held_by, int(pid), host) == (task_id, self._pid, self._host):
+            return True
         if host in ("", self._host):  # a process of this host (or recorded before hosts were): its pid says
             if not _alive(int(pid)):
                 # Compare-and-delete: only that dead process's row, so of two takers one wins.

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -47,6 +47,7 @@ from framework.protocols.a2a.auth import ANONYMOUS, DECIDED_BY, AuthMiddleware, 
 from framework.protocols.a2a.executor import CleverAgentExecutor
 from framework.protocols.a2a.gate import RequestGate
 from framework.protocols.a2a.handler import ServingRequestHandler
+from framework.protocols.a2a.orphans import Resumer
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware, declare_methods
 from framework.protocols.a2a.probes import HEALTH_PATH, READY_PATH, Probes
 from framework.protocols.a2a.probes import PATHS as PROBE_PATHS
@@ -163,15 +164,18 @@ async def write_settled(store: WriteBehindTaskStore, settled: list[Record]) -> N
             await store.save(row, context)
 
 
-async def stop_elsewhere(runtime: Runtime, task_id: str) -> None:
+async def stop_elsewhere(runtime: Runtime, task_id: str, resumed: Collection[str] = ()) -> None:
     """Before a task's A2A row is saved canceled, stop its run when another process runs it.
 
     With a shared ``store.url`` the SDK answers a CancelTask for a task another replica runs by
     saving its row canceled; the run itself is stopped through the task record, as ``ca tasks
-    cancel`` stops it (the owner's CancelWatch sees the request): this waits until it did.
+    cancel`` stops it (the owner's CancelWatch sees the request): this waits until it did. A run this
+    server resumed (``resumed``, :mod:`.orphans`) has no SDK request either: it is stopped the same way.
     """
     record = await runtime.tasks.afind(task_id)
-    if record is None or record.state not in ("submitted", "working") or task_id in runtime.watch.runs:
+    if record is None or record.state not in ("submitted", "working"):
+        return
+    if task_id in runtime.watch.runs and task_id not in resumed:
         return  # not running, or running here (the SDK cancels a run of this process itself)
     try:
         await runtime.cancel(task_id)
@@ -181,18 +185,19 @@ async def stop_elsewhere(runtime: Runtime, task_id: str) -> None:
         logger.info("task %s ended before it could be canceled: %s", task_id, exc)
 
 
-def task_store(runtime: Runtime) -> WriteBehindTaskStore:
+def task_store(runtime: Runtime, resumed: Collection[str] = ()) -> WriteBehindTaskStore:
+    """The A2A task rows (a2a-sdk's store, written behind); ``resumed``: the ids of the runs this server resumed."""
     from sqlalchemy import event
     from sqlalchemy.ext.asyncio import create_async_engine
 
     url = store_url(runtime)
     records = runtime.tasks.afind  # the one task record: every row's state is derived from it
+    stop = lambda task_id: stop_elsewhere(runtime, task_id, resumed)  # noqa: E731 - a cancel here stops the run there
     if not url.startswith("sqlite"):
         # SQLAlchemy's default pool keeps 5 connections and closes every one past them when it is given
         # back: under load each request opened a connection. The same 15 at most, all kept.
         engine = create_async_engine(url, pool_size=A2A_POOL_SIZE, max_overflow=0)
         follower = TaskFollower(engine, libpq_url(url))  # subscribers here relay runs of the other servers
-        stop = lambda task_id: stop_elsewhere(runtime, task_id)  # noqa: E731 - a cancel here stops the run there
         return WriteBehindTaskStore(DatabaseTaskStore(engine), records=records, follower=follower, stop=stop)
     # Saves and reads go through SqliteTaskStore's own sqlite3 connection; the engine serves
     # initialize, ListTasks and delete. SQLite takes one write at a time: one pooled connection
@@ -204,7 +209,7 @@ def task_store(runtime: Runtime) -> WriteBehindTaskStore:
     engine = create_async_engine(url, connect_args={"timeout": lock_timeout}, pool_size=1, max_overflow=0)
     event.listen(engine.sync_engine, "connect", _sqlite_wal)
     path = Path(url.split(":///", 1)[1])
-    return WriteBehindTaskStore(SqliteTaskStore(engine, path, lock_timeout=lock_timeout), records=records)
+    return WriteBehindTaskStore(SqliteTaskStore(engine, path, lock_timeout=lock_timeout), records=records, stop=stop)
 
 
 def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
@@ -340,7 +345,8 @@ def build_app(runtime: Runtime) -> Starlette:
 def build_server(runtime: Runtime) -> Server:
     """:func:`build_app`, with the means to stop its runs at shutdown."""
     _quiet_client_errors()
-    store = task_store(runtime)
+    resumer = Resumer(runtime, lambda record: write_settled(store, [record]))
+    store = task_store(runtime, resumer.runs)
     agents = Agents(runtime, store)
     config = runtime.bundle.project.config  # its server settings stay as they are now (reload pins them)
     credentials = Credentials(config.server.auth, runtime.bundle.environ) if config.server.auth else None
@@ -355,7 +361,8 @@ def build_server(runtime: Runtime) -> Server:
         if credentials is None and runtime.source == "a2a-http":
             await adopt_unowned(runtime, store)
         await fail_interrupted(runtime, store)
-        await write_settled(store, runtime.settled_at_open)
+        runtime.resumer = resumer  # from now on the orphans that can run again are run here
+        await write_settled(store, [*runtime.settled_at_open, *await runtime.settle_orphans()])
         if window := runtime.bundle.project.config.server.retry_window:
             await MessageClaims(runtime.tasks.db, window).aprune()  # copies that old are new messages anyway
         sweeper = None if runtime.tasks.db.local else asyncio.create_task(sweep_orphans(runtime, store))
@@ -364,6 +371,7 @@ def build_server(runtime: Runtime) -> Server:
         finally:
             if sweeper is not None:
                 sweeper.cancel()
+            runtime.resumer = None
             await mcp.close()
             await store.close()
 
@@ -416,7 +424,8 @@ def build_server(runtime: Runtime) -> Server:
 
     async def stop(timeout: float) -> None:
         probes.drain()  # /readyz answers 503 from now on
-        await agents.stop(timeout)
+        runtime.resumer = None  # an orphan found from now on is left to the next server
+        await asyncio.gather(agents.stop(timeout), resumer.stop(timeout, SHUT_DOWN.format(timeout=timeout)))
 
     return Server(app, stop)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import threading
 import time
@@ -228,10 +229,11 @@ def _settle(cluster: Cluster, store: TaskStore, timeout: float) -> None:
         assert time.monotonic() < deadline, Counter(t.state for t in tasks)
         for task in tasks:
             if task.state == "input-required":
+                asked = time.monotonic()
                 cluster.rpc(
                     "b", "SendMessage", {"agent": task.agent, **_message("approve", task.conversation, task.id)}
                 )
-                cluster.count("decided at the end")
+                cluster.count(f"decided at the end (answered in {time.monotonic() - asked:.0f} s)")
         time.sleep(0.5)
 
 
@@ -274,9 +276,13 @@ def test_two_replicas_one_killed_again_and_again_lose_no_task_and_repeat_no_side
         f"  task records: {dict(states)}; failed by an expired lease: {lease}, by a dead pid: {states['failed'] - lease}"
     )
     print(f"  decisions audited: {sum(1 for r in records if r['kind'] == 'approval')}")
+    resumed = sum(1 for r in records if r["kind"] == "task.state" and "resumed_from" in r["data"])
+    print(f"  runs resumed after their replica died (no tool call had started): {resumed}")
     print(f"  side effects: {sum(counters.values())} in {len(counters)} conversations")
     for what, n in sorted(cluster.seen.items()):
         print(f"  {what}: {n}")
+    for error, n in Counter(re.sub(r"pid \d+", "pid N", t.error) for t in tasks if t.state == "failed").most_common():
+        print(f"  failed, {n}: {error}")
 
     assert cluster.kills >= 3, cluster.kills
     assert all(t.state in FINAL_STATES for t in tasks), states

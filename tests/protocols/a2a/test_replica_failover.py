@@ -115,7 +115,8 @@ def test_a_task_of_a_killed_replica_ends_failed_on_the_other(
     assert settled_after < SETTLED_WITHIN + SLACK_S, settled_after
     assert dropped, "A answered although it was killed"
     [text, data] = answer["status"]["message"]["parts"]
-    assert "stopped renewing its lease (3 s)" in text["text"] and "send the message again" in text["text"]
+    assert "stopped renewing its lease (3 s)" in text["text"], text
+    assert "not resumed because a tool call (nap) had started: send the message again" in text["text"], text
     assert data["data"]["error"]["code"] == "run_failed", data
     assert (record.state, record.error) == ("failed", text["text"])
     row = _a2a_row(url, task.id)

@@ -1,0 +1,246 @@
+"""A server killed while a task's model call is in flight: the next server runs the task again.
+
+A run checkpoints its conversation when it ends or pauses, and every tool call is audited before the
+tool runs; so a task of an A2A server that had started no tool call when its process died can run
+again from its conversation's last checkpoint, with no side effect twice. The next `ca serve` on the
+project (or another replica, once the lease expired) does: the task ends ``completed``, its answer in
+the A2A row, and the conversation holds the message once. A task whose tool had started still ends
+``failed``, saying which tool. The model is a local OpenAI-compatible server (the edge we do not own)
+whose answer stalls, so the kill lands mid-call.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_ca, write_project
+from tests.fake_openai import FakeOpenAI
+from tests.postgres_db import fresh_database
+from tests.serving import ServerProcess, start_serve
+
+pytestmark = pytest.mark.e2e
+
+NAP = '''
+    import asyncio
+    from pathlib import Path
+
+
+    async def nap(seconds: float) -> str:
+        """Sleep for a while, leaving a mark first."""
+        Path("nap-started").write_text("yes")
+        await asyncio.sleep(seconds)
+        return "rested"
+'''
+"""``tools/nap.py``: a slow tool that shows when it started."""
+
+STALL_S = 120.0
+"""How long the stalled model call waits: far past every kill and restart here."""
+
+
+def _agent(base_url: str, tools: str = "") -> str:
+    return f"""
+        name: chat
+        profile: autonomous
+        instructions: Be brief.
+        model:
+          provider: openai
+          name: fake-model
+          base_url: {base_url}
+          api_key_env: FAKE_PROVIDER_KEY
+          params: {{max_retries: 0, timeout: 300}}
+        {tools}
+    """
+
+
+def _project(root: Path, base_url: str, *, store: str = "", tools: str = "") -> Path:
+    config = "default_agent: chat\n" + (f"store: {{url: {store!r}}}\n" if store else "")
+    return write_project(
+        root,
+        {
+            "ca.yaml": config,
+            "agents/chat.yaml": _agent(base_url, tools),
+            "tools/nap.py": NAP,
+            ".env": "FAKE_PROVIDER_KEY=k\n",
+        },
+    )
+
+
+def _send(server: ServerProcess, text: str, context: str | None = None, *, wait: bool = True) -> dict[str, Any]:
+    message: dict[str, Any] = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+    if context:
+        message["contextId"] = context
+    params = {"message": message, "configuration": {"returnImmediately": not wait}}
+    answer = server.rpc("SendMessage", params, agent="chat")
+    assert "result" in answer, answer
+    task: dict[str, Any] = answer["result"]["task"]
+    return task
+
+
+def _until(what: str, check: Any, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+    return found
+
+
+def _final(server: ServerProcess, task_id: str, timeout: float = 60) -> dict[str, Any]:
+    def ended() -> dict[str, Any] | None:
+        task: dict[str, Any] = server.rpc("GetTask", {"id": task_id}, agent="chat")["result"]
+        return None if task["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING") else task
+
+    found: dict[str, Any] = _until(f"task {task_id} never ended:\n{server.output()}", ended, timeout)
+    return found
+
+
+def _reply(task: dict[str, Any]) -> str:
+    return " ".join(p["text"] for a in task.get("artifacts", []) for p in a["parts"] if "text" in p).strip()
+
+
+def _said(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """(role, text) of a model request's messages, the system prompt left out."""
+    return [(m["role"], str(m.get("content") or "").strip()) for m in request["messages"] if m["role"] != "system"]
+
+
+def _states(root: Path, task_id: str) -> list[dict[str, Any]]:
+    audit = run_ca("audit", "--json", "--limit", "10000", cwd=root)
+    assert audit.returncode == 0, audit.stderr
+    return [r["data"] for r in json.loads(audit.stdout) if r["task_id"] == task_id and r["kind"] == "task.state"]
+
+
+def _verified(root: Path) -> None:
+    verified = run_ca("audit", "--verify", cwd=root)
+    assert verified.returncode == 0 and verified.stdout.startswith("audit log ok: "), verified.stdout + verified.stderr
+
+
+@pytest.fixture
+def model() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(stalls=[0, STALL_S]) as server:  # the first message answers, the second's call stalls
+        yield server
+
+
+def test_a_task_killed_mid_model_call_is_resumed_by_the_next_server(tmp_path: Path, model: FakeOpenAI) -> None:
+    root = _project(tmp_path / "project", model.url)
+    first: ServerProcess = start_serve(root)
+    try:
+        answered = _send(first, "first")
+        assert answered["status"]["state"] == "TASK_STATE_COMPLETED", answered
+        context = answered["contextId"]
+        task = _send(first, "second", context, wait=False)
+        _until("the second model call never started", lambda: len(model.requests) == 2)
+        first.stop(signal.SIGKILL)
+    finally:
+        first.stop()
+    second: ServerProcess = start_serve(root)
+    try:
+        done = _final(second, task["id"])
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED", (done, second.output())
+        assert _reply(done) == "The tool said: you said second", done
+        resumed = model.requests[2]
+        assert _said(resumed) == [
+            ("user", "first"),
+            ("assistant", "The tool said: you said first"),
+            ("user", "second"),  # once: the dead run checkpointed nothing of it
+        ], resumed
+        states = _states(root, task["id"])
+        assert [s["state"] for s in states] == ["submitted", "working", "working", "completed"], states
+        assert states[2]["resumed_from"].startswith(f"pid {first.proc.pid} on "), states[2]
+        third = _send(second, "third", context)  # the conversation goes on from the resumed answer
+        assert _reply(third) == "The tool said: you said third", third
+        assert [text for role, text in _said(model.requests[3]) if role == "user"] == ["first", "second", "third"]
+    finally:
+        second.stop()
+    _verified(root)
+
+
+def test_a_task_killed_while_its_tool_runs_ends_failed_naming_the_tool(tmp_path: Path) -> None:
+    tools = "tools:\n          - python: tools/nap.py:nap"
+    with FakeOpenAI(tool_args={"seconds": 60}) as model:
+        root = _project(tmp_path / "project", model.url, tools=tools)
+        first: ServerProcess = start_serve(root)
+        try:
+            task = _send(first, "nap", wait=False)
+            _until("the tool never started", lambda: (root / "nap-started").exists())
+            first.stop(signal.SIGKILL)
+        finally:
+            first.stop()
+        second: ServerProcess = start_serve(root)
+        try:
+            done = _final(second, task["id"])
+        finally:
+            second.stop()
+        assert len(model.requests) == 1, model.requests  # never run again
+    assert done["status"]["state"] == "TASK_STATE_FAILED", done
+    text = done["status"]["message"]["parts"][0]["text"]
+    assert "it was not resumed because a tool call (nap) had started: send the message again" in text, text
+    assert [s["state"] for s in _states(root, task["id"])] == ["submitted", "working", "failed"]
+    _verified(root)
+
+
+@pytest.fixture
+def replicas(tmp_path: Path, model: FakeOpenAI) -> Iterator[tuple[ServerProcess, ServerProcess, Path]]:
+    with fresh_database("resume") as url:
+        roots = [_project(tmp_path / name, model.url, store=url) for name in ("a", "b")]
+        env = {"CA_TASK_LEASE": "3s"}
+        a: ServerProcess = start_serve(roots[0], env=env, host="replica-a")
+        try:
+            b: ServerProcess = start_serve(roots[1], env=env, host="replica-b")
+            try:
+                yield a, b, roots[1]
+            finally:
+                b.stop()
+        finally:
+            a.stop()
+
+
+def test_a_task_of_a_killed_replica_is_resumed_by_the_other(
+    replicas: tuple[ServerProcess, ServerProcess, Path], model: FakeOpenAI
+) -> None:
+    a, b, root = replicas
+    answered = _send(a, "first")
+    context = answered["contextId"]
+    task = _send(a, "second", context, wait=False)
+    _until("the second model call never started", lambda: len(model.requests) == 2)
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait(timeout=10)
+    done = _final(b, task["id"], timeout=30)  # the lease (3 s) and a third, then the model's answer
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED", (done, b.output())
+    assert _reply(done) == "The tool said: you said second", done
+    assert [text for role, text in _said(model.requests[2]) if role == "user"] == ["first", "second"]
+    states = _states(root, task["id"])
+    assert [s["state"] for s in states] == ["submitted", "working", "working", "completed"], states
+    assert "on replica-a" in states[2]["resumed_from"], states[2]
+    _verified(root)
+    b.assert_alive()
+
+
+def test_a_resumed_run_is_stopped_by_cancel_task(tmp_path: Path) -> None:
+    with FakeOpenAI(stalls=[STALL_S, STALL_S]) as model:  # the resumed call stalls too
+        root = _project(tmp_path / "project", model.url)
+        first: ServerProcess = start_serve(root)
+        try:
+            task = _send(first, "wait", wait=False)
+            _until("the model call never started", lambda: len(model.requests) == 1)
+            first.stop(signal.SIGKILL)
+        finally:
+            first.stop()
+        second: ServerProcess = start_serve(root)
+        try:
+            _until("the resumed model call never started", lambda: len(model.requests) == 2)
+            canceled = second.rpc("CancelTask", {"id": task["id"]}, agent="chat")
+            assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED", canceled
+            done = _final(second, task["id"])
+            second.assert_alive()
+        finally:
+            second.stop()
+    assert done["status"]["state"] == "TASK_STATE_CANCELED", done
+    assert [s["state"] for s in _states(root, task["id"])] == ["submitted", "working", "working", "canceled"]
+    _verified(root)
