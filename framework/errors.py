@@ -229,6 +229,12 @@ class ConversationBusy(RunError):
     code = "conversation_busy"
 
 
+class TaskTakenOver(RunError):
+    """This process no longer owns the task it runs: it missed its lease (its event loop held longer
+    than ``store.task_lease``) and another replica took the task over. The run stops before its next
+    tool runs and records nothing more of the task (see ``framework.runtime.fence``)."""
+
+
 class BudgetExceeded(RunError):
     """A budget with ``on_exceed: fail`` was spent."""
 

@@ -58,6 +58,9 @@ class RunContext:
     ``metadata`` (workflow templates read ``{{ request.message_id }}``, ``{{ request.metadata.KEY }}``)."""
     audit: Any = field(default=None, compare=False, repr=False)
     """The audit log to append to (``framework.runtime.audit.AuditLog``), or None."""
+    fence: Any = field(default=None, compare=False, repr=False)
+    """Asked before each tool runs whether this process still owns the task (``framework.runtime.fence``),
+    or None (one machine: nothing to ask)."""
 
     def child(self) -> RunContext:
         return replace(self, skill=None, profile=None, source="agent-call", depth=self.depth + 1)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, cast
 
@@ -33,6 +33,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from framework.errors import StoreBusy
+from framework.runtime import fence
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.store_url import libpq_url, unreachable
 
@@ -61,11 +62,19 @@ class MaskedPostgresSaver(AsyncPostgresSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        if fence.lost(config):  # another replica runs the task now: its checkpoints are the conversation's
+            return config
         if KNOWN:
             values = {k: KNOWN.text(v) if isinstance(v, str) else v for k, v in checkpoint["channel_values"].items()}
             checkpoint = cast("Checkpoint", {**checkpoint, "channel_values": values})
             metadata = cast("CheckpointMetadata", KNOWN.value(metadata))
         return await super().aput(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        if not fence.lost(config):
+            await super().aput_writes(config, writes, task_id, task_path)
 
 
 async def _set_up(side: AsyncConnection[Any], saver: AsyncPostgresSaver, *, wait: float) -> None:

@@ -44,6 +44,8 @@ async def why_not_resumed(task: Task, project: Project, audit: AuditLog) -> tupl
             return f"a tool call ({record.data.get('tool', '?')}) had started", {}
         state = record.data.get("state") if record.kind == "task.state" else None
         if state == "submitted":
+            if record.data.get("masked"):  # run again, the model would get another message than was sent
+                return "its message held a secret value, which the task record keeps masked", {}
             asked = {k: record.data[k] for k in _ASKED if k in record.data}
         elif state == "input-required":
             return "it had paused for a decision, and what was decided may have run", {}

@@ -13,6 +13,7 @@ from langgraph.types import Command, Interrupt, StreamMode
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, final_text
 from framework.errors import CAError, Failure, ProviderError, RunError, Signal, TaskNotWaiting
+from framework.runtime import fence
 from framework.runtime.events import (
     ArtifactOut,
     MessageOut,
@@ -324,7 +325,7 @@ class Runner:
             # A resumed run starts its stream again: the asked agent's answer is held from the start.
             translator = _Translator(hold=holds_output(self.bundle.agent(agent).contract), names=self.bundle.tool_names)
             config: RunnableConfig = {
-                "configurable": {"thread_id": thread_id},
+                "configurable": {"thread_id": thread_id, **({fence.KEY: context.fence} if context.fence else {})},
                 "metadata": {"agent": agent},
             }
             if callbacks:

@@ -43,6 +43,7 @@ from framework.runtime.audit import AuditLog
 from framework.runtime.cancel import Canceled, CancelWatch, cancel_task
 from framework.runtime.database import Database
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
+from framework.runtime.fence import Fence
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.leases import now
 from framework.runtime.metrics import Metrics
@@ -144,8 +145,17 @@ class Runtime:
                 continue
             why, asked = await why_not_resumed(task, self.bundle.project, self.audit)
             if not why:
-                if self.resumer is not None and (taken := await self.tasks.atake_over(orphan)) is not None:
+                if self.resumer is None or (taken := await self.tasks.atake_over(orphan)) is None:
+                    continue
+                # Its audit again, now that it is ours: a tool call its owner (alive, but past its lease)
+                # audited meanwhile was fenced after it was audited, so it is seen here or it did not run.
+                why, asked = await why_not_resumed(taken, self.bundle.project, self.audit)
+                if not why:
                     self.resumer(taken, self._resume(taken, asked, orphan.owner))
+                    continue
+                await self.tasks.agive_back_turn(taken)
+                await self._failed_before_run(taken, Failure.of(RunError(orphan.reason(why))))
+                settled.append(await self.tasks.aget(taken.id))
                 continue
             if (ended := await self.tasks.asettle(orphan, why)) is not None:
                 await self._audit_task(ended, "failed", error=ended.error, code=_code(ended))
@@ -243,6 +253,8 @@ class Runtime:
             audit=self.audit,
             profile=self.profiles.get(task.conversation),
             request=request,
+            # Replicas: a process that missed its lease may have lost the task to another (fence.py).
+            fence=None if self.tasks.db.local else Fence(lambda: self.tasks.aholds(task.id)),
         )
 
     async def send(
@@ -292,6 +304,7 @@ class Runtime:
         )
         _bind_logs(task)
         asked = {"skill": skill, "caps": dict(caps) if caps else None, "depth": depth, "chain": list(chain)}
+        asked["masked"] = task.input != text  # the record keeps the message with its secret values masked
         await self._audit_task(
             task, "submitted", input_chars=len(text), by=who, **{k: v for k, v in asked.items() if v}
         )
@@ -534,6 +547,9 @@ class Runtime:
             event = KNOWN.value(raw)  # what any transport shows, stores or logs: never a secret
             if isinstance(event, Paused):
                 pauses.append(event)
+            if isinstance(event, RunFinished) and event.failure is not None and event.failure.kind == "TaskTakenOver":
+                yield event  # the task is another process's now: its record and audit are that run's to write
+                return
             if isinstance(event, RunFinished):
                 # A task resumed after a pause reports (and stores) its whole usage, not the last part.
                 before = (await self.tasks.aget(task.id)).usage

@@ -365,6 +365,19 @@ class TaskStore:
         await self.db.aexecute(*turn_taken_over(orphan, task.conversation))
         return task
 
+    async def agive_back_turn(self, task: Task) -> None:
+        """Remove the conversation turn this process took over with ``task`` (:meth:`atake_over`) and
+        does not run after all."""
+        await self.db.aexecute(
+            "DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ? AND host = ?",
+            (task.conversation, task.id, *this_process()),
+        )
+
+    async def aholds(self, task_id: str) -> bool:
+        """Whether this process still owns running task ``task_id``, renewing its lease if so (one
+        compare-and-set; see :mod:`framework.runtime.fence`)."""
+        return (await self.db.aexecute(*renewal([task_id], self.lease))).rowcount == 1
+
     async def arenew(self, task_ids: Collection[str]) -> int:
         """Extend this process's leases on these running tasks by :attr:`lease`;
         how many it still holds."""

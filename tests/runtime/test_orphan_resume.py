@@ -33,13 +33,16 @@ def _dead_pid() -> int:
     return process.pid
 
 
-async def _orphan(runtime: Runtime, agent: str, *records: dict[str, Any], source: Source = "a2a-http") -> str:
+async def _orphan(
+    runtime: Runtime, agent: str, *records: dict[str, Any], source: Source = "a2a-http", masked: bool = False
+) -> str:
     """A task of ``agent`` that a process now gone was running, with these ``task.state`` records."""
     task = await runtime.tasks.acreate(agent=agent, conversation=f"c-{agent}-{len(records)}", source=source, input="hi")
     await runtime.tasks.db.aexecute(
         "UPDATE tasks SET state = 'working', owner_pid = ? WHERE id = ?", (_dead_pid(), task.id)
     )
-    for data in ({"state": "submitted"}, {"state": "working"}, *records):
+    submitted = {"state": "submitted", **({"masked": True} if masked else {})}
+    for data in (submitted, {"state": "working"}, *records):
         await runtime.audit.aappend("task.state", source=source, task_id=task.id, conversation_id=task.conversation,
                                     agent=agent, data=data)  # fmt: skip
     return task.id
@@ -105,6 +108,7 @@ def test_orphans_that_may_have_had_an_effect_end_failed_saying_why(root: Path) -
             "paused": await _orphan(runtime, "echo", {"state": "input-required"}, {"state": "working"}),
             "resumed": await _orphan(runtime, "echo", *resumed),
             "cli": await _orphan(runtime, "echo", source="cli"),
+            "secret": await _orphan(runtime, "echo", masked=True),
         }
 
     tasks = settle(root, build, resumer=Resumed())
@@ -116,6 +120,7 @@ def test_orphans_that_may_have_had_an_effect_end_failed_saying_why(root: Path) -
         "paused": "it had paused for a decision, and what was decided may have run: send the message again",
         "resumed": f"it was resumed {RESUMES} times already and its process stopped each time: send the message again",
         "cli": "a tool may have run halfway: send the message again",
+        "secret": "its message held a secret value, which the task record keeps masked: send the message again",
     }
 
 

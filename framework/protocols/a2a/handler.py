@@ -35,7 +35,7 @@ from a2a.utils.task import apply_history_length
 
 from framework.errors import StoreBusy, StoreUnreachable
 from framework.protocols.a2a.executor import REFUSED
-from framework.protocols.a2a.relay import RelayingRequestHandler, changes
+from framework.protocols.a2a.relay import RelayingRequestHandler
 from framework.protocols.a2a.statuses import derived
 from framework.runtime.message_claims import STALE_S, Claim, MessageClaims, claim_key
 from framework.runtime.tasks import FINAL_STATES
@@ -51,7 +51,6 @@ CLAIMED = "cleveragents.claimed_task_id"
 _SETTLED = frozenset(TERMINAL_TASK_STATES | INTERRUPTED_TASK_STATES)
 _ROW_POLL_S = 0.05
 _ROW_GRACE_S = 1.0
-_OTHER_PROCESS_POLL_S = 0.2
 CLAIM_KEY = "cleveragents.claim_key"
 
 
@@ -192,17 +191,8 @@ class ServingRequestHandler(RelayingRequestHandler):
         return task
 
     async def _events(self, task: Task, context: ServerCallContext) -> AsyncGenerator[Event, None]:
-        """The task's events until it is final or waits for input, as SubscribeToTask sends them;
-        a run in another process on the same SQLite files is followed by reading its row."""
-        if self.follower is None and await self._active_task_registry.get(task.id) is None:
-            seen = task
-            while seen.status.state not in _SETTLED:
-                await asyncio.sleep(_OTHER_PROCESS_POLL_S)
-                latest = await self._row(task.id, context)
-                for event in changes(seen, latest):
-                    yield event
-                seen = latest
-            return
+        """The task's events until it is final or waits for input, as SubscribeToTask sends them (a run
+        of another process or replica, or resumed here, is followed through its row)."""
         try:
             async for event in self.on_subscribe_to_task(SubscribeToTaskRequest(id=task.id), context):
                 yield event

@@ -51,7 +51,7 @@ from framework.protocols.a2a.orphans import Resumer
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware, declare_methods
 from framework.protocols.a2a.probes import HEALTH_PATH, READY_PATH, Probes
 from framework.protocols.a2a.probes import PATHS as PROBE_PATHS
-from framework.protocols.a2a.relay import TaskFollower
+from framework.protocols.a2a.relay import LOCAL_POLL_S, TaskFollower
 from framework.protocols.a2a.request_metrics import RequestMetrics
 from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
@@ -209,7 +209,9 @@ def task_store(runtime: Runtime, resumed: Collection[str] = ()) -> WriteBehindTa
     engine = create_async_engine(url, connect_args={"timeout": lock_timeout}, pool_size=1, max_overflow=0)
     event.listen(engine.sync_engine, "connect", _sqlite_wal)
     path = Path(url.split(":///", 1)[1])
-    return WriteBehindTaskStore(SqliteTaskStore(engine, path, lock_timeout=lock_timeout), records=records, stop=stop)
+    store = SqliteTaskStore(engine, path, lock_timeout=lock_timeout)
+    follower = TaskFollower(poll=LOCAL_POLL_S)  # subscribers here follow runs without an SDK run here
+    return WriteBehindTaskStore(store, records=records, follower=follower, stop=stop)
 
 
 def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:

@@ -16,8 +16,10 @@ replica sees the task's row, so a replica without the run follows the row instea
 
 Running replicas write a task's intermediate states at most every 0.5 s (the write-behind
 store), so a relayed stream is coarser than the one from the replica running it (reply chunks
-arrive grouped), and ends with the same final state. On SQLite (one server per project) the
-SDK's own subscription serves, unchanged.
+arrive grouped), and ends with the same final state. On SQLite the same follower serves a task this
+server has no SDK run of — one it resumed after a restart (``orphans.py``), one another process on
+the same files runs — told of this process's own writes directly and reading the row every
+:data:`LOCAL_POLL_S` for the others'.
 """
 
 from __future__ import annotations
@@ -60,12 +62,18 @@ POLL_S = 2.0
 _FINAL = frozenset(TERMINAL_TASK_STATES | INTERRUPTED_TASK_STATES)
 
 
-class TaskFollower:
-    """One server's side of the relay: notifies after its writes, listens for the others'."""
+LOCAL_POLL_S = 0.2
+"""On SQLite: seconds a follower waits before it reads the row again (another process's writes)."""
 
-    def __init__(self, engine: AsyncEngine, dsn: str) -> None:
+
+class TaskFollower:
+    """One server's side of the relay: notifies after its writes, listens for the others'. Without an
+    ``engine`` (SQLite) only this process's followers are told, and each reads its row every ``poll`` s."""
+
+    def __init__(self, engine: AsyncEngine | None = None, dsn: str = "", *, poll: float = POLL_S) -> None:
         self._engine = engine
         self._dsn = dsn
+        self._poll = poll
         self._reader: asyncio.Task[None] | None = None
         """Reads the notifications of the LISTEN connection, opened on the first relayed subscription."""
         self._opening = asyncio.Lock()
@@ -73,6 +81,10 @@ class TaskFollower:
 
     async def written(self, task_id: str) -> None:
         """Tell every listening replica that ``task_id``'s row changed (after its write committed)."""
+        if self._engine is None:
+            for woken in self._woken.get(task_id, ()):
+                woken.set()
+            return
         async with self._engine.begin() as conn:
             await conn.execute(text("SELECT pg_notify(:channel, :id)"), {"channel": CHANNEL, "id": task_id})
 
@@ -84,8 +96,8 @@ class TaskFollower:
             await self._listen()
             seen = task
             while True:
-                with contextlib.suppress(TimeoutError):  # a lost notification costs at most POLL_S
-                    await asyncio.wait_for(woken.wait(), POLL_S)
+                with contextlib.suppress(TimeoutError):  # a lost notification costs at most the poll
+                    await asyncio.wait_for(woken.wait(), self._poll)
                 woken.clear()
                 current = await read()
                 if current is None:  # deleted meanwhile: nothing more will come
@@ -103,6 +115,8 @@ class TaskFollower:
                 self._woken.pop(task.id, None)
 
     async def _listen(self) -> None:
+        if not self._dsn:  # SQLite: no one else to listen to
+            return
         async with self._opening:
             if self._reader is not None and not self._reader.done():
                 return
@@ -154,7 +168,8 @@ def changes(before: Task, after: Task) -> list[Event]:
 
 
 class RelayingRequestHandler(DefaultRequestHandler):
-    """a2a-sdk's handler, whose SubscribeToTask follows the shared row when the run is on another replica."""
+    """a2a-sdk's handler, whose SubscribeToTask follows the shared row when no SDK run of the task is
+    here (it runs on another replica, in another process, or resumed here)."""
 
     def __init__(
         self, executor: AgentExecutor, rows: TaskStore, card: AgentCard, *, follower: TaskFollower | None, **kwargs: Any

@@ -17,9 +17,10 @@ status from the runtime's task record (``records``; :func:`~framework.protocols.
 the record is the one source of truth, so a task decided or ended by another entry point
 (``ca approve``, ACP, another process) shows its real state.
 
-On SQLite, :class:`SqliteTaskStore` serves ``save`` and ``get`` through the sqlite3 module. On
-PostgreSQL a ``follower`` (:class:`~framework.protocols.a2a.relay.TaskFollower`) is told of
-each row written, so other replicas relay the task to their subscribers.
+On SQLite, :class:`SqliteTaskStore` serves ``save`` and ``get`` through the sqlite3 module. A
+``follower`` (:class:`~framework.protocols.a2a.relay.TaskFollower`) is told of each row written, so
+subscribers to a task without an SDK run here follow it: on other replicas (PostgreSQL), or in this
+process (a run it resumed).
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ class WriteBehindTaskStore(TaskStore):
     ) -> None:
         self.store = store
         self.follower = follower
-        """Told of every row written; None on SQLite (one server per project has no one to tell)."""
+        """Told of every row written (see :mod:`~framework.protocols.a2a.relay`)."""
         self.records = records
         self.stop = stop
         """Called with a task's id before its row is saved canceled: the SDK answers a CancelTask for a task

@@ -39,7 +39,15 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from framework.compiler.agent import CALL_CONTEXT, RunContext
-from framework.errors import ApprovalRejected, BudgetExceeded, CAError, ContractViolation, Failure, PolicyDenied
+from framework.errors import (
+    ApprovalRejected,
+    BudgetExceeded,
+    CAError,
+    ContractViolation,
+    Failure,
+    PolicyDenied,
+    TaskTakenOver,
+)
 from framework.runtime.governance import budgets
 from framework.runtime.governance.calls import Decision, ToolCall
 from framework.runtime.governance.capabilities import check_agent, check_capabilities
@@ -413,12 +421,27 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         if runnable is None:
             assert refused is not None
             return Command(update={"messages": [refused], **extra})
+        await self._fenced(runnable)
         token = CALL_CONTEXT.set(self._callee_context(runnable))
         try:
             result = await handler(runnable)
         finally:
             CALL_CONTEXT.reset(token)
         return await self._audited(lambda: self._finish(runnable, result, extra))
+
+    async def _fenced(self, request: ToolCallRequest) -> None:
+        """Raise TaskTakenOver, the tool not run, when another process took this run's task over: its
+        ``tool.call`` is audited already, so the taker knows of it (see ``framework.runtime.fence``)."""
+        context = _context(request.runtime)
+        if context.fence is None or await context.fence():
+            return
+        self.audit(
+            context, "denial", tool=_spec_name(request), reason="another process took the task over", rule="lease"
+        )
+        raise TaskTakenOver(
+            f"task {context.task_id[:12]} was taken over by another process after this one missed its lease"
+            f" (store.task_lease); its tool {_spec_name(request)} did not run here"
+        )
 
 
 def stopped_by(failure: CAError) -> dict[str, Any]:

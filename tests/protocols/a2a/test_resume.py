@@ -11,6 +11,7 @@ whose answer stalls, so the kill lands mid-call.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import time
@@ -20,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from a2a.helpers import get_artifact_text
+from a2a.types import StreamResponse, SubscribeToTaskRequest, TaskState
 
+from tests.a2a_peers import a2a_client
 from tests.conftest import run_ca, write_project
 from tests.fake_openai import FakeOpenAI
 from tests.postgres_db import fresh_database
@@ -244,3 +248,73 @@ def test_a_resumed_run_is_stopped_by_cancel_task(tmp_path: Path) -> None:
     assert done["status"]["state"] == "TASK_STATE_CANCELED", done
     assert [s["state"] for s in _states(root, task["id"])] == ["submitted", "working", "working", "canceled"]
     _verified(root)
+
+
+def test_an_owner_paused_past_its_lease_does_not_run_the_tool_its_taker_runs(tmp_path: Path) -> None:
+    """Replica A is stopped (SIGSTOP: a VM pause, a held event loop) longer than its lease while its
+    task waits for the model; B takes the task over and runs it, tool included. A then goes on: its
+    tool call is audited, then fenced — A no longer owns the task, so its tool does not run, and it
+    writes nothing of the task (found on a branch that attacked the feature)."""
+    tools = "tools:\n          - python: tools/nap.py:nap"
+    with FakeOpenAI(tool_args={"seconds": 0}, stalls=[8.0, 0.0]) as model, fresh_database("fenced") as url:
+        roots = [_project(tmp_path / name, model.url, store=url, tools=tools) for name in ("a", "b")]
+        env = {"CA_TASK_LEASE": "3s"}
+        a: ServerProcess = start_serve(roots[0], env=env, host="replica-a")
+        try:
+            b: ServerProcess = start_serve(roots[1], env=env, host="replica-b")
+            try:
+                task = _send(a, "nap", wait=False)
+                _until("A's model call never started", lambda: len(model.requests) == 1)
+                a.proc.send_signal(signal.SIGSTOP)
+                try:
+                    _until("B never ran the tool", lambda: (roots[1] / "nap-started").exists(), timeout=30)
+                finally:
+                    a.proc.send_signal(signal.SIGCONT)
+                done = _final(b, task["id"], timeout=30)
+                _until("A's model call never answered", lambda: len(model.requests) >= 3, timeout=30)
+                time.sleep(2)  # A's answer arrived: its tool call would run now, its run would checkpoint
+                a.assert_alive()
+                _send(b, "again", done["contextId"])  # the conversation is B's run's, not A's stopped one
+                [asked] = [r for r in model.requests if r["messages"][-1].get("content") == "again"]
+                roles = [m["role"] for m in asked["messages"] if m["role"] != "system"]
+                assert roles == ["user", "assistant", "tool", "assistant", "user"], asked["messages"]
+            finally:
+                b.stop()
+        finally:
+            a.stop()
+        assert not (roots[0] / "nap-started").exists(), "A ran the tool too"
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED", done
+        states = _states(roots[1], task["id"])
+        assert [s["state"] for s in states] == ["submitted", "working", "working", "completed"], states
+        denials = run_ca("audit", "--json", "--task", task["id"], cwd=roots[1])
+        records = json.loads(denials.stdout)
+        assert [r["data"]["rule"] for r in records if r["kind"] == "denial"] == ["lease"], records
+        _verified(roots[1])
+
+
+def test_a_subscriber_to_a_resumed_task_gets_its_answer_and_end(tmp_path: Path) -> None:
+    with FakeOpenAI(stalls=[STALL_S, 3.0]) as model:  # the resumed call answers 3 s after it was made
+        root = _project(tmp_path / "project", model.url)
+        first: ServerProcess = start_serve(root)
+        try:
+            task = _send(first, "wait", wait=False)
+            _until("the model call never started", lambda: len(model.requests) == 1)
+            first.stop(signal.SIGKILL)
+        finally:
+            first.stop()
+        second: ServerProcess = start_serve(root)
+        try:
+            _until("the resumed model call never started", lambda: len(model.requests) == 2)
+
+            async def follow() -> list[StreamResponse]:
+                async with a2a_client(second.url, "chat", streaming=True) as client:
+                    request = SubscribeToTaskRequest(id=task["id"])
+                    return [event async for event in client.subscribe(request)]
+
+            events = asyncio.run(asyncio.wait_for(follow(), 60))
+        finally:
+            second.stop()
+    assert events[0].HasField("task") and events[0].task.status.state == TaskState.TASK_STATE_WORKING, events[0]
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED, events[-1]
+    relayed = [e.artifact_update.artifact for e in events if e.HasField("artifact_update")]
+    assert relayed and get_artifact_text(relayed[-1]).strip() == "The tool said: you said wait", events
