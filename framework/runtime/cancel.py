@@ -169,7 +169,7 @@ class CancelWatch:
             if not self.tasks.db.local and loop.time() >= renew_at:  # replicas see each other's runs by lease
                 renew_at = loop.time() + self.tasks.renew_every
                 try:
-                    await self.tasks.arenew(list(self.runs))
+                    await self.tasks.arenew([*self.runs, *self.tasks.calls])  # their calls' too
                 except (StoreBusy, StoreUnreachable) as exc:
                     print(f"warning: task leases not renewed: {exc}", file=sys.stderr)
             try:

@@ -114,6 +114,9 @@ class TaskStore:
         """The SQLite file, when the database is one."""
         self.lease = lease
         """Seconds a lease this process takes on a running task lasts (``store.task_lease``)."""
+        self.calls: set[str] = set()
+        """The child tasks (in-process agent calls) running inside this process's runs: their leases
+        are renewed with their parents' (``CancelWatch``), so no replica takes a long call for an orphan."""
 
     @classmethod
     def open(

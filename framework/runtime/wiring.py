@@ -175,6 +175,7 @@ class ChildTasks:
         if tracing is not None and context.task_id:
             tracing.alias(task.id, context.task_id)
         await self.tasks.aupdate(task.id, state="working")
+        self.tasks.calls.add(task.id)
         await self._record(task.id, context, agent, "working")
         return dataclasses.replace(context, task_id=task.id)
 
@@ -187,6 +188,7 @@ class ChildTasks:
         error: str = "",
         usage: Mapping[str, float] | None = None,
     ) -> None:
+        self.tasks.calls.discard(context.task_id)
         await self.tasks.aupdate(
             context.task_id,
             state=cast(TaskState, state),

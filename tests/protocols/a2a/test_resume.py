@@ -24,6 +24,7 @@ import pytest
 from a2a.helpers import get_artifact_text
 from a2a.types import StreamResponse, SubscribeToTaskRequest, TaskState
 
+from framework.runtime.tasks import TaskStore
 from tests.a2a_peers import a2a_client
 from tests.conftest import run_ca, write_project
 from tests.fake_openai import FakeOpenAI
@@ -318,3 +319,61 @@ def test_a_subscriber_to_a_resumed_task_gets_its_answer_and_end(tmp_path: Path) 
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED, events[-1]
     relayed = [e.artifact_update.artifact for e in events if e.HasField("artifact_update")]
     assert relayed and get_artifact_text(relayed[-1]).strip() == "The tool said: you said wait", events
+
+
+BOSS = """
+    name: boss
+    profile: autonomous
+    model:
+      provider: scripted
+      replies:
+        - tool_calls: [{name: napper, args: {input: "nap"}}]
+        - done
+    tools: [{agent: napper}]
+    capabilities: {agents: [napper]}
+"""
+NAPPER = """
+    name: napper
+    profile: autonomous
+    model:
+      provider: scripted
+      replies:
+        - tool_calls: [{name: nap, args: {seconds: 8}}]
+        - rested
+    tools:
+      - python: tools/nap.py:nap
+"""
+
+
+def test_an_agent_call_longer_than_the_lease_is_not_taken_for_an_orphan(tmp_path: Path) -> None:
+    """An in-process agent call is a child task of its own: its lease is renewed with its parent's, so
+    the other replica leaves it running (a lease of 3 s, a call of 8 s)."""
+    files = {"agents/boss.yaml": BOSS, "agents/napper.yaml": NAPPER, "tools/nap.py": NAP}
+    with fresh_database("calls") as url:
+        roots = [
+            write_project(tmp_path / name, {**files, "ca.yaml": f"default_agent: boss\nstore: {{url: {url!r}}}\n"})
+            for name in ("a", "b")
+        ]
+        env = {"CA_TASK_LEASE": "3s"}
+        a: ServerProcess = start_serve(roots[0], env=env, host="replica-a")
+        try:
+            b: ServerProcess = start_serve(roots[1], env=env, host="replica-b")
+            try:
+                answer = a.rpc("SendMessage", {"message": _message("go")}, agent="boss")["result"]["task"]
+                b.assert_alive()
+            finally:
+                b.stop()
+        finally:
+            a.stop()
+        assert answer["status"]["state"] == "TASK_STATE_COMPLETED", answer
+        store = TaskStore.open(roots[1], url=url)
+        try:
+            [child] = [t for t in store.list() if t.parent == answer["id"]]
+        finally:
+            store.close()
+        assert (child.state, child.error) == ("completed", ""), child
+        assert [s["state"] for s in _states(roots[1], child.id)] == ["submitted", "working", "completed"]
+
+
+def _message(text: str) -> dict[str, Any]:
+    return {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
