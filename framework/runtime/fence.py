@@ -7,8 +7,10 @@ The governance middleware audits each tool call (``tool.call``) and only then as
 compare-and-set that renews this process's lease if it still holds the task. A taker reads the audit
 after it took the task, so of the two either the taker sees the call (and ends the task ``failed``
 instead of running it again) or the owner sees it lost the task (and its tool does not run). A run
-that lost its task raises :class:`~framework.errors.TaskTakenOver`; from then on its conversation's
-checkpoints are not written (:func:`lost`) and its task record is left to the new owner.
+that lost its task raises :class:`~framework.errors.TaskTakenOver`. The fence is asked again before
+the run's checkpoints are written (:func:`lost`) and before its end is recorded, so a run that lost its
+task with no tool call (held while its model answered) writes nothing either: its client gets
+``TaskTakenOver``, the task record and the conversation stay the new owner's.
 On SQLite (one machine) a task is only taken over once its process is gone: there is no fence.
 """
 
@@ -36,7 +38,7 @@ class Fence:
         return not self.lost
 
 
-def lost(config: Any) -> bool:
-    """Whether the run of this config (a checkpointer's) lost its task: its checkpoints are not written."""
+async def lost(config: Any) -> bool:
+    """Whether the run of this config (a checkpointer's) lost its task (asked now): its checkpoints are not written."""
     fence = ((config or {}).get("configurable") or {}).get(KEY)
-    return isinstance(fence, Fence) and fence.lost
+    return isinstance(fence, Fence) and not await fence()

@@ -62,7 +62,7 @@ class MaskedPostgresSaver(AsyncPostgresSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        if fence.lost(config):  # another replica runs the task now: its checkpoints are the conversation's
+        if await fence.lost(config):  # another replica runs the task now: its checkpoints are the conversation's
             return config
         if KNOWN:
             values = {k: KNOWN.text(v) if isinstance(v, str) else v for k, v in checkpoint["channel_values"].items()}
@@ -73,7 +73,7 @@ class MaskedPostgresSaver(AsyncPostgresSaver):
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        if not fence.lost(config):
+        if not await fence.lost(config):
             await super().aput_writes(config, writes, task_id, task_path)
 
 

@@ -37,6 +37,7 @@ from framework.errors import (
     Diagnostic,
     Failure,
     RunError,
+    TaskTakenOver,
 )
 from framework.runtime import logs, telemetry
 from framework.runtime.audit import AuditLog
@@ -83,6 +84,8 @@ class Runtime:
         """The start-up settings the files now change (``setting (before -> after)``): a restart applies them."""
         self.watch = CancelWatch(tasks)
         """The runs of this process, stopped when ``ca tasks cancel`` in another process asks."""
+        self._fences: dict[str, Fence] = {}
+        """The fence of each task this process runs (replicas: see :mod:`framework.runtime.fence`)."""
         self.settled_at_open: list[Task] = []
         """The tasks :meth:`open` settled as orphans (a server writes its protocol's rows of them)."""
         self.resumer: Callable[[Task, AsyncIterator[RunEvent]], None] | None = None
@@ -253,9 +256,15 @@ class Runtime:
             audit=self.audit,
             profile=self.profiles.get(task.conversation),
             request=request,
-            # Replicas: a process that missed its lease may have lost the task to another (fence.py).
-            fence=None if self.tasks.db.local else Fence(lambda: self.tasks.aholds(task.id)),
+            fence=self._fence(task),
         )
+
+    def _fence(self, task: Task) -> Fence | None:
+        """Replicas: a process that missed its lease may have lost ``task`` to another (fence.py)."""
+        if self.tasks.db.local:
+            return None
+        fence = self._fences[task.id] = Fence(lambda: self.tasks.aholds(task.id))
+        return fence
 
     async def send(
         self,
@@ -529,6 +538,7 @@ class Runtime:
             raise
         finally:
             self.watch.untrack(task.id)
+            self._fences.pop(task.id, None)
 
     def _paused_by(self, task: Task) -> str:
         """The traceparent of the run that paused ``task`` (in its audit), or ""."""
@@ -547,8 +557,9 @@ class Runtime:
             event = KNOWN.value(raw)  # what any transport shows, stores or logs: never a secret
             if isinstance(event, Paused):
                 pauses.append(event)
-            if isinstance(event, RunFinished) and event.failure is not None and event.failure.kind == "TaskTakenOver":
-                yield event  # the task is another process's now: its record and audit are that run's to write
+            if isinstance(event, RunFinished) and await self._taken_over(task, event):
+                # The task is another process's now: its record and audit are that run's to write.
+                yield dataclasses.replace(RunFinished.failed(Failure.of(_taken_over(task))), task_id=task.id)
                 return
             if isinstance(event, RunFinished):
                 # A task resumed after a pause reports (and stores) its whole usage, not the last part.
@@ -557,6 +568,13 @@ class Runtime:
                 event = dataclasses.replace(event, task_id=task.id, usage=total)
                 await self._finish(task, event, pauses)
             yield event
+
+    async def _taken_over(self, task: Task, event: RunFinished) -> bool:
+        """Whether the run of ``task`` that ends with ``event`` lost the task to another process (fence.py)."""
+        if event.failure is not None and event.failure.kind == "TaskTakenOver":
+            return True
+        fence = self._fences.get(task.id)
+        return fence is not None and not await fence()
 
     async def _finish(self, task: Task, event: RunFinished, pauses: list[Paused]) -> None:
         usage = dataclasses.asdict(event.usage)
@@ -603,6 +621,13 @@ def _bind_logs(task: Task) -> None:
 
 
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "model_calls", "tool_calls")
+
+
+def _taken_over(task: Task) -> TaskTakenOver:
+    return TaskTakenOver(
+        f"task {task.id[:12]} was taken over by another process after this one missed its lease"
+        " (store.task_lease); GetTask shows how that run ends it"
+    )
 
 
 def _code(task: Task) -> str | None:

@@ -377,3 +377,36 @@ def test_an_agent_call_longer_than_the_lease_is_not_taken_for_an_orphan(tmp_path
 
 def _message(text: str) -> dict[str, Any]:
     return {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+
+
+def test_an_owner_paused_past_its_lease_records_nothing_when_its_model_answers(tmp_path: Path) -> None:
+    """As above with no tool: A, held while its model answers, ends its run after B took the task over.
+    It asks the fence before it checkpoints and before it records the end, so the task's audit has one
+    end (B's) and the conversation is B's."""
+    with FakeOpenAI(stalls=[8.0, 0.0]) as model, fresh_database("fenced_end") as url:
+        roots = [_project(tmp_path / name, model.url, store=url) for name in ("a", "b")]
+        env = {"CA_TASK_LEASE": "3s"}
+        a: ServerProcess = start_serve(roots[0], env=env, host="replica-a")
+        try:
+            b: ServerProcess = start_serve(roots[1], env=env, host="replica-b")
+            try:
+                task = _send(a, "hello", wait=False)
+                _until("A's model call never started", lambda: len(model.requests) == 1)
+                a.proc.send_signal(signal.SIGSTOP)
+                try:
+                    done = _final(b, task["id"], timeout=30)
+                finally:
+                    a.proc.send_signal(signal.SIGCONT)
+                time.sleep(8)  # A's stalled answer arrives and its run ends
+                a.assert_alive()
+                _send(b, "again", done["contextId"])
+                [asked] = [r for r in model.requests if r["messages"][-1].get("content") == "again"]
+            finally:
+                b.stop()
+        finally:
+            a.stop()
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED", done
+        states = [s["state"] for s in _states(roots[1], task["id"])]
+        assert states == ["submitted", "working", "working", "completed"], states
+        assert [m["role"] for m in asked["messages"] if m["role"] != "system"] == ["user", "assistant", "user"]
+        _verified(roots[1])
