@@ -471,7 +471,7 @@ class Runtime:
         return ""
 
     async def _recorded(self, task: Task, events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
-        await self.tasks.aupdate(task.id, state="working")
+        working = await self.tasks.aupdate(task.id, state="working")
         await self._audit_task(task, "working")
         pauses: list[Paused] = []
         async for raw in events:
@@ -479,8 +479,9 @@ class Runtime:
             if isinstance(event, Paused):
                 pauses.append(event)
             if isinstance(event, RunFinished):
-                # A task resumed after a pause reports (and stores) its whole usage, not the last part.
-                before = (await self.tasks.aget(task.id)).usage
+                # A task resumed after a pause reports (and stores) its whole usage, not the last part
+                # (only its own run writes it: as it was when the run began).
+                before = working.usage
                 total = event.usage + Usage(**{k: int(v) for k, v in before.items() if k in _USAGE_FIELDS})
                 event = dataclasses.replace(event, task_id=task.id, usage=total)
                 await self._finish(task, event, pauses)
