@@ -129,8 +129,13 @@ def compile_llm_agent(
     middleware: Sequence[AgentMiddleware[Any, Any]] = (),
     checkpointer: Any = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """The agent loop: model ⇄ tools, with skills and any policy middleware."""
-    stack: list[AgentMiddleware[Any, Any]] = [SkillMiddleware(skills), *middleware]
+    """The agent loop: model ⇄ tools, with skills and any policy middleware.
+
+    An agent without skills gets no :class:`SkillMiddleware`: no request can name one of its skills
+    (``Bundle.check_skill`` refuses it first), and each ``wrap_model_call`` in the stack costs every
+    model call a langsmith ``traceable`` span set-up and end, each a hop to a worker thread.
+    """
+    stack: list[AgentMiddleware[Any, Any]] = [*([SkillMiddleware(skills)] if skills else []), *middleware]
     graph = create_agent(
         model,
         list(tools),

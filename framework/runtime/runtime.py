@@ -548,10 +548,10 @@ class Runtime:
         return ""
 
     async def _recorded(
-        self, task: Task, events: AsyncIterator[RunEvent], working: Mapping[str, Any] | None = None
+        self, task: Task, events: AsyncIterator[RunEvent], note: Mapping[str, Any] | None = None
     ) -> AsyncIterator[RunEvent]:
-        await self.tasks.aupdate(task.id, state="working")
-        await self._audit_task(task, "working", **(working or {}))
+        working = await self.tasks.aupdate(task.id, state="working")
+        await self._audit_task(task, "working", **(note or {}))
         pauses: list[Paused] = []
         async for raw in events:
             event = KNOWN.value(raw)  # what any transport shows, stores or logs: never a secret
@@ -562,8 +562,9 @@ class Runtime:
                 yield dataclasses.replace(RunFinished.failed(Failure.of(_taken_over(task))), task_id=task.id)
                 return
             if isinstance(event, RunFinished):
-                # A task resumed after a pause reports (and stores) its whole usage, not the last part.
-                before = (await self.tasks.aget(task.id)).usage
+                # A task resumed after a pause reports (and stores) its whole usage, not the last part
+                # (only its own run writes it: as it was when the run began).
+                before = working.usage
                 total = event.usage + Usage(**{k: int(v) for k, v in before.items() if k in _USAGE_FIELDS})
                 event = dataclasses.replace(event, task_id=task.id, usage=total)
                 await self._finish(task, event, pauses)

@@ -268,12 +268,11 @@ class TaskStore:
         usage: dict[str, Any] | None = None,
         failure: Failure | None = None,
     ) -> Task:
-        self.db.execute(
-            *self._updating(
-                task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
-            )
+        sql, values = self._updating(
+            task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
         )
-        return self.get(task_id)
+        updated = self.db.execute(sql + _RETURNING, values).records()
+        return _row_to_task(updated[0]) if updated else self.get(task_id)
 
     async def aupdate(
         self,
@@ -287,12 +286,11 @@ class TaskStore:
         failure: Failure | None = None,
     ) -> Task:
         """:meth:`update`, waiting with the event loop running."""
-        await self.db.aexecute(
-            *self._updating(
-                task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
-            )
+        sql, values = self._updating(
+            task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
         )
-        return await self.aget(task_id)
+        updated = (await self.db.aexecute(sql + _RETURNING, values)).records()
+        return _row_to_task(updated[0]) if updated else await self.aget(task_id)
 
     async def aend(self, task_id: str, *, state: TaskState, error: str | None = None) -> bool:
         """Move a task that is not final yet to ``state`` (pending decisions dropped), as one
@@ -595,6 +593,10 @@ class TaskStore:
         """The latest tasks, newest first; only those waiting for a decision, only those ``caller`` sent."""
         listing = self._listing(pending_only=pending_only, limit=limit, caller=caller)
         return [_row_to_task(row) for row in self.db.execute(*listing).records()]
+
+
+_RETURNING = " RETURNING *"
+"""An update answers the task as it left it, in the same statement (SQLite >= 3.35, PostgreSQL)."""
 
 
 def _one(task_id: str, rows: list[dict[str, Any]]) -> Task:

@@ -189,14 +189,15 @@ class ChildTasks:
         usage: Mapping[str, float] | None = None,
     ) -> None:
         self.tasks.calls.discard(context.task_id)
-        await self.tasks.aupdate(
-            context.task_id,
-            state=cast(TaskState, state),
-            output=output,
-            error=error,
-            usage=dict(usage) if usage else None,
-        )
-        agent = (await self.tasks.aget(context.task_id)).agent
+        agent = (
+            await self.tasks.aupdate(
+                context.task_id,
+                state=cast(TaskState, state),
+                output=output,
+                error=error,
+                usage=dict(usage) if usage else None,
+            )
+        ).agent
         await self._record(context.task_id, context, agent, state, error=error or None)
 
     async def _record(self, task_id: str, context: RunContext, agent: str, state: str, **data: Any) -> None:

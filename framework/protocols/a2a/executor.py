@@ -77,6 +77,11 @@ DECISIONS = ("approve", "reject", "edit", "always")
 REFUSED = "cleveragents.refused"
 """Where the request handler leaves, in the call context's state, the error a new task's message
 was refused with before it ran (its claim could not be written): the task fails with it at once."""
+ANSWER_ONLY = "cleveragents.answer_only"
+"""Set by the request handler, in the call context's state, for a non-streaming ``SendMessage`` that
+waits for its answer and starts a new task: no one can follow that task's events before the answer
+(its id is new), so its run sends no ``working`` status and no reply chunks — only the events that
+change what the task ends as. Each event is a task update a2a-sdk applies, queues and fans out."""
 
 _TEXT_DECISION = re.compile(r"^\s*(approve|approved|yes|always|reject|rejected|no)\b\s*:?\s*(.*)$", re.I | re.S)
 
@@ -155,6 +160,7 @@ class CleverAgentExecutor(AgentExecutor):
             if message is not None:
                 message.context_id = context_id
         updater = TaskUpdater(event_queue, task_id, context_id)
+        answer_only = current is None and context.call_context.state.get(ANSWER_ONLY) is True
         submitted = Task(
             id=task_id,
             context_id=context_id,
@@ -208,8 +214,9 @@ class CleverAgentExecutor(AgentExecutor):
                 await event_queue.enqueue_event(submitted)
                 deferred = False
                 events = _replay(seen)
-            await updater.start_work()
-            await self._forward(events, updater, task_id, context_id)
+            if not answer_only:
+                await updater.start_work()
+            await self._forward(events, _A2ATurn(self, updater, task_id, context_id, chunks=not answer_only))
         except AlreadyDecided:  # another decider's claim won between the check and ours: its run has the task
             assert current is not None
             await self._outcome(context, current, event_queue)
@@ -248,8 +255,8 @@ class CleverAgentExecutor(AgentExecutor):
             return _data_decision(message) or {"decision": "answer", "text": text}
         return parse_decision(message)
 
-    async def _forward(self, events: Any, updater: TaskUpdater, task_id: str, context_id: str) -> None:
-        await drive_turn(self.runtime, events, _A2ATurn(self, updater, task_id, context_id))
+    async def _forward(self, events: Any, turn: _A2ATurn) -> None:
+        await drive_turn(self.runtime, events, turn)
 
     async def _finish(
         self,
@@ -260,6 +267,8 @@ class CleverAgentExecutor(AgentExecutor):
         task_id: str,
         context_id: str,
     ) -> None:
+        if reply.chunks or event.state != "completed":
+            await reply.flush()  # the reply so far stays in the task (a completed one's is replaced below)
         if event.failure is not None:
             await self._failed(event.failure, updater, task_id, context_id)
             return
@@ -271,7 +280,7 @@ class CleverAgentExecutor(AgentExecutor):
             return
         # Completed: the whole reply as one part, replacing the streamed chunks (what GetTask and
         # non-streaming clients see is the clean text).
-        if event.output or reply.sent:
+        if event.output or reply.sent or reply.buffer:
             await updater.add_artifact(
                 [new_text_part(event.output)],
                 artifact_id=REPLY_ARTIFACT,
@@ -300,27 +309,37 @@ class _A2ATurn:
     """The A2A view of a turn (:class:`framework.runtime.turn.TurnView`): every event becomes a task
     event; it never decides — the turn ends input-required and a decision comes as a message."""
 
-    def __init__(self, executor: CleverAgentExecutor, updater: TaskUpdater, task_id: str, context_id: str) -> None:
+    def __init__(
+        self, executor: CleverAgentExecutor, updater: TaskUpdater, task_id: str, context_id: str, *, chunks: bool = True
+    ) -> None:
         self.executor = executor
         self.updater = updater
         self.task_id = task_id
         self.context_id = context_id
         self.pauses: list[Paused] = []
-        self.reply = _ReplyStream(updater)
+        self.reply = _ReplyStream(updater, chunks=chunks)
 
     async def show(self, event: RunEvent) -> None:
         updater, task_id, context_id = self.updater, self.task_id, self.context_id
         if isinstance(event, TextChunk) and not event.source:
             await self.reply.add(event.text)
             return
+        if isinstance(event, Paused):
+            self.pauses.append(event)
+            return
+        if isinstance(event, RunFinished):
+            await self.executor._finish(event, self.pauses, self.reply, updater, task_id, context_id)
+            return
+        if not isinstance(event, ToolCallStarted | ToolCallFinished | StepUpdate | ArtifactOut | MessageOut) or (
+            isinstance(event, MessageOut) and event.source
+        ):
+            return  # usage, thoughts, plans, a called agent's text: no task event
         await self.reply.flush()  # keep the order of text and everything else
         if isinstance(event, ToolCallStarted | ToolCallFinished | StepUpdate):
             await updater.update_status(
                 TaskState.TASK_STATE_WORKING,
                 message=agent_message(task_id, context_id, [new_data_part({EVENT_KEY: to_wire(event_to_json(event))})]),
             )
-        elif isinstance(event, Paused):
-            self.pauses.append(event)
         elif isinstance(event, ArtifactOut):
             await updater.add_artifact(
                 [_part(p) for p in event.parts],
@@ -329,12 +348,10 @@ class _A2ATurn:
                 metadata={"description": event.description} if event.description else None,
                 last_chunk=True,
             )
-        elif isinstance(event, MessageOut) and not event.source:
+        else:
             await updater.update_status(
                 TaskState.TASK_STATE_WORKING, message=agent_message(task_id, context_id, [new_text_part(event.text)])
             )
-        elif isinstance(event, RunFinished):
-            await self.executor._finish(event, self.pauses, self.reply, updater, task_id, context_id)
 
     async def decide(self, finished: RunFinished, pauses: list[Paused]) -> None:
         return None
@@ -344,18 +361,20 @@ class _ReplyStream:
     """Streams the reply as artifact chunks: the first at once (time to first token), then at most
     one chunk every ``COALESCE_SECONDS``. Each chunk is a task event that a2a-sdk applies to the
     task, queues and sends to every subscriber, so a chunk per token made a short reply cost ten of
-    them; clients see the same text, in fewer pieces.
+    them; clients see the same text, in fewer pieces. Without ``chunks`` (:data:`ANSWER_ONLY`) the text
+    is held until another event or the end: a completed run's whole reply replaces it anyway.
     """
 
-    def __init__(self, updater: TaskUpdater) -> None:
+    def __init__(self, updater: TaskUpdater, *, chunks: bool = True) -> None:
         self.updater = updater
+        self.chunks = chunks
         self.buffer: list[str] = []
         self.sent = 0
         self.last = 0.0
 
     async def add(self, text: str) -> None:
         self.buffer.append(text)
-        if self.sent == 0 or time.monotonic() - self.last >= COALESCE_SECONDS:
+        if self.chunks and (self.sent == 0 or time.monotonic() - self.last >= COALESCE_SECONDS):
             await self.flush()
 
     async def flush(self) -> None:

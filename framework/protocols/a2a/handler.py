@@ -34,7 +34,7 @@ from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotFoundError, Un
 from a2a.utils.task import apply_history_length
 
 from framework.errors import StoreBusy, StoreUnreachable
-from framework.protocols.a2a.executor import REFUSED
+from framework.protocols.a2a.executor import ANSWER_ONLY, REFUSED
 from framework.protocols.a2a.relay import RelayingRequestHandler
 from framework.protocols.a2a.statuses import derived
 from framework.runtime.message_claims import STALE_S, Claim, MessageClaims, claim_key
@@ -93,6 +93,7 @@ class ServingRequestHandler(RelayingRequestHandler):
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Message | Task:
         earlier = await self._claim(params, context)
         if earlier is None:
+            context.state[ANSWER_ONLY] = not params.message.task_id and not params.configuration.return_immediately
             try:
                 answer: Message | Task = await super().on_message_send(params, context)
             except A2AError:

@@ -176,22 +176,35 @@ class WriteBehindTaskStore(TaskStore):
         if live.task is latest and self._live.get(key) is live:
             del self._live[key]  # nothing newer arrived while it was written
 
-    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+    async def get(self, task_id: str, context: ServerCallContext, *, agent: str | None = None) -> Task | None:
+        """The task, its status derived from its record; None when it has no row, or (``agent``)
+        when its record is another agent's."""
         live = self._live.get((self._owner(context), task_id))
         if live is None:
-            stored = await self.store.get(task_id, context)
-            return derived(stored, await self.records(task_id)) if stored is not None else None
-        task = Task()
-        task.CopyFrom(live.task)
-        return derived(task, await self.records(task_id))
+            task = await self.store.get(task_id, context)
+            if task is None:
+                return None
+        else:
+            task = Task()
+            task.CopyFrom(live.task)
+        record = await self.records(task_id)  # read once: for the agent and for the status
+        if agent is not None and record is not None and record.agent != agent:
+            return None
+        return derived(task, record)
 
-    async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+    async def list(
+        self, params: ListTasksRequest, context: ServerCallContext, *, agent: str | None = None
+    ) -> ListTasksResponse:
         await self.flush()
         query = ListTasksRequest()
         query.CopyFrom(params)
         query.ClearField("status")  # a row's stored state may lag its record: filter on the derived one
         found = await self.store.list(query, context)
-        tasks = [derived(task, await self.records(task.id)) for task in found.tasks]
+        tasks = []
+        for task in found.tasks:
+            record = await self.records(task.id)
+            if agent is None or record is None or record.agent == agent:
+                tasks.append(derived(task, record))
         if params.status:
             tasks = [task for task in tasks if task.status.state == params.status]
         del found.tasks[:]
@@ -306,16 +319,10 @@ class AgentTaskStore(TaskStore):
         await self.shared.save(task, context)
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
-        if await self._other_agents(task_id):
-            return None
-        return await self.shared.get(task_id, context)
+        return await self.shared.get(task_id, context, agent=self.agent)
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        found = await self.shared.list(params, context)
-        mine = [task for task in found.tasks if not await self._other_agents(task.id)]
-        del found.tasks[:]
-        found.tasks.extend(mine)
-        return found
+        return await self.shared.list(params, context, agent=self.agent)
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         if not await self._other_agents(task_id):
