@@ -183,7 +183,7 @@ class Runtime:
             ),
             prepare=lambda: self._drop_abandoned_pause(task.agent, task.conversation),
             taken_over=True,
-            working={"resumed_from": owner},
+            note={"resumed_from": owner},
         ):
             yield event
 
@@ -497,14 +497,14 @@ class Runtime:
         prepare: Callable[[], Awaitable[None]] | None = None,
         resumed: bool = False,
         taken_over: bool = False,
-        working: Mapping[str, Any] | None = None,
+        note: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Run ``run(callbacks)`` (the events of a run) in the turn of ``task``'s conversation, recording it.
 
         ``prepare`` runs first, inside the turn. A turn not had within the wait limit fails the task
         (ConversationBusy) before anything of it ran. With tracing on, the run is an ``invoke_agent``
         span (``resumed``: linked to the run that paused the task). ``taken_over``: the task is an orphan
-        this process took over (its turn with it); ``working``: what its ``working`` audit record adds.
+        this process took over (its turn with it); ``note``: what its ``working`` audit record adds.
         """
         self.watch.track(task.id)
         try:
@@ -514,7 +514,7 @@ class Runtime:
                 tracing = telemetry.tracing()
                 measured = [self.metrics.callbacks(task.agent)] if self.metrics is not None else []
                 if tracing is None:
-                    async for event in self._recorded(task, run(measured or None), working):
+                    async for event in self._recorded(task, run(measured or None), note):
                         yield event
                     return
                 with tracing.run(
@@ -525,7 +525,7 @@ class Runtime:
                     prices=self.bundle.project.config.prices,
                     paused_by=self._paused_by(task) if resumed else "",
                 ) as spans:
-                    async for event in self._recorded(task, run([spans, *measured]), working):
+                    async for event in self._recorded(task, run([spans, *measured]), note):
                         if isinstance(event, RunFinished):
                             tracing.finished(task.id, event)
                         yield event

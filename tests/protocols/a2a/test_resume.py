@@ -17,6 +17,7 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from a2a.helpers import get_artifact_text
 from a2a.types import StreamResponse, SubscribeToTaskRequest, TaskState
 
 from framework.runtime.tasks import TaskStore
+from tests import conftest
 from tests.a2a_peers import a2a_client
 from tests.conftest import run_ca, write_project
 from tests.fake_openai import FakeOpenAI
@@ -78,12 +80,14 @@ def _project(root: Path, base_url: str, *, store: str = "", tools: str = "") -> 
     )
 
 
-def _send(server: ServerProcess, text: str, context: str | None = None, *, wait: bool = True) -> dict[str, Any]:
+def _send(
+    server: ServerProcess, text: str, context: str | None = None, *, wait: bool = True, agent: str = "chat"
+) -> dict[str, Any]:
     message: dict[str, Any] = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
     if context:
         message["contextId"] = context
     params = {"message": message, "configuration": {"returnImmediately": not wait}}
-    answer = server.rpc("SendMessage", params, agent="chat")
+    answer = server.rpc("SendMessage", params, agent=agent)
     assert "result" in answer, answer
     task: dict[str, Any] = answer["result"]["task"]
     return task
@@ -124,6 +128,33 @@ def _states(root: Path, task_id: str) -> list[dict[str, Any]]:
 def _verified(root: Path) -> None:
     verified = run_ca("audit", "--verify", cwd=root)
     assert verified.returncode == 0 and verified.stdout.startswith("audit log ok: "), verified.stdout + verified.stderr
+
+
+def _killed_mid_call(root: Path, model: FakeOpenAI, text: str) -> dict[str, Any]:
+    """The task of ``text`` sent to a new server on ``root``, SIGKILLed once the task's model call started."""
+    server: ServerProcess = start_serve(root)
+    try:
+        task = _send(server, text, wait=False)
+        _until("the model call never started", lambda: len(model.requests) == 1)
+        server.stop(signal.SIGKILL)
+    finally:
+        server.stop()
+    return task
+
+
+@contextmanager
+def _replicas(roots: list[Path]) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Two replicas (hosts ``replica-a``, ``replica-b``) with a 3 s lease on ``roots``, stopped on exit."""
+    env = {"CA_TASK_LEASE": "3s"}
+    a: ServerProcess = start_serve(roots[0], env=env, host="replica-a")
+    try:
+        b: ServerProcess = start_serve(roots[1], env=env, host="replica-b")
+        try:
+            yield a, b
+        finally:
+            b.stop()
+    finally:
+        a.stop()
 
 
 @pytest.fixture
@@ -194,16 +225,8 @@ def test_a_task_killed_while_its_tool_runs_ends_failed_naming_the_tool(tmp_path:
 def replicas(tmp_path: Path, model: FakeOpenAI) -> Iterator[tuple[ServerProcess, ServerProcess, Path]]:
     with fresh_database("resume") as url:
         roots = [_project(tmp_path / name, model.url, store=url) for name in ("a", "b")]
-        env = {"CA_TASK_LEASE": "3s"}
-        a: ServerProcess = start_serve(roots[0], env=env, host="replica-a")
-        try:
-            b: ServerProcess = start_serve(roots[1], env=env, host="replica-b")
-            try:
-                yield a, b, roots[1]
-            finally:
-                b.stop()
-        finally:
-            a.stop()
+        with _replicas(roots) as (a, b):
+            yield a, b, roots[1]
 
 
 def test_a_task_of_a_killed_replica_is_resumed_by_the_other(
@@ -230,13 +253,7 @@ def test_a_task_of_a_killed_replica_is_resumed_by_the_other(
 def test_a_resumed_run_is_stopped_by_cancel_task(tmp_path: Path) -> None:
     with FakeOpenAI(stalls=[STALL_S, STALL_S]) as model:  # the resumed call stalls too
         root = _project(tmp_path / "project", model.url)
-        first: ServerProcess = start_serve(root)
-        try:
-            task = _send(first, "wait", wait=False)
-            _until("the model call never started", lambda: len(model.requests) == 1)
-            first.stop(signal.SIGKILL)
-        finally:
-            first.stop()
+        task = _killed_mid_call(root, model, "wait")
         second: ServerProcess = start_serve(root)
         try:
             _until("the resumed model call never started", lambda: len(model.requests) == 2)
@@ -259,30 +276,22 @@ def test_an_owner_paused_past_its_lease_does_not_run_the_tool_its_taker_runs(tmp
     tools = "tools:\n          - python: tools/nap.py:nap"
     with FakeOpenAI(tool_args={"seconds": 0}, stalls=[8.0, 0.0]) as model, fresh_database("fenced") as url:
         roots = [_project(tmp_path / name, model.url, store=url, tools=tools) for name in ("a", "b")]
-        env = {"CA_TASK_LEASE": "3s"}
-        a: ServerProcess = start_serve(roots[0], env=env, host="replica-a")
-        try:
-            b: ServerProcess = start_serve(roots[1], env=env, host="replica-b")
+        with _replicas(roots) as (a, b):
+            task = _send(a, "nap", wait=False)
+            _until("A's model call never started", lambda: len(model.requests) == 1)
+            a.proc.send_signal(signal.SIGSTOP)
             try:
-                task = _send(a, "nap", wait=False)
-                _until("A's model call never started", lambda: len(model.requests) == 1)
-                a.proc.send_signal(signal.SIGSTOP)
-                try:
-                    _until("B never ran the tool", lambda: (roots[1] / "nap-started").exists(), timeout=30)
-                finally:
-                    a.proc.send_signal(signal.SIGCONT)
-                done = _final(b, task["id"], timeout=30)
-                _until("A's model call never answered", lambda: len(model.requests) >= 3, timeout=30)
-                time.sleep(2)  # A's answer arrived: its tool call would run now, its run would checkpoint
-                a.assert_alive()
-                _send(b, "again", done["contextId"])  # the conversation is B's run's, not A's stopped one
-                [asked] = [r for r in model.requests if r["messages"][-1].get("content") == "again"]
-                roles = [m["role"] for m in asked["messages"] if m["role"] != "system"]
-                assert roles == ["user", "assistant", "tool", "assistant", "user"], asked["messages"]
+                _until("B never ran the tool", lambda: (roots[1] / "nap-started").exists(), timeout=30)
             finally:
-                b.stop()
-        finally:
-            a.stop()
+                a.proc.send_signal(signal.SIGCONT)
+            done = _final(b, task["id"], timeout=30)
+            _until("A's model call never answered", lambda: len(model.requests) >= 3, timeout=30)
+            time.sleep(2)  # A's answer arrived: its tool call would run now, its run would checkpoint
+            a.assert_alive()
+            _send(b, "again", done["contextId"])  # the conversation is B's run's, not A's stopped one
+            [asked] = [r for r in model.requests if r["messages"][-1].get("content") == "again"]
+            roles = [m["role"] for m in asked["messages"] if m["role"] != "system"]
+            assert roles == ["user", "assistant", "tool", "assistant", "user"], asked["messages"]
         assert not (roots[0] / "nap-started").exists(), "A ran the tool too"
         assert done["status"]["state"] == "TASK_STATE_COMPLETED", done
         states = _states(roots[1], task["id"])
@@ -296,13 +305,7 @@ def test_an_owner_paused_past_its_lease_does_not_run_the_tool_its_taker_runs(tmp
 def test_a_subscriber_to_a_resumed_task_gets_its_answer_and_end(tmp_path: Path) -> None:
     with FakeOpenAI(stalls=[STALL_S, 3.0]) as model:  # the resumed call answers 3 s after it was made
         root = _project(tmp_path / "project", model.url)
-        first: ServerProcess = start_serve(root)
-        try:
-            task = _send(first, "wait", wait=False)
-            _until("the model call never started", lambda: len(model.requests) == 1)
-            first.stop(signal.SIGKILL)
-        finally:
-            first.stop()
+        task = _killed_mid_call(root, model, "wait")
         second: ServerProcess = start_serve(root)
         try:
             _until("the resumed model call never started", lambda: len(model.requests) == 2)
@@ -332,17 +335,8 @@ BOSS = """
     tools: [{agent: napper}]
     capabilities: {agents: [napper]}
 """
-NAPPER = """
-    name: napper
-    profile: autonomous
-    model:
-      provider: scripted
-      replies:
-        - tool_calls: [{name: nap, args: {seconds: 8}}]
-        - rested
-    tools:
-      - python: tools/nap.py:nap
-"""
+NAPPER = conftest.NAPPER.replace("seconds: 20", "seconds: 8")
+"""An agent whose one tool call naps 8 s (:data:`NAP`)."""
 
 
 def test_an_agent_call_longer_than_the_lease_is_not_taken_for_an_orphan(tmp_path: Path) -> None:
@@ -354,17 +348,9 @@ def test_an_agent_call_longer_than_the_lease_is_not_taken_for_an_orphan(tmp_path
             write_project(tmp_path / name, {**files, "ca.yaml": f"default_agent: boss\nstore: {{url: {url!r}}}\n"})
             for name in ("a", "b")
         ]
-        env = {"CA_TASK_LEASE": "3s"}
-        a: ServerProcess = start_serve(roots[0], env=env, host="replica-a")
-        try:
-            b: ServerProcess = start_serve(roots[1], env=env, host="replica-b")
-            try:
-                answer = a.rpc("SendMessage", {"message": _message("go")}, agent="boss")["result"]["task"]
-                b.assert_alive()
-            finally:
-                b.stop()
-        finally:
-            a.stop()
+        with _replicas(roots) as (a, b):
+            answer = _send(a, "go", agent="boss")
+            b.assert_alive()
         assert answer["status"]["state"] == "TASK_STATE_COMPLETED", answer
         store = TaskStore.open(roots[1], url=url)
         try:
@@ -375,36 +361,24 @@ def test_an_agent_call_longer_than_the_lease_is_not_taken_for_an_orphan(tmp_path
         assert [s["state"] for s in _states(roots[1], child.id)] == ["submitted", "working", "completed"]
 
 
-def _message(text: str) -> dict[str, Any]:
-    return {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
-
-
 def test_an_owner_paused_past_its_lease_records_nothing_when_its_model_answers(tmp_path: Path) -> None:
     """As above with no tool: A, held while its model answers, ends its run after B took the task over.
     It asks the fence before it checkpoints and before it records the end, so the task's audit has one
     end (B's) and the conversation is B's."""
     with FakeOpenAI(stalls=[8.0, 0.0]) as model, fresh_database("fenced_end") as url:
         roots = [_project(tmp_path / name, model.url, store=url) for name in ("a", "b")]
-        env = {"CA_TASK_LEASE": "3s"}
-        a: ServerProcess = start_serve(roots[0], env=env, host="replica-a")
-        try:
-            b: ServerProcess = start_serve(roots[1], env=env, host="replica-b")
+        with _replicas(roots) as (a, b):
+            task = _send(a, "hello", wait=False)
+            _until("A's model call never started", lambda: len(model.requests) == 1)
+            a.proc.send_signal(signal.SIGSTOP)
             try:
-                task = _send(a, "hello", wait=False)
-                _until("A's model call never started", lambda: len(model.requests) == 1)
-                a.proc.send_signal(signal.SIGSTOP)
-                try:
-                    done = _final(b, task["id"], timeout=30)
-                finally:
-                    a.proc.send_signal(signal.SIGCONT)
-                time.sleep(8)  # A's stalled answer arrives and its run ends
-                a.assert_alive()
-                _send(b, "again", done["contextId"])
-                [asked] = [r for r in model.requests if r["messages"][-1].get("content") == "again"]
+                done = _final(b, task["id"], timeout=30)
             finally:
-                b.stop()
-        finally:
-            a.stop()
+                a.proc.send_signal(signal.SIGCONT)
+            time.sleep(8)  # A's stalled answer arrives and its run ends
+            a.assert_alive()
+            _send(b, "again", done["contextId"])
+            [asked] = [r for r in model.requests if r["messages"][-1].get("content") == "again"]
         assert done["status"]["state"] == "TASK_STATE_COMPLETED", done
         states = [s["state"] for s in _states(roots[1], task["id"])]
         assert states == ["submitted", "working", "working", "completed"], states
