@@ -34,7 +34,9 @@ from framework.runtime.governance.contracts import holds_output
 from framework.runtime.pauses import read_pause
 
 _PROVIDER_PACKAGES = {"openai", "anthropic", "httpx", "httpcore", "ollama", "langchain_openai", "langchain_anthropic"}
-STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom"]
+STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom", "values"]
+"""``values``: the root graph's state after each step, so the end of a run is read from its stream
+instead of from the checkpoint it just wrote (a read and a decode of the whole conversation)."""
 
 
 _Namespace = tuple[str, ...]
@@ -63,6 +65,10 @@ class _Translator:
         self.held: list[tuple[_Namespace, TextChunk | ThoughtChunk]] = []
         self.callees: dict[_Namespace, str] = {}
         """The namespace of a tool task that calls an agent -> that agent's name (the events' source)."""
+        self.values: dict[str, Any] | None = None
+        """The root graph's state after its last step; None until one has come."""
+        self.interrupted = False
+        """Whether the root graph stopped at an interrupt (a pause waiting for a decision)."""
 
     def source(self, ns: _Namespace) -> tuple[str, ...]:
         """Who an event of namespace ``ns`` comes from: the callee's name for an agent call's
@@ -72,6 +78,11 @@ class _Translator:
     def part(self, part: Mapping[str, Any]) -> list[RunEvent]:
         kind, data = part["type"], part["data"]
         ns: _Namespace = tuple(part.get("ns", ()))
+        if kind == "values":
+            if not ns and isinstance(data, dict):
+                self.interrupted = self.interrupted or "__interrupt__" in data
+                self.values = data
+            return []
         if kind == "custom" and isinstance(data, dict) and data.get("ca_event") in _HOLD_SIGNALS:
             return self.signal(str(data["ca_event"]), ns)
         if kind == "custom" and isinstance(data, dict) and data.get("ca_event") == "callee":
@@ -82,6 +93,8 @@ class _Translator:
             return []
         source = self.source(ns)
         events: list[RunEvent] = []
+        if kind == "updates" and not ns and "__interrupt__" in data:
+            self.interrupted = True
         if kind == "messages":
             events = self.message(data[0], source)
         elif kind == "updates":
@@ -345,7 +358,10 @@ class Runner:
             ):
                 for event in translator.part(part):
                     yield event
-            state = await graph.aget_state(config)
+            values, interrupted = translator.values, translator.interrupted
+            if values is None:  # no step of the root graph ran: what the checkpoint holds
+                state = await graph.aget_state(config)
+                values, interrupted = state.values, bool(state.interrupts)
         except Signal:
             raise
         except CAError as exc:
@@ -354,16 +370,16 @@ class Runner:
         except Exception as exc:  # the model, a provider, or a step failed: the run fails, the process goes on
             yield RunFinished.failed(Failure.of(self._translate(agent, exc)), translator.usage)
             return
-        if state.interrupts:
+        if interrupted:
             yield RunFinished("input-required", usage=translator.usage)
             return
-        stop = state.values.get("ca_stop") or {}
+        stop = values.get("ca_stop") or {}
         if stop.get("failure"):  # governance ended the task failed (a contract violation), typed in the state
             yield RunFinished.failed(Failure.from_json(stop["failure"]), translator.usage)
             return
         yield RunFinished(
             "completed",
-            output=final_text(state.values),
+            output=final_text(values),
             usage=translator.usage,
             stop_reason=str(stop.get("reason", "end_turn")),
         )
