@@ -21,8 +21,9 @@ Step = tuple[str, str] | Mapping[str, Any]
 """(conversation, message) sends a new task; a mapping decides the last task that paused."""
 
 
-def drive(root: Path, agent: str, *steps: Step) -> list[list[RunEvent]]:
-    """Run ``steps`` through one Runtime on ``root``; the events of each."""
+def drive(root: Path, agent: str, *steps: Step, tokens: bool = True) -> list[list[RunEvent]]:
+    """Run ``steps`` through one Runtime on ``root``; the events of each (sends without ``tokens``:
+    each model turn's text whole, as for a caller that waits for the answer)."""
 
     async def go() -> list[list[RunEvent]]:
         runs: list[list[RunEvent]] = []
@@ -31,7 +32,7 @@ def drive(root: Path, agent: str, *steps: Step) -> list[list[RunEvent]]:
             for step in steps:
                 if isinstance(step, tuple):
                     conversation, text = step
-                    runs.append([e async for e in rt.send(agent, text, conversation=conversation)])
+                    runs.append([e async for e in rt.send(agent, text, conversation=conversation, tokens=tokens)])
                 else:
                     paused = finished(runs[-1])
                     assert paused.state == "input-required", paused

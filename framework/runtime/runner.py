@@ -35,8 +35,12 @@ from framework.runtime.pauses import read_pause
 
 _PROVIDER_PACKAGES = {"openai", "anthropic", "httpx", "httpcore", "ollama", "langchain_openai", "langchain_anthropic"}
 STREAM_MODES: list[StreamMode] = ["messages", "updates", "custom", "values"]
-"""``values``: the root graph's state after each step, so the end of a run is read from its stream
-instead of from the checkpoint it just wrote (a read and a decode of the whole conversation)."""
+"""``messages``: the models' text as it is generated. ``values``: the root graph's state after each
+step, so the end of a run is read from its stream instead of from the checkpoint it just wrote (a
+read and a decode of the whole conversation)."""
+WHOLE_MODES: list[StreamMode] = [mode for mode in STREAM_MODES if mode != "messages"]
+"""A run whose caller waits for the whole answer: each model turn's text comes once, with the turn's
+update. Without ``messages`` LangGraph adds no callback handler to every step and model call."""
 
 
 _Namespace = tuple[str, ...]
@@ -53,9 +57,11 @@ class _Translator:
     run ends was never released and is never sent.
     """
 
-    def __init__(self, *, hold: bool = False, names: Mapping[str, str] | None = None) -> None:
+    def __init__(self, *, hold: bool = False, names: Mapping[str, str] | None = None, tokens: bool = True) -> None:
         self.names = names
         """Model-facing tool names -> the YAML's (the bundle's ``tool_names``)."""
+        self.tokens = tokens
+        """Whether text comes as it is generated (``messages``); else with each model turn's update."""
         self.usage = Usage()
         self.tool_names: dict[str, str] = {}
         self.streamed_ids: set[str] = set()
@@ -180,7 +186,7 @@ class _Translator:
             if message.id in self.turn_ids:
                 return []
             self.turn_ids.add(message.id)
-        events: list[RunEvent] = []
+        events: list[RunEvent] = [] if self.tokens else self._text_of(message, source)
         for call in message.tool_calls:
             name = spec_tool_name(call["name"], self.names)
             call_id = call.get("id") or ""
@@ -192,6 +198,16 @@ class _Translator:
                 meta.get("input_tokens", 0), meta.get("output_tokens", 0), 1, len(message.tool_calls)
             )
             events.append(UsageUpdate(self.usage))
+        return events
+
+    @staticmethod
+    def _text_of(message: AIMessage, source: tuple[str, ...]) -> list[RunEvent]:
+        """A whole model turn's reasoning and text, as the chunks that would have streamed it."""
+        events: list[RunEvent] = []
+        if isinstance(message.content, list):
+            events.extend(ThoughtChunk(thought, source) for thought in _reasoning(message))
+        if message.text:
+            events.append(TextChunk(message.text, source))
         return events
 
     @staticmethod
@@ -283,8 +299,8 @@ def _child_event(event: Any, source: tuple[str, ...]) -> list[RunEvent]:
     return []
 
 
-def _reasoning(message: AIMessageChunk) -> list[str]:
-    """Reasoning text of a chunk: standard reasoning blocks, and Anthropic's thinking blocks."""
+def _reasoning(message: AIMessage) -> list[str]:
+    """Reasoning text of a message or chunk: standard reasoning blocks, and Anthropic's thinking blocks."""
     found = []
     for raw in message.content_blocks:
         block: dict[str, Any] = dict(raw)
@@ -326,17 +342,22 @@ class Runner:
         context: RunContext | None = None,
         resume: Any = None,
         callbacks: list[Any] | None = None,
+        tokens: bool = True,
     ) -> AsyncIterator[RunEvent]:
         """Stream the events of one turn: a new message (``text``) or decisions for a pause (``resume``).
 
-        ``callbacks``: LangChain callback handlers for the run (its trace spans, when tracing is on)."""
+        ``callbacks``: LangChain callback handlers for the run (its trace spans, when tracing is on).
+        ``tokens``: the models' text as it is generated; else each model turn's text in one chunk,
+        when the turn ends (for a caller that waits for the whole answer: cheaper)."""
         translator = _Translator()
         context = replace(context or RunContext(), skill=skill, conversation_id=thread_id)
         try:
             await self.bundle.prepare(agent)  # MCP servers start here, not on the event loop's thread
             graph = self.bundle.graph(agent)
             # A resumed run starts its stream again: the asked agent's answer is held from the start.
-            translator = _Translator(hold=holds_output(self.bundle.agent(agent).contract), names=self.bundle.tool_names)
+            translator = _Translator(
+                hold=holds_output(self.bundle.agent(agent).contract), names=self.bundle.tool_names, tokens=tokens
+            )
             config: RunnableConfig = {
                 "configurable": {"thread_id": thread_id, **({fence.KEY: context.fence} if context.fence else {})},
                 "metadata": {"agent": agent},
@@ -351,7 +372,7 @@ class Runner:
                 payload,
                 config,
                 context=context,
-                stream_mode=STREAM_MODES,
+                stream_mode=STREAM_MODES if tokens else WHOLE_MODES,
                 subgraphs=True,
                 version="v2",
                 durability="exit",

@@ -280,6 +280,7 @@ class Runtime:
         chain: tuple[str, ...] = (),
         request: Mapping[str, Any] | None = None,
         caller: str | None = None,
+        tokens: bool = True,
     ) -> AsyncIterator[RunEvent]:
         """Start a task: one message to ``agent`` in ``conversation``; stream its events.
 
@@ -287,6 +288,8 @@ class Runtime:
         is what workflows see of the message (``message_id``, ``metadata``). ``caller`` is who
         sends it (default :attr:`decider`); a conversation belongs to the caller who started it,
         so another caller's message into it is refused (ConversationNotYours) before anything runs.
+        Without ``tokens`` each model turn's text comes in one chunk when the turn ends, not as it is
+        generated (for a caller that waits for the whole answer; see :meth:`Runner.run`).
         """
         self.bundle.agent(agent)
         who = self.decider if caller is None else caller
@@ -321,7 +324,7 @@ class Runtime:
         async for event in self._drive(
             task,
             lambda callbacks: Runner(self.bundle).run(
-                agent, text, thread_id=conversation, skill=skill, context=context, callbacks=callbacks
+                agent, text, thread_id=conversation, skill=skill, context=context, callbacks=callbacks, tokens=tokens
             ),
             prepare=lambda: self._drop_abandoned_pause(agent, conversation),
         ):

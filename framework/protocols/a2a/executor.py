@@ -81,7 +81,8 @@ ANSWER_ONLY = "cleveragents.answer_only"
 """Set by the request handler, in the call context's state, for a non-streaming ``SendMessage`` that
 waits for its answer and starts a new task: no one can follow that task's events before the answer
 (its id is new), so its run sends no ``working`` status and no reply chunks — only the events that
-change what the task ends as. Each event is a task update a2a-sdk applies, queues and fans out."""
+change what the task ends as. Each event is a task update a2a-sdk applies, queues and fans out. Nor
+does it stream its model's tokens (``Runtime.send(tokens=False)``): each model turn's text comes whole."""
 
 _TEXT_DECISION = re.compile(r"^\s*(approve|approved|yes|always|reject|rejected|no)\b\s*:?\s*(.*)$", re.I | re.S)
 
@@ -205,6 +206,7 @@ class CleverAgentExecutor(AgentExecutor):
                     chain=chain,
                     request=request,
                     caller=context.call_context.user.user_name,
+                    tokens=not answer_only,
                 )
             if deferred:
                 seen, reply = await _settle(events)

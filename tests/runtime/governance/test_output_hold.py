@@ -85,11 +85,11 @@ def test_a_callee_s_forbidden_answer_does_not_stream_through_its_caller(make_pro
     assert end["state"] == "failed" and end["error"].startswith("contract violated: ")
 
 
-def _a2a_stream(url: str, text: str) -> str:
+def _a2a_stream(url: str, text: str, method: str = "SendStreamingMessage") -> str:
     request = {
         "jsonrpc": "2.0",
         "id": 1,
-        "method": "SendStreamingMessage",
+        "method": method,
         "params": {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}},
     }
     body = ""
@@ -98,6 +98,22 @@ def _a2a_stream(url: str, text: str) -> str:
         for chunk in response.iter_text():
             body += chunk
     return body
+
+
+def test_a_blocking_a2a_answer_carries_no_forbidden_text(make_project: ProjectFactory, tmp_path: Path) -> None:
+    """A blocking SendMessage runs without token streaming: each model turn's text comes whole, and
+    is held and judged the same way."""
+    root = make_project(FILES)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    server = start_serve(root, logs=logs)
+    try:
+        leaked = _a2a_stream(f"{server.url}/agents/leaky/", "go", "SendMessage")
+        retried = _a2a_stream(f"{server.url}/agents/retry/", "go", "SendMessage")
+    finally:
+        server.stop()
+    assert SECRETISH not in leaked and "TASK_STATE_FAILED" in leaked
+    assert SECRETISH not in retried and "all good now" in retried and "TASK_STATE_COMPLETED" in retried
 
 
 def test_a2a_streaming_sends_no_forbidden_chunk(make_project: ProjectFactory, tmp_path: Path) -> None:
