@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -37,13 +38,13 @@ from framework.errors import StoreBusy, StoreUnreachable
 from framework.protocols.a2a.executor import ANSWER_ONLY, REFUSED
 from framework.protocols.a2a.relay import RelayingRequestHandler
 from framework.protocols.a2a.statuses import derived
+from framework.protocols.a2a.task_store import AgentTaskStore
 from framework.runtime.message_claims import STALE_S, Claim, MessageClaims, claim_key
 from framework.runtime.tasks import FINAL_STATES
 from framework.runtime.tasks import Task as Record
 
 if TYPE_CHECKING:
     from a2a.server.agent_execution import AgentExecutor
-    from a2a.server.tasks import TaskStore
     from a2a.types import AgentCard
 
 CLAIMED = "cleveragents.claimed_task_id"
@@ -75,7 +76,7 @@ class ServingRequestHandler(RelayingRequestHandler):
     def __init__(
         self,
         executor: AgentExecutor,
-        rows: TaskStore,
+        rows: AgentTaskStore,
         card: AgentCard,
         *,
         agent: str,
@@ -84,6 +85,7 @@ class ServingRequestHandler(RelayingRequestHandler):
         **kwargs: Any,
     ) -> None:
         super().__init__(executor, rows, card, request_context_builder=ClaimedIdBuilder(), **kwargs)
+        self.agent_rows = rows
         self.agent = agent
         self.claims = claims
         """None: messages are not claimed (``server.retry_window: null``)."""
@@ -95,7 +97,8 @@ class ServingRequestHandler(RelayingRequestHandler):
         if earlier is None:
             context.state[ANSWER_ONLY] = not params.message.task_id and not params.configuration.return_immediately
             try:
-                answer: Message | Task = await super().on_message_send(params, context)
+                with self._new(context):
+                    answer: Message | Task = await super().on_message_send(params, context)
             except A2AError:
                 await self._release_refused(context)
                 raise
@@ -113,8 +116,9 @@ class ServingRequestHandler(RelayingRequestHandler):
         earlier = await self._claim(params, context) if self._agent_card.capabilities.streaming else None
         if earlier is None:
             try:
-                async for event in super().on_message_send_stream(params, context):
-                    yield event
+                with self._new(context):
+                    async for event in super().on_message_send_stream(params, context):
+                        yield event
             except A2AError:
                 await self._release_refused(context)
                 raise
@@ -125,6 +129,11 @@ class ServingRequestHandler(RelayingRequestHandler):
             return
         async for event in self._events(task, context):
             yield _with_history(event, params) if isinstance(event, Task) else event
+
+    def _new(self, context: ServerCallContext) -> AbstractContextManager[None]:
+        """A claimed message's task is new (its id a fresh UUID): it has no row to look up until saved."""
+        mine = context.state.get(CLAIMED)
+        return self.agent_rows.new(mine, context) if isinstance(mine, str) else nullcontext()
 
     async def _claim(self, params: SendMessageRequest, context: ServerCallContext) -> str | None:
         """Claim a new task's message: None when this copy runs it (under the id in the context's

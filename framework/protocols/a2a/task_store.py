@@ -29,7 +29,8 @@ import asyncio
 import json
 import logging
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -112,6 +113,8 @@ class WriteBehindTaskStore(TaskStore):
         self.interval = interval
         self._owner: Callable[[ServerCallContext], str] = store.owner_resolver
         self._live: dict[tuple[str, str], _Live] = {}
+        self._unsaved: set[tuple[str, str]] = set()
+        """Tasks whose id this process has just given and that are not saved yet (see :meth:`new`)."""
         self._sleeper: asyncio.Task[None] | None = None
         self._flushes: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -136,10 +139,23 @@ class WriteBehindTaskStore(TaskStore):
             finally:
                 await lock.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _CREATE_LOCK})
 
+    @contextmanager
+    def new(self, task_id: str, context: ServerCallContext) -> Iterator[None]:
+        """While a request sets up the task whose id this process has just given (a fresh UUID, so
+        no row of it exists anywhere): ``get`` answers None without asking the database, until the
+        task's first save. a2a-sdk looks a new task up three times before it saves it."""
+        key = (self._owner(context), task_id)
+        self._unsaved.add(key)
+        try:
+            yield
+        finally:
+            self._unsaved.discard(key)
+
     async def save(self, task: Task, context: ServerCallContext) -> None:
         if self.stop is not None and task.status.state == TaskState.TASK_STATE_CANCELED:
             await self.stop(task.id)
         key = (self._owner(context), task.id)
+        self._unsaved.discard(key)
         latest = _masked(task)
         durable = self._closed or latest.status.state in DURABLE_STATES
         live = self._live.get(key)
@@ -179,7 +195,10 @@ class WriteBehindTaskStore(TaskStore):
     async def get(self, task_id: str, context: ServerCallContext, *, agent: str | None = None) -> Task | None:
         """The task, its status derived from its record; None when it has no row, or (``agent``)
         when its record is another agent's."""
-        live = self._live.get((self._owner(context), task_id))
+        key = (self._owner(context), task_id)
+        if key in self._unsaved:
+            return None
+        live = self._live.get(key)
         if live is None:
             task = await self.store.get(task_id, context)
             if task is None:
@@ -320,6 +339,10 @@ class AgentTaskStore(TaskStore):
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         return await self.shared.get(task_id, context, agent=self.agent)
+
+    def new(self, task_id: str, context: ServerCallContext) -> AbstractContextManager[None]:
+        """See :meth:`WriteBehindTaskStore.new`."""
+        return self.shared.new(task_id, context)
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         return await self.shared.list(params, context, agent=self.agent)
