@@ -111,6 +111,24 @@ def test_the_first_save_is_in_the_database_when_save_returns(tmp_path: Path, inn
     run(tmp_path, body, inner)
 
 
+def test_a_new_task_is_found_from_its_first_save_and_only_its_setup_skips_the_database(
+    tmp_path: Path, inner: str
+) -> None:
+    async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
+        with store.new("t1", CALLER):
+            assert await store.get("t1", CALLER) is None
+            await store.save(task(SUBMITTED), CALLER)
+            found = await store.get("t1", CALLER)
+            assert found is not None and found.status.state == SUBMITTED
+        with store.new("t2", CALLER):
+            assert await store.get("t2", CALLER) is None  # a request that never saved its task
+        await reader.save(task(COMPLETED, task_id="t2"), CALLER)  # e.g. written by another process later
+        found = await store.get("t2", CALLER)
+        assert found is not None and found.status.state == COMPLETED
+
+    run(tmp_path, body, inner)
+
+
 def test_intermediate_states_are_held_but_get_answers_the_latest(tmp_path: Path, inner: str) -> None:
     async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
         await store.save(task(SUBMITTED), CALLER)
