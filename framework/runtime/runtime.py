@@ -442,7 +442,7 @@ class Runtime:
         The tool calls it held are answered "cancelled by the user" (as if the tools ran), so
         the history stays valid for every provider and the next message starts a new turn.
         """
-        if await self.tasks.awaiting_in(conversation) or not await self.tasks.aended_early_in(conversation):
+        if not await self.tasks.apause_abandoned_in(conversation):
             return
         from langchain_core.messages import AIMessage, ToolMessage
 

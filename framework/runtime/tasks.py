@@ -458,17 +458,18 @@ class TaskStore:
             rows = (await self.db.aexecute(self._BY_PREFIX, (task_id, task_id))).records()
         return _one(task_id, rows)
 
-    _ENDED_EARLY = "SELECT 1 FROM tasks WHERE conversation = ? AND state IN ('canceled', 'failed') LIMIT 1"
+    _ABANDONED = (
+        "SELECT EXISTS (SELECT 1 FROM tasks WHERE conversation = ? AND state IN ('canceled', 'failed'))"
+        " AND NOT EXISTS (SELECT 1 FROM tasks WHERE conversation = ? AND state = 'input-required')"
+    )
     _WAITING = "SELECT 1 FROM tasks WHERE conversation = ? AND state = 'input-required' LIMIT 1"
     _ASKING = "SELECT id FROM tasks WHERE conversation = ? AND state = 'input-required' ORDER BY created_at DESC"
 
-    def ended_early_in(self, conversation: str) -> bool:
-        """Whether a task of this conversation was canceled or failed (and may have left a pause behind)."""
-        return self.db.execute(self._ENDED_EARLY, (conversation,)).one() is not None
-
-    async def aended_early_in(self, conversation: str) -> bool:
-        """:meth:`ended_early_in`, waiting with the event loop running."""
-        return (await self.db.aexecute(self._ENDED_EARLY, (conversation,))).one() is not None
+    async def apause_abandoned_in(self, conversation: str) -> bool:
+        """Whether a task of this conversation was canceled or failed, and none waits for a decision:
+        a pause the ended task left behind may still block the conversation. One statement."""
+        row = (await self.db.aexecute(self._ABANDONED, (conversation, conversation))).one()
+        return row is not None and bool(row[0])
 
     def waiting_in(self, conversation: str) -> bool:
         """Whether a task of this conversation waits for a decision."""

@@ -270,3 +270,19 @@ def test_a_running_task_whose_process_does_not_stop_it_is_reported_still_running
     assert "did not stop it within 0.5 s; the cancel request stays on the task" in refused.stderr
     [record] = [t for t in _tasks(root) if t["id"] == task.id]
     assert (record["state"], record["cancel_requested"]) == ("working", USER)
+
+
+def test_a_canceled_pause_no_longer_blocks_its_conversation_but_a_live_one_does(make_project: ProjectFactory) -> None:
+    root = make_project({"agents/writer.yaml": writer_agent(), "tools/side.py": SIDE_EFFECT})
+    first = run_ca("run", "writer", "write it", "--session", "s1", cwd=root)
+    assert first.returncode == 3, first.stderr  # waiting for an approval
+
+    blocked = run_ca("run", "writer", "something else", "--session", "s1", cwd=root)
+    assert blocked.returncode != 0 and "waiting for a decision" in blocked.stderr
+
+    [paused] = [t for t in _tasks(root) if t["state"] == "input-required"]
+    assert run_ca("tasks", "cancel", paused["id"], cwd=root).returncode == 0
+    again = run_ca("run", "writer", "write it again", "--session", "s1", cwd=root)
+    assert again.returncode == 0, again.stderr  # the canceled call is answered "cancelled"; the turn runs
+    assert again.stdout.strip() == "done"
+    assert not (root / "effects.log").exists()
