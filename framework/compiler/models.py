@@ -94,6 +94,11 @@ def _provider_model(config: ModelConfig, environ: Mapping[str, str]) -> BaseChat
         if isinstance(exc, ImportError) and _missing_integration(exc):
             raise ModelError(_missing_package_message(config.provider, label)) from exc
         raise ModelError(f"model {label!r} could not be created: {_redact(exc, api_key)}") from exc
+    if "streaming" in type(model).model_fields and "streaming" not in config.params:
+        # The provider is asked to stream whether or not the tokens are followed (a blocking A2A
+        # request runs without LangGraph's messages mode, which would otherwise decide): the same
+        # HTTP exchange in every mode, and Anthropic's SDK refuses long requests that do not stream.
+        model = model.model_copy(update={"streaming": True})
     return model
 
 

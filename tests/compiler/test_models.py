@@ -296,3 +296,11 @@ def test_offline_agent_without_tools_answers_a_tool_line_in_text() -> None:
     assert (
         out["messages"][-1].content == "[plain] I cannot call 'fs.read': this agent has no such tool (its tools: none)"
     )
+
+
+def test_a_provider_model_streams_its_answer_even_when_nobody_follows_the_tokens() -> None:
+    config = ModelConfig.model_validate("openai:gpt-4o-mini")
+    model = build_model(config, agent="a", environ={"OPENAI_API_KEY": "sk-test"})
+    assert model._should_stream(async_api=True, run_manager=None)  # the decision LangChain takes per call
+    told = ModelConfig.model_validate({"provider": "openai", "name": "gpt-4o-mini", "params": {"streaming": False}})
+    assert not build_model(told, agent="a", environ={"OPENAI_API_KEY": "sk-test"})._should_stream(async_api=True)
