@@ -113,6 +113,22 @@ def test_tasks_are_created_read_listed_and_updated(engine: Engine) -> None:
         store.close()
 
 
+def test_a_pause_is_abandoned_when_a_task_ended_early_and_none_waits(engine: Engine) -> None:
+    store = engine.tasks()
+    try:
+        waiting = store.create(agent="a", conversation="c1", source="cli", input="go")
+        assert not asyncio.run(store.apause_abandoned_in("c1"))  # nothing ended early
+        store.update(waiting.id, state="input-required")
+        ended = store.create(agent="a", conversation="c1", source="cli", input="again")
+        store.update(ended.id, state="failed")
+        assert not asyncio.run(store.apause_abandoned_in("c1"))  # one still waits for its decision
+        store.update(waiting.id, state="canceled")
+        assert asyncio.run(store.apause_abandoned_in("c1"))
+        assert not asyncio.run(store.apause_abandoned_in("c2"))  # another conversation
+    finally:
+        store.close()
+
+
 @pytest.mark.timeout(300)  # spawned processes import ca: slow on a loaded machine
 def test_a_decision_is_taken_exactly_once_by_racing_processes(engine: Engine) -> None:
     store = engine.tasks()
