@@ -320,14 +320,15 @@ def serve_command(
     """
     import asyncio
 
-    from framework.cli.serve import ServeOptions, serve
+    from framework.cli.serve import ServeOptions, event_loop, serve
 
     if log_format not in (None, "human", "json"):
         raise typer.BadParameter(f"{log_format!r} is not a log format: use human or json", param_hint="--log-format")
     chosen = cast("LogFormat | None", log_format)
     options = ServeOptions(project_dir(project_option, project), host, port, public_url, insecure, reload, chosen)
     try:
-        code = asyncio.run(serve(options))
+        with asyncio.Runner(loop_factory=event_loop()) as runner:
+            code = runner.run(serve(options))
     except KeyboardInterrupt:
         code = 0
     raise typer.Exit(code)
