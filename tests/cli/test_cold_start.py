@@ -27,8 +27,14 @@ SERVING_ONLY = (
     "genai_prices",  # 0.85 s: only where a price is needed
     "opentelemetry.exporter",  # only when OTEL_* asks for traces
     "jsonschema",
+    "sqlalchemy",  # a log set up by an earlier run is opened and appended to with sqlite3 alone
+    "httpx",  # only http.get and A2A calls use it; it pulls in rich for its own command line
+    "rich",
+    "langgraph_sdk.client",  # framework/deferred.py: langgraph needs langgraph_sdk.auth only
+    "langsmith.types.run",  # framework/deferred.py: langsmith needs one of its ~150 generated models
 )
-"""Packages the first answer of the offline model never needs (and their submodules)."""
+"""Packages the first answer of the offline model never needs (and their submodules), in a project
+that has run before (its first run creates the audit log, with SQLAlchemy)."""
 
 
 def imported(stderr: str) -> set[str]:
@@ -45,8 +51,11 @@ def unneeded(modules: set[str]) -> list[str]:
 
 
 def scaffold(tmp_path: Path) -> Path:
+    """A new project, run once (as one is before it is cold again)."""
     root = tmp_path / "project"
     done = run_ca("init", str(root))
+    assert done.returncode == 0, done.stderr
+    done = run_ca("run", "assistant", "hello", cwd=root, env={"CA_MODEL": "offline"})
     assert done.returncode == 0, done.stderr
     return root
 
