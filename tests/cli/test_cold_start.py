@@ -32,6 +32,7 @@ SERVING_ONLY = (
     "rich",
     "langgraph_sdk.client",  # framework/deferred.py: langgraph needs langgraph_sdk.auth only
     "langsmith.types.run",  # framework/deferred.py: langsmith needs one of its ~150 generated models
+    "pydantic_settings",  # CA_MODEL (set here) is a ${...} variable, not a deployment setting
 )
 """Packages the first answer of the offline model never needs (and their submodules), in a project
 that has run before (its first run creates the audit log, with SQLAlchemy)."""
