@@ -1,4 +1,5 @@
-"""A cold `ca run` and a cold ACP prompt import only what their first answer needs.
+"""A cold `ca run` and a cold ACP prompt import only what their first answer needs; `ca serve`
+only what serving needs.
 
 Imports are most of a cold start (a first token costs ~0.1 s after them), so these tests
 guard the wins by what a real process imported, not by a timing: Python's own import log
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.a2a_peers import result_of, user_message
 from tests.acp_client import Raw, agent_env, initialize_params
 from tests.conftest import events, run_ca
+from tests.serving import start_serve
 
 IMPORT_LOG = {"PYTHONPROFILEIMPORTTIME": "1", "CA_MODEL": "offline"}
 SLOW = 180  # seconds: the import log slows a cold start, and a loaded machine more so
@@ -86,3 +89,30 @@ def test_a_cold_acp_prompt_imports_nothing_of_serving(tmp_path: Path) -> None:
     assert any('"available_commands_update"' in line and '"explain"' in line for line in raw.seen)
     assert "langgraph.pregel" in modules
     assert unneeded(modules) == []
+
+
+NOT_SERVED = (
+    "mcp",  # only when an agent uses an MCP server
+    "acp",  # the ACP SDK: `ca run --stdio` speaks ACP without it, and serving not at all
+    "genai_prices",
+    "opentelemetry.exporter",
+    "jsonschema",
+    "pydantic_settings",  # only when a deployment setting (CA_PORT …) is set
+    "langgraph_sdk.client",  # framework/deferred.py
+    "langsmith.types.run",  # framework/deferred.py
+)
+"""Packages `ca serve` of agents on the offline model, with no CA_ variable, never needs: each is
+memory every replica would hold for nothing."""
+
+
+def test_ca_serve_imports_nothing_it_does_not_serve_with(tmp_path: Path) -> None:
+    root = scaffold(tmp_path)
+    server = start_serve(root, env=IMPORT_LOG)
+    try:
+        answer = result_of(server.rpc("SendMessage", {"message": user_message("hello")}, agent="assistant"))
+    finally:
+        server.stop()
+    assert answer["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answer
+    modules = imported(server.stderr())
+    assert {"framework.protocols.a2a.http", "langgraph.pregel"} <= modules  # served, and the log is read
+    assert sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in NOT_SERVED)) == []
