@@ -1,6 +1,6 @@
 """Library packages whose ``__init__`` runs only when a name of the package itself is asked for.
 
-Two packages under LangChain run an ``__init__`` that imports far more than LangChain uses of them,
+Three packages under LangChain run an ``__init__`` that imports far more than LangChain uses of them,
 on every process that runs an agent:
 
 * ``langsmith.types``: ~150 generated pydantic models of LangSmith's REST API. ``langsmith.run_trees``
@@ -8,10 +8,11 @@ on every process that runs an agent:
   ``langsmith.types.run_select_field``, and importing a submodule runs its package's ``__init__``.
 * ``langgraph_sdk``: the LangGraph Platform client (httpx, and the rich console httpx's own command
   line pulls in). ``langgraph.runtime`` needs only ``langgraph_sdk.auth.types``.
+* ``langchain.agents.middleware``: every middleware LangChain ships (shell, PII, summarisation, …).
+  ``create_agent`` needs ``types`` and ``_trace_policy``; ca imports its names from ``types`` too.
 
-Importing ``langchain.agents`` took 13 MiB more and half as much CPU again with them (79 against
-66 MiB; 1.7 against 1.1 s on a loaded machine); ``ca serve``, which needs httpx for A2A anyway,
-7 MiB. :func:`install` puts
+Importing ``langchain.agents`` took 14 MiB more and two thirds as much CPU again with them (79
+against 65 MiB; 1.4 against 0.85 s on a loaded machine). :func:`install` puts
 a finder first on ``sys.meta_path`` that gives the import system each package's own spec, with a
 loader that sets the package up as usual (``__path__`` included, so its submodules import as
 before) but runs its ``__init__`` only at the first attribute the package does not have yet:
@@ -27,7 +28,7 @@ from importlib.machinery import ModuleSpec, PathFinder
 from types import ModuleType
 from typing import Any
 
-DEFERRED = frozenset({"langsmith.types", "langgraph_sdk"})
+DEFERRED = frozenset({"langsmith.types", "langgraph_sdk", "langchain.agents.middleware"})
 """Packages whose ``__init__`` only re-exports their submodules, and which LangChain imports for
 one submodule each."""
 

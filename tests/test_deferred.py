@@ -52,3 +52,22 @@ def test_a_name_of_langgraph_sdk_runs_its_init() -> None:
         "print(callable(get_client), 'langgraph_sdk.client' in sys.modules)"
     )
     assert shown == "True True"
+
+
+def test_create_agent_loads_no_middleware_it_does_not_use() -> None:
+    shown = python(
+        "import sys, framework, langchain.agents\n"
+        "print(sorted(m for m in sys.modules if m.startswith('langchain.agents.middleware')))"
+    )
+    assert shown == (
+        "['langchain.agents.middleware', 'langchain.agents.middleware._trace_policy', 'langchain.agents.middleware.types']"
+    )
+
+
+def test_a_name_of_langchain_agents_middleware_runs_its_init() -> None:
+    shown = python(
+        "import framework, langchain.agents\n"
+        "from langchain.agents.middleware import AgentMiddleware, TodoListMiddleware\n"
+        "print(AgentMiddleware.__module__, TodoListMiddleware.__module__)"
+    )
+    assert shown == "langchain.agents.middleware.types langchain.agents.middleware.todo"

@@ -35,6 +35,7 @@ SERVING_ONLY = (
     "rich",
     "langgraph_sdk.client",  # framework/deferred.py: langgraph needs langgraph_sdk.auth only
     "langsmith.types.run",  # framework/deferred.py: langsmith needs one of its ~150 generated models
+    "langchain.agents.middleware.shell_tool",  # framework/deferred.py: LangChain's own middleware
     "pydantic_settings",  # CA_MODEL (set here) is a ${...} variable, not a deployment setting
 )
 """Packages the first answer of the offline model never needs (and their submodules), in a project
@@ -100,6 +101,7 @@ NOT_SERVED = (
     "pydantic_settings",  # only when a deployment setting (CA_PORT …) is set
     "langgraph_sdk.client",  # framework/deferred.py
     "langsmith.types.run",  # framework/deferred.py
+    "langchain.agents.middleware.shell_tool",  # framework/deferred.py
 )
 """Packages `ca serve` of agents on the offline model, with no CA_ variable, never needs: each is
 memory every replica would hold for nothing."""
