@@ -2,4 +2,8 @@
 
 from __future__ import annotations
 
+from framework import deferred
+
 __version__ = "0.1.0"
+
+deferred.install()  # before anything imports LangChain: see framework/deferred.py

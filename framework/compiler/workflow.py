@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any, Literal, Protocol, TypeVar, cast
 
-from langchain.agents.middleware import AgentMiddleware, ToolCallRequest
+from langchain.agents.middleware.types import AgentMiddleware, ToolCallRequest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.config import get_stream_writer

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, NotRequired, TypedDict, TypeVar, cast, get_type_hints
 
-from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware.types import AgentMiddleware
 from langchain_core.messages import AnyMessage, BaseMessage
 from langgraph.graph.message import add_messages
 from langgraph.runtime import get_runtime

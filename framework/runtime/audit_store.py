@@ -14,7 +14,10 @@ before the head is read, so two processes can never both extend the same head); 
 databases the head row is read ``FOR UPDATE``. Within a process a lock orders the threads,
 so they queue instead of spinning on SQLite's busy handler. On SQLite an append is the same
 four statements sent through the sqlite3 module directly: SQLAlchemy's statement building
-cost five times the work of the statements themselves, on every record.
+cost five times the work of the statements themselves, on every record. A SQLite log that is
+set up already (WAL, both tables, every column, the head row) is also opened, and its last
+record read, that way: SQLAlchemy is imported only to create or repair a log, to query it, or
+for another database.
 
 The store knows rows, not hashes: the caller builds each row from the seq and prev_hash it is
 given while the lock is held (see :mod:`framework.runtime.audit`).
@@ -27,38 +30,21 @@ meets it: opening, appending, reading.
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
-
-from sqlalchemy import (
-    Column,
-    Connection,
-    Engine,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    create_engine,
-    event,
-    insert,
-    make_url,
-    select,
-    text,
-    update,
-)
-from sqlalchemy import inspect as inspect_schema
-from sqlalchemy.engine import URL
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
-from sqlalchemy.schema import CreateColumn
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from framework.errors import StoreError, UsageError
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, retried, until_free
 from framework.runtime.store_url import unreachable
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine, Table
+    from sqlalchemy.engine import URL
 
 GENESIS = "0" * 64
 """The prev_hash of the first record, and the head of an empty log."""
@@ -79,35 +65,69 @@ _SYNC_DRIVERS = {
 
 Row = dict[str, Any]
 
-metadata = MetaData()
-audit_table = Table(
-    "audit",
-    metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=False),
-    Column("ts", String(32), nullable=False),
-    Column("kind", String(64), nullable=False),
-    Column("source", String(16), nullable=False),
-    Column("task_id", String(255), nullable=False),
-    Column("conversation_id", String(255), nullable=False),
-    Column("agent", String(255), nullable=False),
-    Column("data", Text, nullable=False),
-    Column("prev_hash", String(64), nullable=False),
-    Column("hash", String(64), nullable=False),
-    Column("chain", String(16), nullable=False, server_default="sha256"),
-    Column("key_id", String(16), nullable=False, server_default=""),
-    Index("ix_audit_task_id", "task_id"),
-    Index("ix_audit_conversation_id", "conversation_id"),
+COLUMNS = (
+    "seq",
+    "ts",
+    "kind",
+    "source",
+    "task_id",
+    "conversation_id",
+    "agent",
+    "data",
+    "prev_hash",
+    "hash",
+    "chain",
+    "key_id",
 )
-head_table = Table(
-    "audit_head",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=False),
-    Column("seq", Integer, nullable=False),
-    Column("hash", String(64), nullable=False),
-)
+"""The columns of ``audit``, in order (:func:`tables` declares them)."""
+
+
+class Tables(NamedTuple):
+    audit: Table
+    head: Table
+
+
+@functools.cache
+def tables() -> Tables:
+    """The two tables as SQLAlchemy declares them, built at first use: an append to, or a read of, a
+    log on SQLite that is already set up goes through the sqlite3 module alone, and a cold ``ca run``
+    then loads no SQLAlchemy (~0.1 s)."""
+    from sqlalchemy import Column, Index, Integer, MetaData, String, Table, Text
+
+    metadata = MetaData()
+    audit = Table(
+        "audit",
+        metadata,
+        Column("seq", Integer, primary_key=True, autoincrement=False),
+        Column("ts", String(32), nullable=False),
+        Column("kind", String(64), nullable=False),
+        Column("source", String(16), nullable=False),
+        Column("task_id", String(255), nullable=False),
+        Column("conversation_id", String(255), nullable=False),
+        Column("agent", String(255), nullable=False),
+        Column("data", Text, nullable=False),
+        Column("prev_hash", String(64), nullable=False),
+        Column("hash", String(64), nullable=False),
+        Column("chain", String(16), nullable=False, server_default="sha256"),
+        Column("key_id", String(16), nullable=False, server_default=""),
+        Index("ix_audit_task_id", "task_id"),
+        Index("ix_audit_conversation_id", "conversation_id"),
+    )
+    head = Table(
+        "audit_head",
+        metadata,
+        Column("id", Integer, primary_key=True, autoincrement=False),
+        Column("seq", Integer, nullable=False),
+        Column("hash", String(64), nullable=False),
+    )
+    assert tuple(column.name for column in audit.columns) == COLUMNS
+    return Tables(audit, head)
 
 
 def _sync_url(url: str) -> URL:
+    from sqlalchemy import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as exc:
@@ -118,6 +138,9 @@ def _sync_url(url: str) -> URL:
 
 
 def _create_engine(url: str) -> Engine:
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.exc import NoSuchModuleError
+
     parsed = _sync_url(url)
     shown = parsed.render_as_string(hide_password=True)
     if parsed.get_backend_name() != "sqlite":
@@ -156,13 +179,44 @@ _DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 """SQLite's primary result codes for a file that is not a database or whose pages are damaged."""
 _ADDED_COLUMNS = ("chain", "key_id")
 """Columns added after the first release; their server defaults describe the rows written before."""
-_COLUMNS = tuple(column.name for column in audit_table.columns)
-_INSERT = f"INSERT INTO audit ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"  # noqa: S608
+_INSERT = f"INSERT INTO audit ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"  # noqa: S608
+_LAST = f"SELECT {', '.join(COLUMNS)} FROM audit ORDER BY seq DESC LIMIT 1"  # noqa: S608
 
 
 def _missing_tables(conn: Connection) -> list[str]:
+    from sqlalchemy import inspect as inspect_schema
+
     names = set(inspect_schema(conn).get_table_names())
-    return [table for table in (audit_table.name, head_table.name) if table not in names]
+    return [table for table in ("audit", "audit_head") if table not in names]
+
+
+def _plain_sqlite_file(url: str) -> str | None:
+    """The file of ``sqlite:///FILE`` (as :meth:`AuditLog.open` writes it) when it exists, else None:
+    anything else (a query, an escape, another database) is read by SQLAlchemy."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or "?" in url or "%" in url:
+        return None
+    path = url.removeprefix(prefix)
+    return path if path and path != ":memory:" and Path(path).is_file() else None
+
+
+def _open_set_up(file: str) -> sqlite3.Connection | None:
+    """A connection to the log in ``file`` when it needs nothing of ``_setup`` (WAL, every column,
+    the head row), else None: anything else, a damaged file included, is left to ``_setup``, which
+    says what is wrong."""
+    conn: sqlite3.Connection | None = None
+    try:
+        conn = _connect_sqlite(file)
+        wal = conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(audit)")}
+        head = conn.execute("SELECT 1 FROM audit_head WHERE id = ?", (_HEAD_ID,)).fetchone()
+        if wal and set(COLUMNS) <= columns and head is not None:
+            return conn
+    except sqlite3.Error:
+        pass
+    if conn is not None:
+        conn.close()
+    return None
 
 
 def _connect_sqlite(path: str) -> sqlite3.Connection:
@@ -182,19 +236,32 @@ class AuditStore:
     def __init__(self, url: str, *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
         self.lock_timeout = lock_timeout
         """Seconds an append waits for another process's write lock on SQLite before StoreBusy."""
-        self._engine = _create_engine(url)
+        self._url = url
         self._lock = threading.Lock()
-        database = self._engine.url.database if self._engine.dialect.name == "sqlite" else None
-        self.where = database or self._engine.url.render_as_string(hide_password=True)
-        """The file (or URL, password hidden) of the log, for messages."""
+        self._sqlite: sqlite3.Connection | None = None
+        file = _plain_sqlite_file(url)
+        if file and (conn := _open_set_up(file)):  # a log set up already needs no engine to open
+            self.where: str = file
+            """The file (or URL, password hidden) of the log, for messages."""
+            self._file: str | None = file
+            self._sqlite = conn
+            return
+        engine = self._engine
+        database = engine.url.database if engine.dialect.name == "sqlite" else None
+        self.where = database or engine.url.render_as_string(hide_password=True)
         self._file = database
         try:
             with self._reported():
                 self._setup()
                 self._sqlite = _connect_sqlite(database) if database else None
         except BaseException:
-            self._engine.dispose()
+            engine.dispose()
             raise
+
+    @functools.cached_property
+    def _engine(self) -> Engine:
+        """The SQLAlchemy engine: made at first use (see :func:`tables`)."""
+        return _create_engine(self._url)
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Connection]:
@@ -209,11 +276,20 @@ class AuditStore:
         into a StoreError; let every other error pass."""
         try:
             yield
-        except (DBAPIError, sqlite3.Error) as exc:
-            if isinstance(exc, OperationalError) and self._file is None:
-                # a server (PostgreSQL) that is down, refuses the login or has no such database
-                raise unreachable(self.where, exc.orig or exc) from exc
-            error = exc.orig if isinstance(exc, DBAPIError) else exc
+        except Exception as exc:
+            if isinstance(exc, sqlite3.Error):
+                error: BaseException | None = exc
+            elif "_engine" not in vars(self):  # no engine, so no error of SQLAlchemy's
+                raise
+            else:
+                from sqlalchemy.exc import DBAPIError, OperationalError
+
+                if not isinstance(exc, DBAPIError):
+                    raise
+                if isinstance(exc, OperationalError) and self._file is None:
+                    # a server (PostgreSQL) that is down, refuses the login or has no such database
+                    raise unreachable(self.where, exc.orig or exc) from exc
+                error = exc.orig
             # The primary result code (the low byte of an extended one); only the sqlite3 driver sets it.
             code = getattr(error, "sqlite_errorcode", -1) & 0xFF if isinstance(error, sqlite3.Error) else None
             if code in _DAMAGED:
@@ -235,13 +311,18 @@ class AuditStore:
         return StoreError(f"the audit log {self.where} is corrupt ({detail}): {todo}")
 
     def _setup(self) -> None:
+        from sqlalchemy import insert, select, text
+        from sqlalchemy import inspect as inspect_schema
+        from sqlalchemy.schema import CreateColumn
+
+        audit_table, head_table = tables()
         with self._transaction(write=True) as conn:
             if conn.dialect.name == "postgresql":  # replicas starting together must not race on CREATE TABLE
                 conn.execute(text("SELECT pg_advisory_xact_lock(7412290141)"))
             missing = _missing_tables(conn)
             if len(missing) == 1:  # both missing is a new log; one missing is a damaged one
                 raise self._corrupt(f"its table {missing[0]!r} is missing")
-            metadata.create_all(conn)
+            audit_table.metadata.create_all(conn)
             columns = {column["name"] for column in inspect_schema(conn).get_columns("audit")}
             for name in _ADDED_COLUMNS:
                 if name not in columns:  # the column as the table declares it, server default included
@@ -281,6 +362,9 @@ class AuditStore:
             row = retried(lambda: self._attempt(build), path=self.where, timeout=self.lock_timeout)
             if row is not None:
                 return row
+        from sqlalchemy import insert, select, update
+
+        audit_table, head_table = tables()
         with self._transaction(write=True) as conn:
             head = conn.execute(
                 select(head_table.c.seq, head_table.c.hash).where(head_table.c.id == _HEAD_ID).with_for_update()
@@ -303,13 +387,21 @@ class AuditStore:
             if head is None:
                 raise self._corrupt("its audit_head row is missing, so the log cannot be extended")
             row = build(head[0] + 1, head[1])
-            conn.execute(_INSERT, tuple(row[name] for name in _COLUMNS))
+            conn.execute(_INSERT, tuple(row[name] for name in COLUMNS))
             conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = ?", (row["seq"], row["hash"], _HEAD_ID))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         return row
+
+    def _last_sqlite(self) -> list[Row] | None:
+        """:meth:`last` on the sqlite3 connection, as a list of none or one row; None when it was closed meanwhile."""
+        with self._lock:
+            if self._sqlite is None:
+                return None
+            found = self._sqlite.execute(_LAST).fetchall()
+        return [dict(zip(COLUMNS, row, strict=True)) for row in found]
 
     def select(
         self,
@@ -324,6 +416,9 @@ class AuditStore:
     ) -> list[Row]:
         """Rows in seq order, filtered by every criterion given; ``since_seq`` is exclusive,
         ``since_ts`` (UTC ISO-8601, as ``ts`` is written) inclusive; ``newest``: the last ``limit``."""
+        from sqlalchemy import select
+
+        audit_table = tables().audit
         order = audit_table.c.seq.desc() if newest else audit_table.c.seq
         query = select(audit_table).order_by(order).limit(limit)
         if since_ts is not None:
@@ -342,6 +437,14 @@ class AuditStore:
 
     def last(self) -> Row | None:
         """The row with the highest seq, or None for an empty log."""
+        if self._sqlite is not None:  # read as it is appended to: through the sqlite3 module
+            with self._reported():
+                found = retried(self._last_sqlite, path=self.where, timeout=self.lock_timeout)
+            if found is not None:
+                return found[0] if found else None
+        from sqlalchemy import select
+
+        audit_table = tables().audit
         query = select(audit_table).order_by(audit_table.c.seq.desc()).limit(1)
         with self._reported(), self._transaction(write=False) as conn:
             row = conn.execute(query).mappings().first()
@@ -349,6 +452,9 @@ class AuditStore:
 
     def head(self) -> tuple[int, str] | None:
         """The (seq, hash) the last append left in ``audit_head``; None if that row was removed."""
+        from sqlalchemy import select
+
+        head_table = tables().head
         with self._reported(), self._transaction(write=False) as conn:
             row = conn.execute(select(head_table.c.seq, head_table.c.hash).where(head_table.c.id == _HEAD_ID)).first()
         return (row.seq, row.hash) if row else None
@@ -359,4 +465,5 @@ class AuditStore:
             if self._sqlite is not None:
                 self._sqlite.close()
                 self._sqlite = None  # a later append reopens through the engine, as it did before
-        self._engine.dispose()
+        if "_engine" in vars(self):
+            self._engine.dispose()

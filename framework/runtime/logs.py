@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from framework.runtime.governance.secrets import KNOWN
-from framework.spec.project import SETTINGS_PREFIX, LogFormat
+from framework.spec.project import LogFormat, sets_deployment
 
 if TYPE_CHECKING:
     from framework.runtime.audit import AuditRecord
@@ -111,7 +111,7 @@ def chosen(flag: LogFormat | None, environ: Mapping[str, str]) -> LogFormat:
     A bad ``CA_LOG_FORMAT`` raises SpecError naming it (framework.spec.settings)."""
     if flag is not None:
         return flag
-    if not any(name.startswith(SETTINGS_PREFIX) for name in environ):
+    if not sets_deployment(environ):
         return "human"
     from framework.spec.settings import read
 

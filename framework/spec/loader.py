@@ -22,7 +22,7 @@ from framework.spec.checks import check_project
 from framework.spec.common import did_you_mean
 from framework.spec.interpolate import Interpolator, load_dotenv
 from framework.spec.profile import Profile
-from framework.spec.project import SETTINGS_PREFIX, Project, ProjectConfig
+from framework.spec.project import Project, ProjectConfig, sets_deployment
 from framework.spec.salvage import Salvaged, salvage
 from framework.spec.skill import SkillFile
 from framework.spec.source import LList, LMap, Loc, SourceError, diag, parse, read_text
@@ -146,7 +146,7 @@ class _Loader:
         """``config`` with the deployment settings of the environment (``CA_STORE_URL`` …) over it:
         applied here, once, so that every reader of the config sees them."""
         environ = os.environ if self.environ is None else self.environ
-        if not any(name.startswith(SETTINGS_PREFIX) for name in environ):  # pydantic-settings: ~80 ms (CPU) to import
+        if not sets_deployment(environ):  # pydantic-settings: ~80 ms (CPU) to import
             return config
         from framework.spec.settings import deployed
 

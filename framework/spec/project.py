@@ -221,8 +221,23 @@ StoreUrl = Annotated[str, AfterValidator(_check_store_url)]
 """``store.url``, and ``CA_STORE_URL`` that overrides it (framework.spec.settings)."""
 
 SETTINGS_PREFIX = "CA_"
-"""The prefix of the deployment settings' variables (framework.spec.settings): the loader reads
-them (and imports pydantic-settings) only when a variable of the environment starts with it."""
+"""The prefix of the deployment settings' variables (framework.spec.settings)."""
+
+SETTINGS_FIELDS = ("store_url", "host", "port", "public_url", "shutdown_timeout", "task_lease", "log_format")
+"""The fields of the deployment settings (``framework.spec.settings.Deployment``; a test holds the two
+equal), each read from ``CA_`` + its name in any case: the loader reads them, and imports
+pydantic-settings, only when one is set. Other ``CA_`` variables (``CA_MODEL`` in a ``${...}``)
+are not settings."""
+
+
+def sets_deployment(environ: Mapping[str, str]) -> bool:
+    """Whether ``environ`` sets a variable of the deployment settings (see :data:`SETTINGS_FIELDS`)."""
+    return any(
+        name[: len(SETTINGS_PREFIX)].upper() == SETTINGS_PREFIX
+        and name[len(SETTINGS_PREFIX) :].lower() in SETTINGS_FIELDS
+        for name in environ
+    )
+
 
 LogFormat = Literal["human", "json"]
 """How ``ca serve`` and ``ca run --stdio`` log (``--log-format``, ``CA_LOG_FORMAT``): see framework.runtime.logs."""

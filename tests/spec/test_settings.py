@@ -10,6 +10,7 @@ import pytest
 
 from framework.errors import SpecError
 from framework.spec import load_project
+from framework.spec.project import SETTINGS_FIELDS, sets_deployment
 from framework.spec.settings import Deployment, overrides, variable
 from tests.conftest import CA, REPO, ProjectFactory, free_port, run_ca
 
@@ -98,15 +99,26 @@ def test_ca_port_is_served_and_a_flag_wins_over_it(make_project: ProjectFactory)
             proc.wait(timeout=30)
 
 
-def test_loading_without_ca_variables_does_not_import_pydantic_settings() -> None:
+@pytest.mark.parametrize("environ", [{}, {"CA_MODEL": "offline"}], ids=["no variable", "a CA_ variable of ${...}"])
+def test_loading_without_settings_variables_does_not_import_pydantic_settings(environ: dict[str, str]) -> None:
     """``ca validate`` and the stdio start stay as fast as before: the model loads only when needed."""
     code = (
         "import sys; from framework.spec import load_project; "
-        f"load_project({str(REPO)!r}, environ={{}}); "
+        f"load_project({str(REPO)!r}, environ={environ!r}); "
         "assert 'pydantic_settings' not in sys.modules, 'imported'"
     )
     done = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(REPO)}, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_loader_knows_every_settings_field() -> None:
+    """The loader decides from SETTINGS_FIELDS whether to read the settings at all."""
+    assert set(SETTINGS_FIELDS) == set(Deployment.model_fields)
+
+
+@pytest.mark.parametrize("name", ["CA_PORT", "ca_port", "Ca_Log_Format"])
+def test_a_settings_variable_in_any_case_is_read(name: str) -> None:
+    assert sets_deployment({name: "1"})
 
 
 def test_every_setting_has_its_variable_and_help() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, NotRequired
 
-from langchain.agents.middleware import AgentState
+from langchain.agents.middleware.types import AgentState
 
 from framework.runtime.governance import budgets
 from framework.runtime.governance.contracts import holds_output
