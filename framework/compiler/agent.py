@@ -7,8 +7,9 @@ tool calls there). Skills are per-request: the run context names a skill, and
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextvars import ContextVar
+from contextvars import Context, ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,6 +19,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import SystemMessage
 from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
+from langsmith import set_runtime_overrides
+from langsmith.utils import tracing_is_enabled
 
 from framework.spec.agent import LlmAgent
 from framework.spec.skill import Skill
@@ -120,6 +123,26 @@ def _spec_name(tool: BaseTool | dict[str, Any]) -> str:
     return str(tool.get("name", ""))
 
 
+async def _inline_unless_traced(
+    default: Callable[..., Awaitable[Any]], ctx: Context, func: Callable[..., Any], /, *args: Any, **kwargs: Any
+) -> Any:
+    """langsmith's ``aio_to_thread``: inline while LangSmith tracing is off, else its own (a worker thread).
+
+    create_agent wraps every middleware ``wrap_*`` hook in a langsmith ``traceable``, whose span
+    set-up and end each hop to a worker thread, traced or not: two hops per governed tool call,
+    a third of governance's cost. Untraced, both only build an empty container: nothing to wait for.
+    """
+    if tracing_is_enabled():
+        return await default(ctx, func, *args, **kwargs)
+    return ctx.run(func, *args, **kwargs)
+
+
+@functools.cache
+def _untraced_spans_inline() -> None:
+    """Install :func:`_inline_unless_traced` once per process (langsmith's one runtime override)."""
+    set_runtime_overrides(aio_to_thread=_inline_unless_traced)
+
+
 def compile_llm_agent(
     spec: LlmAgent,
     *,
@@ -133,8 +156,9 @@ def compile_llm_agent(
 
     An agent without skills gets no :class:`SkillMiddleware`: no request can name one of its skills
     (``Bundle.check_skill`` refuses it first), and each ``wrap_model_call`` in the stack costs every
-    model call a langsmith ``traceable`` span set-up and end, each a hop to a worker thread.
+    model call a langsmith ``traceable`` span set-up and end (inline unless LangSmith traces).
     """
+    _untraced_spans_inline()
     stack: list[AgentMiddleware[Any, Any]] = [*([SkillMiddleware(skills)] if skills else []), *middleware]
     graph = create_agent(
         model,
