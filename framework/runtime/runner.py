@@ -157,9 +157,12 @@ class _Translator:
     def update(self, node: str, update: Any, source: tuple[str, ...]) -> list[RunEvent]:
         if node == "__interrupt__":
             return [self.interrupt(i, source) for i in update]
-        messages = update.get("messages", []) if isinstance(update, dict) else []
+        # A node that wrote a key twice (a model call's answer, then governance's update of it) comes as a list.
+        parts = update if isinstance(update, list) else [update]
+        found = [part.get("messages", []) for part in parts if isinstance(part, dict)]
+        messages = [m for some in found for m in (some if isinstance(some, list) else [some])]
         events: list[RunEvent] = []
-        for message in messages if isinstance(messages, list) else [messages]:
+        for message in messages:
             if isinstance(message, AIMessage):
                 events.extend(self.model_turn(message, source))
             elif isinstance(message, ToolMessage):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from framework.runtime.audit import AuditLog
 from framework.runtime.events import RunFinished, ToolCallFinished
 from tests.conftest import ProjectFactory
@@ -51,12 +53,14 @@ def test_a_forbidden_tool_call_is_denied_before_it_runs(make_project: ProjectFac
     assert finished(run).state == "completed" and finished(run).output == "ok, I will not"
 
 
-def test_output_schema_violation_is_explained_and_the_model_retries(make_project: ProjectFactory) -> None:
+@pytest.mark.parametrize("tools", ["[fs.list]", "[]"], ids=["with-tools", "without-tools"])
+def test_output_schema_violation_is_explained_and_the_model_retries(make_project: ProjectFactory, tools: str) -> None:
     contract = (
         "{must_always: [{output_schema: {type: object, required: [verdict]}}], "
         "on_violation: {action: retry, max_retries: 2}}"
     )
-    root = make_project({"agents/bound.yaml": scripted("""['not json at all', '{"verdict": "approve"}']""", contract)})
+    replies = """['not json at all', '{"verdict": "approve"}']"""
+    root = make_project({"agents/bound.yaml": scripted(replies, contract, tools=tools)})
     [run] = drive(root, "bound", ("c1", "review"))
     end = finished(run)
     assert end.state == "completed"
@@ -64,9 +68,10 @@ def test_output_schema_violation_is_explained_and_the_model_retries(make_project
     assert end.usage.model_calls == 2
 
 
-def test_retries_are_bounded(make_project: ProjectFactory) -> None:
+@pytest.mark.parametrize("tools", ["[fs.list]", "[]"], ids=["with-tools", "without-tools"])
+def test_retries_are_bounded(make_project: ProjectFactory, tools: str) -> None:
     contract = "{must_always: [{output_matches: '^VERDICT:'}], on_violation: {action: retry, max_retries: 1}}"
-    root = make_project({"agents/bound.yaml": scripted("['nope', 'still nope', 'VERDICT: ok']", contract)})
+    root = make_project({"agents/bound.yaml": scripted("['nope', 'still nope', 'VERDICT: ok']", contract, tools=tools)})
     [run] = drive(root, "bound", ("c1", "review"))
     end = finished(run)
     assert end.state == "failed" and "contract violated" in end.error

@@ -11,7 +11,9 @@ For each tool call, in the order of docs/governance.md, 'The order of checks for
 Before each model call the budgets are checked (``on_exceed``: stop / fail / ask for an
 extension); after it, usage and cost are accounted and audited (``model.call``: model, tokens,
 cost or null when its price is unknown — what ``ca usage`` sums); a final answer is checked
-against the contract (fail, or explain the violation and let the model retry).
+against the contract (fail, or explain the violation and let the model retry). For an llm agent with
+tools these run inside the model call (:class:`ModelCallGovernance`); for one without, as graph
+nodes around it (:class:`ModelNodeGovernance`); a workflow has no model turn of its own.
 
 An agent with output rules holds its answer back: the custom stream carries ``hold`` before each
 model call, then ``release`` once a final answer passed (or a budget stopped the task) or
@@ -30,9 +32,16 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from langchain.agents.middleware.types import AgentMiddleware, ToolCallRequest, hook_config
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+    ToolCallRequest,
+    hook_config,
+)
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
@@ -57,6 +66,7 @@ from framework.runtime.governance.profiles import decide
 from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.prices import call_cost
 from framework.spec.project import Project
+from framework.spec.tools import BuiltinTool, PythonTool
 
 APPROVAL_OPTIONS = ("approve", "reject", "edit", "always")
 _T = TypeVar("_T")
@@ -166,16 +176,16 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             found = budgets.first_overrun(conversation, total, 0.0, scope="conversation", only=only)
         return found
 
-    # -- before each model call: budgets ---------------------------------------
+    # -- each model call: budgets before it; usage, cost and the contract after it --
 
     def _signal(self, event: str) -> None:
         """Tell the runner about the held answer: ``hold``, ``release`` or ``withhold``."""
         if self.policy.holds_output:
             get_stream_writer()({"ca_event": event})
 
-    @hook_config(can_jump_to=["end"])
-    def before_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        context = _context(runtime)
+    def _gate(self, state: GovernanceState, context: RunContext) -> dict[str, Any] | None:
+        """Before a model call: the budgets. None to call the model; ``ca_counts`` when a person allowed
+        more; a stop (``jump_to: end`` with the message saying why, and ``ca_stop``) when a cap is spent."""
         self._signal("hold")
         overrun = self._overrun(state, context)
         if overrun is None:
@@ -212,17 +222,9 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             "ca_stop": {"reason": overrun.stop_reason, "limit": overrun.limit},
         }
 
-    async def abefore_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return await self._audited(lambda: self.before_model(state, runtime))
-
-    # -- after each model call: usage, cost, the contract on a final answer ------
-
-    @hook_config(can_jump_to=["model", "end"])
-    def after_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        context = _context(runtime)
-        message = state["messages"][-1] if state["messages"] else None
-        if not isinstance(message, AIMessage):
-            return None
+    def _account(self, state: GovernanceState, context: RunContext, message: AIMessage) -> dict[str, Any]:
+        """After a model call: its usage and cost (audited), and a final answer against the contract —
+        withheld (it keeps its id: it replaces the model's message), then retried or failed."""
         meta: Mapping[str, Any] = message.usage_metadata or {}
         inp, out = int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
         model = self.policy.model_label
@@ -264,9 +266,6 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         # Not raised: the update marks the answer withheld in the conversation; the runner fails the task.
         failure = ContractViolation("contract violated: " + "; ".join(problems), data={"violations": problems})
         return {**update, "messages": [withheld], "ca_stop": stopped_by(failure), "jump_to": "end"}
-
-    async def aafter_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return await self._audited(lambda: self.after_model(state, runtime))
 
     # -- each tool call ----------------------------------------------------------
 
@@ -444,6 +443,83 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         )
 
 
+class ModelCallGovernance(GovernanceMiddleware):
+    """An llm agent's governance with the model turn's checks inside the model call (``wrap_model_call``):
+    langchain makes a graph node of each ``before_model`` and ``after_model`` hook, and those two
+    steps around every model call cost more than all the checks in them."""
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[RunContext],
+        handler: Callable[[ModelRequest[RunContext]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        context, state = _context(request.runtime), _state(request)
+        gate = self._gate(state, context)
+        if gate is not None and "jump_to" in gate:
+            return _stopped(gate)
+        response = handler(request)
+        return _answered(response, gate, self._checked(state, context, response))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[RunContext],
+        handler: Callable[[ModelRequest[RunContext]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        context, state = _context(request.runtime), _state(request)
+        gate = await self._audited(lambda: self._gate(state, context))
+        if gate is not None and "jump_to" in gate:
+            return _stopped(gate)
+        response = await handler(request)
+        return _answered(response, gate, await self._audited(lambda: self._checked(state, context, response)))
+
+    def _checked(self, state: GovernanceState, context: RunContext, response: ModelResponse[Any]) -> dict[str, Any]:
+        message = response.result[-1] if response.result else None
+        return self._account(state, context, message) if isinstance(message, AIMessage) else {}
+
+
+def _state(request: ModelRequest[RunContext]) -> GovernanceState:
+    return cast(GovernanceState, request.state or {})
+
+
+def _stopped(gate: dict[str, Any]) -> ExtendedModelResponse[Any]:
+    """The model not called: the stop's message as its answer, the rest of the stop as a state update."""
+    update = {key: value for key, value in gate.items() if key != "messages"}
+    return ExtendedModelResponse(ModelResponse(result=list(gate["messages"])), Command(update=update))
+
+
+def _answered(
+    response: ModelResponse[Any], gate: dict[str, Any] | None, checked: dict[str, Any]
+) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+    """The model's answer with the state updates of the checks before and after it. The update's
+    messages (a withheld answer, then any feedback) follow the model's: the withheld one replaces it."""
+    update = {**(gate or {}), **checked}
+    if gate and "ca_counts" in gate and "ca_counts" in checked:  # an extension, then a retry: both count
+        update["ca_counts"] = {**gate["ca_counts"], **checked["ca_counts"]}
+    return ExtendedModelResponse(response, Command(update=update)) if update else response
+
+
+class ModelNodeGovernance(GovernanceMiddleware):
+    """An llm agent's governance with the model turn's checks as graph nodes around the model call: for
+    an agent without tools, whose graph goes from the model straight to its end (langchain routes a
+    model call's ``jump_to`` only where there is a tool node), so a contract retry needs a node of its
+    own. Such an agent makes no tool call for the steps to slow down."""
+
+    @hook_config(can_jump_to=["end"])
+    def before_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        return self._gate(state, _context(runtime))
+
+    async def abefore_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        return await self._audited(lambda: self.before_model(state, runtime))
+
+    @hook_config(can_jump_to=["model", "end"])
+    def after_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        message = state["messages"][-1] if state["messages"] else None
+        return self._account(state, _context(runtime), message) if isinstance(message, AIMessage) else None
+
+    async def aafter_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        return await self._audited(lambda: self.after_model(state, runtime))
+
+
 def stopped_by(failure: CAError) -> dict[str, Any]:
     """``ca_stop`` for a task that ends failed with ``failure``: the typed failure, as JSON (it is
     checkpointed with the conversation), for the runner to end the run with."""
@@ -552,8 +628,23 @@ def _decimal(value: float) -> Any:
 
 def governance_middleware(agent: AgentSpec, project: Project) -> list[AgentMiddleware[Any, Any]]:
     """The middleware every agent of a governed bundle gets (a workflow's wraps its tool steps)."""
-    governance = GovernanceMiddleware if isinstance(agent, LlmAgent) else WorkflowGovernance
+    governance: type[GovernanceMiddleware] = WorkflowGovernance
+    if isinstance(agent, LlmAgent):
+        governance = ModelCallGovernance if _has_tools(agent) else ModelNodeGovernance
     return [governance(policy_for(agent, project))]
 
 
-__all__ = ["WITHHELD", "GovernanceMiddleware", "WorkflowGovernance", "governance_middleware"]
+def _has_tools(agent: LlmAgent) -> bool:
+    """Whether the agent's graph surely has a tool node: a builtin or python tool is one tool each
+    (an agent selector or an MCP server may come to none)."""
+    return any(isinstance(ref, BuiltinTool | PythonTool) for ref in agent.tools)
+
+
+__all__ = [
+    "WITHHELD",
+    "GovernanceMiddleware",
+    "ModelCallGovernance",
+    "ModelNodeGovernance",
+    "WorkflowGovernance",
+    "governance_middleware",
+]
