@@ -35,8 +35,11 @@ from framework.spec.common import did_you_mean
 from framework.spec.tools import BUILTIN_TOOLS
 
 
-def check_capabilities(call: ToolCall, caps: Capabilities | None, *, root: Path) -> Decision:
-    """Whether ``call`` is within ``caps``; paths are resolved against the project ``root``.
+def check_capabilities(
+    call: ToolCall, caps: Capabilities | None, *, root: Path, root_is_real: bool = False
+) -> Decision:
+    """Whether ``call`` is within ``caps``; paths are resolved against the project ``root``
+    (``root_is_real``: its links are resolved already, e.g. :attr:`Policy.real_root`).
 
     Returns ``allow`` or ``deny`` (never ``ask``: asking is the profile's business). A denial's
     reason says what to add to the agent's YAML to allow the call; ``rule`` names the
@@ -51,7 +54,7 @@ def check_capabilities(call: ToolCall, caps: Capabilities | None, *, root: Path)
         )
     match call.capability:
         case "fs.read" | "fs.write":
-            return check_fs(call, caps, root)
+            return check_fs(call, caps, root, root_is_real=root_is_real)
         case "shell":
             return check_shell(call, caps)
         case "network":

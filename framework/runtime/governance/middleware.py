@@ -282,7 +282,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             elif decision.allowed and context.depth + 1 > depth_cap:
                 decision = Decision("deny", f"agent calls may nest {depth_cap:g} deep", "budget.max_depth")
         else:
-            decision = check_capabilities(call, policy.capabilities, root=policy.project.root)
+            decision = check_capabilities(call, policy.capabilities, root=policy.real_root, root_is_real=True)
         if decision.denied:
             return decision
         decision = check_call_contract(policy.agent.contract, call)

@@ -78,8 +78,9 @@ def _suggestion(rel: str) -> str:
     return f"{folder}/**" if folder else ("**" if rel == "." else rel)
 
 
-def check_fs(call: ToolCall, caps: Capabilities | None, root: Path) -> Decision:
-    """The file capability check for ``fs.read``, ``fs.write``, ``fs.list`` and ``fs.search``."""
+def check_fs(call: ToolCall, caps: Capabilities | None, root: Path, *, root_is_real: bool = False) -> Decision:
+    """The file capability check for ``fs.read``, ``fs.write``, ``fs.list`` and ``fs.search``
+    (``root_is_real``: the caller resolved the root's links already)."""
     write = call.capability == "fs.write"
     rule = f"capabilities.fs.{'write' if write else 'read'}"
     default = "." if call.tool in ("fs.list", "fs.search") else None
@@ -87,7 +88,7 @@ def check_fs(call: ToolCall, caps: Capabilities | None, root: Path) -> Decision:
     if path is None:
         return deny(f"{call.tool} needs a 'path' argument", rule)
     try:
-        rel = confine(Path(os.path.realpath(root)), path)
+        rel = confine(root if root_is_real else Path(os.path.realpath(root)), path)
     except PathRefused as exc:
         return deny(f"{exc} (no capability can allow a path outside the project root)", rule)
     return check_real_path(rel, caps, write=write)

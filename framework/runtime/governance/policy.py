@@ -7,8 +7,10 @@ the same counters. The middleware that enforces the policy is :mod:`~framework.r
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware.types import AgentState
@@ -59,6 +61,12 @@ class Policy:
     agent: AgentSpec
     project: Project
     profile: Profile | None
+    real_root: Path = field(init=False)
+    """The project root with its links resolved, once (as the tools' ToolContext resolves it): the
+    root paths are confined to, without resolving it again for every call."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "real_root", Path(os.path.realpath(self.project.root)))
 
     @property
     def capabilities(self) -> Any:

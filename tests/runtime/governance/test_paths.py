@@ -9,6 +9,8 @@ import pytest
 
 from framework.runtime.governance import ToolCall, check_capabilities
 from framework.runtime.governance.paths import path_matches
+from framework.runtime.governance.policy import policy_for
+from framework.spec import load_project
 from framework.spec.capabilities import Capabilities
 
 EVERYTHING = Capabilities.model_validate({"fs": {"read": ["**"], "write": ["**"]}})
@@ -115,6 +117,18 @@ def test_a_symlinked_root_is_resolved_before_confining(project: Path) -> None:
     alias.symlink_to(project, target_is_directory=True)
     assert check_capabilities(_call("fs.read", "src/a.py"), EVERYTHING, root=alias).allowed
     assert check_capabilities(_call("fs.read", "linkdir/secret.txt"), EVERYTHING, root=alias).denied
+
+
+def test_a_policy_resolves_its_root_once_and_judges_paths_with_it(project: Path) -> None:
+    alias = project.parent / "alias"
+    alias.symlink_to(project, target_is_directory=True)
+    (alias / "agents").mkdir()
+    (alias / "agents" / "a.yaml").write_text("name: a\nmodel: offline\ncapabilities: {fs: {read: ['**']}}\n")
+    policy = policy_for(load_project(alias).agents["a"], load_project(alias))
+    assert policy.real_root == Path(os.path.realpath(alias))
+    call = _call("fs.read", "src/a.py")
+    assert check_capabilities(call, EVERYTHING, root=policy.real_root, root_is_real=True).allowed
+    assert check_capabilities(_call("fs.read", "linkdir/secret.txt"), EVERYTHING, root=policy.real_root).denied
 
 
 def test_governance_judges_the_file_the_tool_touches(project: Path) -> None:
