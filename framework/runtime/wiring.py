@@ -27,7 +27,7 @@ from framework.runtime import logs, telemetry
 from framework.runtime.audit import AuditLog
 from framework.runtime.audit_chain import chain_key
 from framework.runtime.governance.access import CapabilityAccess
-from framework.runtime.governance.middleware import governance_middleware
+from framework.runtime.governance.graphs import governance_middleware
 from framework.runtime.governance.secrets import KNOWN, mask_logs, project_secrets
 from framework.runtime.remote import Discovery, RemoteFactory
 from framework.runtime.schema import connect

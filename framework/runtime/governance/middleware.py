@@ -12,8 +12,8 @@ Before each model call the budgets are checked (``on_exceed``: stop / fail / ask
 extension); after it, usage and cost are accounted and audited (``model.call``: model, tokens,
 cost or null when its price is unknown — what ``ca usage`` sums); a final answer is checked
 against the contract (fail, or explain the violation and let the model retry). For an llm agent with
-tools these run inside the model call (:class:`ModelCallGovernance`); for one without, as graph
-nodes around it (:class:`ModelNodeGovernance`); a workflow has no model turn of its own.
+tools these run inside the model call, for one without in graph nodes around it, and a workflow's
+answer when its run ends: :mod:`.graphs` hooks these rules into each kind of agent.
 
 An agent with output rules holds its answer back: the custom stream carries ``hold`` before each
 model call, then ``release`` once a final answer passed (or a budget stopped the task) or
@@ -32,15 +32,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import replace
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from langchain.agents.middleware.types import (
     AgentMiddleware,
-    ExtendedModelResponse,
-    ModelRequest,
-    ModelResponse,
     ToolCallRequest,
-    hook_config,
 )
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.config import get_stream_writer
@@ -61,12 +57,9 @@ from framework.runtime.governance import budgets
 from framework.runtime.governance.calls import Decision, ToolCall
 from framework.runtime.governance.capabilities import check_agent, check_capabilities
 from framework.runtime.governance.contracts import check_call_contract, check_output_contract
-from framework.runtime.governance.policy import DEFAULT_MAX_DEPTH, GovernanceState, Policy, policy_for
+from framework.runtime.governance.policy import DEFAULT_MAX_DEPTH, GovernanceState, Policy
 from framework.runtime.governance.profiles import decide
-from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.prices import call_cost
-from framework.spec.project import Project
-from framework.spec.tools import BuiltinTool, PythonTool
 
 APPROVAL_OPTIONS = ("approve", "reject", "edit", "always")
 _T = TypeVar("_T")
@@ -77,7 +70,7 @@ WITHHELD = "ca_withheld"
 the explanation the model got for it."""
 
 
-def _context(runtime: Any) -> RunContext:
+def context_of(runtime: Any) -> RunContext:
     """The RunContext of a hook's Runtime or a tool call's ToolRuntime (a default one if absent)."""
     context = getattr(runtime, "context", None)
     return context if isinstance(context, RunContext) else RunContext()
@@ -131,7 +124,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
     # -- the task --------------------------------------------------------------
 
     def before_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        context = _context(runtime)
+        context = context_of(runtime)
         task = state.get("ca_task") or {}
         task_id = context.task_id or uuid.uuid4().hex
         if task.get("id") == task_id:
@@ -307,7 +300,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
 
     def _prepare(self, request: ToolCallRequest) -> tuple[ToolCallRequest | None, ToolMessage | None, dict[str, Any]]:
         """Decide on a call; ask a person if needed. (request to run, or an error result, and state updates)."""
-        context = _context(request.runtime)
+        context = context_of(request.runtime)
         state: GovernanceState = request.state
         call = _tool_call(request)
         call_id = str(request.tool_call.get("id") or "")
@@ -366,7 +359,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
     def _finish(
         self, request: ToolCallRequest, result: ToolMessage | Command[Any], extra: dict[str, Any]
     ) -> ToolMessage | Command[Any]:
-        context = _context(request.runtime)
+        context = context_of(request.runtime)
         delta: dict[str, float] = {"tool_calls": 1}
         if isinstance(result, ToolMessage):
             artifact = result.artifact if isinstance(result.artifact, dict) else {}
@@ -380,7 +373,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
 
     def _callee_context(self, request: ToolCallRequest) -> RunContext:
         """What an agent called by this tool gets: depth + 1 and at most what this task and conversation have left."""
-        context = _context(request.runtime)
+        context = context_of(request.runtime)
         state: GovernanceState = request.state
         total, used, elapsed, _ = self._usage(state)
         left = budgets.remaining(self._caps(state, context), used, elapsed)
@@ -431,7 +424,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
     async def _fenced(self, request: ToolCallRequest) -> None:
         """Raise TaskTakenOver, the tool not run, when another process took this run's task over: its
         ``tool.call`` is audited already, so the taker knows of it (see ``framework.runtime.fence``)."""
-        context = _context(request.runtime)
+        context = context_of(request.runtime)
         if context.fence is None or await context.fence():
             return
         self.audit(
@@ -441,83 +434,6 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             f"task {context.task_id[:12]} was taken over by another process after this one missed its lease"
             f" (store.task_lease); its tool {_spec_name(request)} did not run here"
         )
-
-
-class ModelCallGovernance(GovernanceMiddleware):
-    """An llm agent's governance with the model turn's checks inside the model call (``wrap_model_call``):
-    langchain makes a graph node of each ``before_model`` and ``after_model`` hook, and those two
-    steps around every model call cost more than all the checks in them."""
-
-    def wrap_model_call(
-        self,
-        request: ModelRequest[RunContext],
-        handler: Callable[[ModelRequest[RunContext]], ModelResponse[Any]],
-    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
-        context, state = _context(request.runtime), _state(request)
-        gate = self._gate(state, context)
-        if gate is not None and "jump_to" in gate:
-            return _stopped(gate)
-        response = handler(request)
-        return _answered(response, gate, self._checked(state, context, response))
-
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[RunContext],
-        handler: Callable[[ModelRequest[RunContext]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
-        context, state = _context(request.runtime), _state(request)
-        gate = await self._audited(lambda: self._gate(state, context))
-        if gate is not None and "jump_to" in gate:
-            return _stopped(gate)
-        response = await handler(request)
-        return _answered(response, gate, await self._audited(lambda: self._checked(state, context, response)))
-
-    def _checked(self, state: GovernanceState, context: RunContext, response: ModelResponse[Any]) -> dict[str, Any]:
-        message = response.result[-1] if response.result else None
-        return self._account(state, context, message) if isinstance(message, AIMessage) else {}
-
-
-def _state(request: ModelRequest[RunContext]) -> GovernanceState:
-    return cast(GovernanceState, request.state or {})
-
-
-def _stopped(gate: dict[str, Any]) -> ExtendedModelResponse[Any]:
-    """The model not called: the stop's message as its answer, the rest of the stop as a state update."""
-    update = {key: value for key, value in gate.items() if key != "messages"}
-    return ExtendedModelResponse(ModelResponse(result=list(gate["messages"])), Command(update=update))
-
-
-def _answered(
-    response: ModelResponse[Any], gate: dict[str, Any] | None, checked: dict[str, Any]
-) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
-    """The model's answer with the state updates of the checks before and after it. The update's
-    messages (a withheld answer, then any feedback) follow the model's: the withheld one replaces it."""
-    update = {**(gate or {}), **checked}
-    if gate and "ca_counts" in gate and "ca_counts" in checked:  # an extension, then a retry: both count
-        update["ca_counts"] = {**gate["ca_counts"], **checked["ca_counts"]}
-    return ExtendedModelResponse(response, Command(update=update)) if update else response
-
-
-class ModelNodeGovernance(GovernanceMiddleware):
-    """An llm agent's governance with the model turn's checks as graph nodes around the model call: for
-    an agent without tools, whose graph goes from the model straight to its end (langchain routes a
-    model call's ``jump_to`` only where there is a tool node), so a contract retry needs a node of its
-    own. Such an agent makes no tool call for the steps to slow down."""
-
-    @hook_config(can_jump_to=["end"])
-    def before_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return self._gate(state, _context(runtime))
-
-    async def abefore_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return await self._audited(lambda: self.before_model(state, runtime))
-
-    @hook_config(can_jump_to=["model", "end"])
-    def after_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        message = state["messages"][-1] if state["messages"] else None
-        return self._account(state, _context(runtime), message) if isinstance(message, AIMessage) else None
-
-    async def aafter_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return await self._audited(lambda: self.after_model(state, runtime))
 
 
 def stopped_by(failure: CAError) -> dict[str, Any]:
@@ -571,34 +487,6 @@ def _refused(request: ToolCallRequest, refusal: CAError) -> ToolMessage:
     )
 
 
-class WorkflowGovernance(GovernanceMiddleware):
-    """A workflow's governance: its steps' tool calls as for any agent, and its answer checked
-    against the contract when the run ends (an llm agent's answer is checked after each model
-    call). Only here: langchain adds a graph node for every hook a middleware class defines,
-    and for an llm agent this one would be a superstep per run that does nothing."""
-
-    def after_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        """The workflow's answer against its contract."""
-        message = state["messages"][-1] if state["messages"] else None
-        output = message.text if isinstance(message, AIMessage) else ""
-        _, _, _, task_id = self._usage(state)
-        calls = [
-            ToolCall(c["tool"], c["capability"], c.get("args", {}))
-            for c in state.get("ca_calls") or []
-            if c.get("task") == task_id
-        ]
-        problems = check_output_contract(self.policy.agent.contract, output, calls)
-        if not problems:
-            self._signal("release")
-            return None
-        self._signal("withhold")
-        self.audit(_context(runtime), "contract", severity="high", violations=problems, retry=0)
-        raise ContractViolation("contract violated: " + "; ".join(problems), data={"violations": problems})
-
-    async def aafter_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return await self._audited(lambda: self.after_agent(state, runtime))
-
-
 def _args_text(args: Mapping[str, Any]) -> str:
     import json
 
@@ -626,25 +514,4 @@ def _decimal(value: float) -> Any:
     return Decimal(str(value))
 
 
-def governance_middleware(agent: AgentSpec, project: Project) -> list[AgentMiddleware[Any, Any]]:
-    """The middleware every agent of a governed bundle gets (a workflow's wraps its tool steps)."""
-    governance: type[GovernanceMiddleware] = WorkflowGovernance
-    if isinstance(agent, LlmAgent):
-        governance = ModelCallGovernance if _has_tools(agent) else ModelNodeGovernance
-    return [governance(policy_for(agent, project))]
-
-
-def _has_tools(agent: LlmAgent) -> bool:
-    """Whether the agent's graph surely has a tool node: a builtin or python tool is one tool each
-    (an agent selector or an MCP server may come to none)."""
-    return any(isinstance(ref, BuiltinTool | PythonTool) for ref in agent.tools)
-
-
-__all__ = [
-    "WITHHELD",
-    "GovernanceMiddleware",
-    "ModelCallGovernance",
-    "ModelNodeGovernance",
-    "WorkflowGovernance",
-    "governance_middleware",
-]
+__all__ = ["WITHHELD", "GovernanceMiddleware", "context_of", "stopped_by"]

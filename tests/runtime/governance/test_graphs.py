@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from framework.compiler.bundle import build_bundle
-from framework.runtime.governance.middleware import governance_middleware
+from framework.runtime.governance.graphs import governance_middleware
 from framework.spec import load_project
 from tests.conftest import ProjectFactory
 
