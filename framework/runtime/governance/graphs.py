@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from langchain.agents.middleware import (
+from langchain.agents.middleware.types import (
     AgentMiddleware,
     ExtendedModelResponse,
     ModelRequest,
