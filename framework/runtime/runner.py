@@ -30,7 +30,7 @@ from framework.runtime.events import (
     Usage,
     UsageUpdate,
 )
-from framework.runtime.governance.contracts import holds_output
+from framework.runtime.governance.contracts import WITHHELD, holds_output
 from framework.runtime.pauses import read_pause
 
 _PROVIDER_PACKAGES = {"openai", "anthropic", "httpx", "httpcore", "ollama", "langchain_openai", "langchain_anthropic"}
@@ -161,10 +161,13 @@ class _Translator:
         parts = update if isinstance(update, list) else [update]
         found = [part.get("messages", []) for part in parts if isinstance(part, dict)]
         messages = [m for some in found for m in (some if isinstance(some, list) else [some])]
+        # An answer that broke the contract comes again in the same update, marked withheld (a model
+        # turn checked inside its model call): without tokens, its text must not come from either.
+        withheld = {m.id for m in messages if isinstance(m, AIMessage) and m.response_metadata.get(WITHHELD)}
         events: list[RunEvent] = []
         for message in messages:
             if isinstance(message, AIMessage):
-                events.extend(self.model_turn(message, source))
+                events.extend(self.model_turn(message, source, shown=message.id not in withheld))
             elif isinstance(message, ToolMessage):
                 name = self.tool_names.get(message.tool_call_id) or spec_tool_name(message.name or "tool", self.names)
                 events.append(
@@ -184,12 +187,12 @@ class _Translator:
                     events.append(UsageUpdate(self.usage))
         return events
 
-    def model_turn(self, message: AIMessage, source: tuple[str, ...]) -> list[RunEvent]:
+    def model_turn(self, message: AIMessage, source: tuple[str, ...], *, shown: bool = True) -> list[RunEvent]:
         if message.id:
             if message.id in self.turn_ids:
                 return []
             self.turn_ids.add(message.id)
-        events: list[RunEvent] = [] if self.tokens else self._text_of(message, source)
+        events: list[RunEvent] = [] if self.tokens or not shown else self._text_of(message, source)
         for call in message.tool_calls:
             name = spec_tool_name(call["name"], self.names)
             call_id = call.get("id") or ""

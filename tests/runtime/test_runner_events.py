@@ -81,3 +81,26 @@ def test_a_run_without_tokens_ends_as_the_streamed_one(make_project: ProjectFact
         ToolCallStarted,
         ToolCallFinished,
     ]
+
+
+def test_without_tokens_a_withheld_answer_of_an_agent_with_tools_shows_nothing(make_project: ProjectFactory) -> None:
+    """Its model turn is judged inside the model call: the answer and its withheld copy come in one
+    update, after the withhold signal, and the retry's release must not let the first one out."""
+    agent = """
+        name: careful
+        model:
+          provider: scripted
+          replies: ["the password: hunter2", "all good now"]
+        profile: autonomous
+        tools: [fs.list]
+        capabilities: {fs: {read: ["**"]}}
+        contract:
+          must_not: [{output_matches: 'password\\s*:'}]
+          on_violation: {action: retry, max_retries: 1}
+    """
+    root = make_project({"agents/careful.yaml": agent})
+    for tokens in (True, False):
+        [run] = drive(root, "careful", (f"c-{tokens}", "tell me"), tokens=tokens)
+        shown = "".join(e.text for e in run if isinstance(e, TextChunk))
+        assert "hunter2" not in shown, tokens
+        assert shown == "all good now" and finished(run).output == "all good now", (tokens, shown)

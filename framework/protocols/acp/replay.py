@@ -15,7 +15,7 @@ async def replay(runtime: Any, agent: str, session_id: str) -> list[dict[str, An
     """
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-    from framework.runtime.governance.middleware import WITHHELD
+    from framework.runtime.governance.contracts import WITHHELD
     from framework.runtime.runner import spec_tool_name
 
     state = await runtime.bundle.graph(agent).aget_state({"configurable": {"thread_id": session_id}})

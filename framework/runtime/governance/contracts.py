@@ -48,6 +48,11 @@ def check_call_contract(contract: Contract, call: ToolCall) -> Decision:
     return allow("no contract.must_not rule forbids this call", "contract")
 
 
+WITHHELD = "ca_withheld"
+"""``response_metadata`` key of a message never shown: an answer that broke the contract, and
+the explanation the model got for it."""
+
+
 def holds_output(contract: Contract) -> bool:
     """Whether ``contract`` judges the text of the final answer (``output_matches``, ``output_schema``)."""
     return any(rule.output_matches is not None for rule in contract.must_not) or any(

@@ -56,7 +56,7 @@ from framework.errors import (
 from framework.runtime.governance import budgets
 from framework.runtime.governance.calls import Decision, ToolCall
 from framework.runtime.governance.capabilities import check_agent, check_capabilities
-from framework.runtime.governance.contracts import check_call_contract, check_output_contract
+from framework.runtime.governance.contracts import WITHHELD, check_call_contract, check_output_contract
 from framework.runtime.governance.policy import DEFAULT_MAX_DEPTH, GovernanceState, Policy
 from framework.runtime.governance.profiles import decide
 from framework.spec.prices import call_cost
@@ -65,9 +65,6 @@ APPROVAL_OPTIONS = ("approve", "reject", "edit", "always")
 _T = TypeVar("_T")
 _OUTBOX: ContextVar[list[tuple[Any, str, dict[str, Any]]] | None] = ContextVar("ca_audit_outbox", default=None)
 """The audit records an async hook's sync checks made, appended (awaited) when the checks end."""
-WITHHELD = "ca_withheld"
-"""``response_metadata`` key of a message never shown: an answer that broke the contract, and
-the explanation the model got for it."""
 
 
 def context_of(runtime: Any) -> RunContext:
