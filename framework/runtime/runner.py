@@ -143,13 +143,7 @@ class _Translator:
         if isinstance(message, AIMessageChunk):
             if message.id:
                 self.streamed_ids.add(message.id)
-            events: list[RunEvent] = []
-            if isinstance(message.content, list):  # only block content can hold reasoning
-                events.extend(ThoughtChunk(thought, source) for thought in _reasoning(message))
-            text = message.text
-            if text:
-                events.append(TextChunk(text, source))
-            return events
+            return self._text_of(message, source)
         if isinstance(message, AIMessage) and message.id not in self.streamed_ids and message.text:
             return [TextChunk(message.text, source)]
         return []
@@ -208,9 +202,9 @@ class _Translator:
 
     @staticmethod
     def _text_of(message: AIMessage, source: tuple[str, ...]) -> list[RunEvent]:
-        """A whole model turn's reasoning and text, as the chunks that would have streamed it."""
+        """A model turn's (or a streamed chunk's) reasoning and text, as thought and text chunks."""
         events: list[RunEvent] = []
-        if isinstance(message.content, list):
+        if isinstance(message.content, list):  # only block content can hold reasoning
             events.extend(ThoughtChunk(thought, source) for thought in _reasoning(message))
         if message.text:
             events.append(TextChunk(message.text, source))
