@@ -119,8 +119,12 @@ def test_a_task_of_a_killed_replica_ends_failed_on_the_other(
     assert "not resumed because a tool call (nap) had started: send the message again" in text["text"], text
     assert data["data"]["error"]["code"] == "run_failed", data
     assert (record.state, record.error) == ("failed", text["text"])
-    row = _a2a_row(url, task.id)
-    assert row["state"] == "TASK_STATE_FAILED", row  # a2a-sdk's own row, not only what GetTask derives
+    # a2a-sdk's own row, not only what GetTask derives: B writes it just after the record, within the same bound
+    while (row := _a2a_row(url, task.id))["state"] != "TASK_STATE_FAILED" and time.monotonic() - killed < (
+        SETTLED_WITHIN + SLACK_S
+    ):
+        time.sleep(0.1)
+    assert row["state"] == "TASK_STATE_FAILED", (row, b.output())
     audit = run_ca("audit", "--json", "--limit", "10000", cwd=b.root)
     assert audit.returncode == 0, audit.stderr
     states = [r["data"].get("state") for r in json.loads(audit.stdout) if r["task_id"] == task.id]
