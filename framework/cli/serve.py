@@ -17,6 +17,7 @@ from typing import IO
 import uvicorn
 
 from framework.errors import UsageError
+from framework.runtime.heap import freeze_loaded
 from framework.runtime.logs import chosen, configure
 from framework.runtime.store_url import unreachable
 from framework.spec.project import LogFormat
@@ -206,6 +207,7 @@ async def serve(options: ServeOptions) -> int:
             await asyncio.sleep(0.02)
         if uv.started:
             print(describe(runtime, base_url), flush=True)
+            freeze_loaded()
         try:
             await task
         except SystemExit:  # uvicorn's word for a start-up that failed (it logged why)

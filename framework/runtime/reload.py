@@ -8,12 +8,14 @@ trigger one more reload afterwards, so the end state is always the files' last s
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from framework.compiler.precompile import compile_graphs
 from framework.errors import Diagnostic
+from framework.runtime.heap import freeze_loaded
 from framework.runtime.runtime import Runtime
 
 WATCHED_DIRS = ("agents", "profiles", "skills", "tools")
@@ -62,6 +64,8 @@ async def watch(runtime: Runtime, report: Report = print_report) -> None:
             root, watch_filter=watched(root), debounce=DEBOUNCE_MS, step=STEP_MS, recursive=True
         ):
             ok = await runtime.reload()
+            if ok and gc.get_freeze_count():  # the server froze its heap at start (heap.py): the old bundle may go
+                freeze_loaded()
             if ok:
                 bundle = runtime.bundle
                 sys.stderr.write(f"reloaded: {bundle.project.summary()} (bundle {bundle.digest[:12]})\n")
