@@ -47,7 +47,7 @@ from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.fence import Fence
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.leases import now
-from framework.runtime.metrics import Metrics
+from framework.runtime.metrics import Meter, Metrics
 from framework.runtime.pauses import Gate, Pause, Question
 from framework.runtime.remote import RemoteFactory
 from framework.runtime.restart import needs_restart, pinned
@@ -78,8 +78,8 @@ class Runtime:
         """Errors of the last reload that could not be applied (the bundle kept serving)."""
         self.started = bundle.project.config
         """The ``ca.yaml`` settings at start-up: reloads keep its settings read once (``RESTART_ONLY``)."""
-        self.metrics: Metrics | None = None
-        """The server's metrics (``ca serve``'s ``/metrics``): each run's model and tool calls feed them."""
+        self.meter = Meter()
+        """Counts the model and tool calls of the agents (:meth:`open` gives the one their bundle was compiled with)."""
         self.restart_needed: list[str] = []
         """The start-up settings the files now change (``setting (before -> after)``): a restart applies them."""
         self.watch = CancelWatch(tasks)
@@ -127,6 +127,7 @@ class Runtime:
         )
         runtime = cls(wired.bundle, wired.tasks, wired.audit, wired.turns, source=source)
         runtime.compile_project = wired.compile_project
+        runtime.meter = wired.meter
         runtime.settled_at_open = await runtime.settle_orphans()
         return runtime
 
@@ -226,6 +227,15 @@ class Runtime:
             except Exception as exc:  # one transport's failure must not stop the watcher or the others
                 print(f"error: after the reload: {type(exc).__name__}: {exc}", file=sys.stderr)
         return True
+
+    @property
+    def metrics(self) -> Metrics | None:
+        """The server's metrics (``ca serve``'s ``/metrics``): the agents' model and tool calls feed them."""
+        return self.meter.metrics
+
+    @metrics.setter
+    def metrics(self, metrics: Metrics | None) -> None:
+        self.meter.metrics = metrics
 
     @property
     def root(self) -> Path:
@@ -515,9 +525,8 @@ class Runtime:
                 if prepare is not None:
                     await prepare()
                 tracing = telemetry.tracing()
-                measured = [self.metrics.callbacks(task.agent)] if self.metrics is not None else []
                 if tracing is None:
-                    async for event in self._recorded(task, run(measured or None), note):
+                    async for event in self._recorded(task, run(None), note):
                         yield event
                     return
                 with tracing.run(
@@ -528,7 +537,7 @@ class Runtime:
                     prices=self.bundle.project.config.prices,
                     paused_by=self._paused_by(task) if resumed else "",
                 ) as spans:
-                    async for event in self._recorded(task, run([spans, *measured]), note):
+                    async for event in self._recorded(task, run([spans]), note):
                         if isinstance(event, RunFinished):
                             tracing.finished(task.id, event)
                         yield event

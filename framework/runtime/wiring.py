@@ -29,6 +29,7 @@ from framework.runtime.audit_chain import chain_key
 from framework.runtime.governance.access import CapabilityAccess
 from framework.runtime.governance.graphs import governance_middleware
 from framework.runtime.governance.secrets import KNOWN, mask_logs, project_secrets
+from framework.runtime.metrics import Meter
 from framework.runtime.remote import Discovery, RemoteFactory
 from framework.runtime.schema import connect
 from framework.runtime.stores import open_checkpointer
@@ -50,6 +51,7 @@ class Wired:
     audit: AuditLog
     turns: Turns
     compile_project: Callable[[Project], Awaitable[Bundle]]
+    meter: Meter
 
 
 async def wire(
@@ -103,6 +105,8 @@ async def wire(
         return result
 
     hooks = ChildTasks(tasks, audit)
+    meter = Meter()  # every agent's model and tool calls measured, once a server has metrics
+    model_hook, tool_hook = meter.models(model_hook), meter.tools(tool_hook)
     servers: list[Any] = []  # the MCP client side, one for the runtime's whole life
 
     def mcp_servers(project: Project, environ: Mapping[str, str]) -> McpServers | None:
@@ -141,7 +145,7 @@ async def wire(
             tool_hook=tool_hook,
         )
 
-    return Wired(await compile_project(project), tasks, audit, turns, compile_project)
+    return Wired(await compile_project(project), tasks, audit, turns, compile_project, meter)
 
 
 class ChildTasks:
