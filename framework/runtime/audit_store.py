@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from framework.errors import StoreError, UsageError
-from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, retried, until_free
+from framework.runtime.store_locks import LOCK_TIMEOUT_S, in_wal, no_wait, retried, until_free
 from framework.runtime.store_url import unreachable
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ def _create_engine(url: str) -> Engine:
         # Let SQLAlchemy's "begin" event, not pysqlite, decide how a transaction starts.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        in_wal(cursor.execute, path=str(parsed.database), timeout=BUSY_TIMEOUT_S)
         # WAL with synchronous=NORMAL: a commit survives a crash of the process (SIGKILL included)
         # and the database is never corrupted; only a power cut may lose the last commits. It
         # saves an fsync per record, which was most of governance's cost per tool call.

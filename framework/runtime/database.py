@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from framework.errors import StoreError, StoreUnreachable
-from framework.runtime.store_locks import LOCK_TIMEOUT_S, is_busy, no_wait, retried, until_free
+from framework.runtime.store_locks import LOCK_TIMEOUT_S, in_wal, is_busy, no_wait, retried, until_free
 from framework.runtime.store_url import hidden, is_postgres, libpq_url
 from framework.runtime.stores import opening, state_dir
 
@@ -138,7 +138,7 @@ class SqliteDatabase(Database):
         self._closed = False
         with opening(path):  # a file that is not a database: a StoreError naming it
             self._conn = sqlite3.connect(path, timeout=lock_timeout, check_same_thread=False, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            in_wal(self._conn.execute, path=path, timeout=lock_timeout)
             self._conn.execute("PRAGMA synchronous=NORMAL")  # crash-safe in WAL; see audit_store
 
     def ready(self) -> SqliteDatabase:

@@ -83,9 +83,10 @@ async def until_free(attempt: Callable[[], T], *, path: Path | str, timeout: flo
         pause = min(pause * 2, LAST_PAUSE_S)
 
 
-def retried(attempt: Callable[[], T], *, path: Path | str, timeout: float = LOCK_TIMEOUT_S) -> T:
-    """``attempt()``, tried again while the database is locked, blocking this thread (see the module doc)."""
-    if _on_event_loop():
+def retried(attempt: Callable[[], T], *, path: Path | str, timeout: float = LOCK_TIMEOUT_S, opening: bool = False) -> T:
+    """``attempt()``, tried again while the database is locked, blocking this thread (see the module doc).
+    ``opening``: a store being opened, before it serves anything, waits the whole ``timeout`` on any thread."""
+    if _on_event_loop() and not opening:
         timeout = min(timeout, LOOP_GRACE_S)
     deadline = time.monotonic() + timeout
     pause = FIRST_PAUSE_S
@@ -99,6 +100,13 @@ def retried(attempt: Callable[[], T], *, path: Path | str, timeout: float = LOCK
                 raise busy_error(path, timeout) from exc
         time.sleep(pause)
         pause = min(pause * 2, LAST_PAUSE_S)
+
+
+def in_wal(execute: Callable[[str], object], *, path: Path | str, timeout: float = LOCK_TIMEOUT_S) -> None:
+    """Put a database file in WAL mode (the mode is kept in the file) through ``execute`` (its
+    connection's or a cursor's). Processes that open a new file at the same instant each switch it,
+    and SQLite answers the losers BUSY at once, whatever their busy timeout: the switch is tried again."""
+    retried(lambda: execute("PRAGMA journal_mode=WAL"), path=path, timeout=timeout, opening=True)
 
 
 def _on_event_loop() -> bool:

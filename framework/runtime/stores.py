@@ -17,7 +17,7 @@ from langgraph.types import Send
 
 from framework.errors import StoreError, StoreUnreachable
 from framework.runtime.governance.secrets import KNOWN
-from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, until_free
+from framework.runtime.store_locks import LOCK_TIMEOUT_S, in_wal, no_wait, retried, until_free
 from framework.runtime.store_url import is_postgres
 
 if TYPE_CHECKING:
@@ -178,13 +178,15 @@ async def _open_sqlite(root: Path, *, lock_timeout: float) -> AsyncIterator[Loop
     conn = sqlite3.connect(path, timeout=lock_timeout, check_same_thread=False)
     try:
         with opening(path):
-            conn.execute("PRAGMA journal_mode=WAL")
+            in_wal(conn.execute, path=path, timeout=lock_timeout)
             # As for the task table and the audit log: with WAL, NORMAL survives a crash of the
             # process (SIGKILL included) and never corrupts the file; a power cut may lose the last
             # commits. It spares an fsync per checkpoint, which would hold the event loop.
             conn.execute("PRAGMA synchronous=NORMAL")
             saver = LoopSqliteSaver(conn, serde=MaskingSerializer())
-            saver.setup()
+            # Its tables are created outside any transaction: a process that found them missing as
+            # another created them is answered BUSY at once, and looks again.
+            retried(saver.setup, path=path, timeout=lock_timeout, opening=True)
         no_wait(conn)  # set up: from now on a locked file is waited for by store_locks, not SQLite
         saver.lock_timeout, saver.path = lock_timeout, path
         yield saver

@@ -62,6 +62,7 @@ from framework.runtime.cancel import StillRunning
 from framework.runtime.message_claims import MessageClaims
 from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
+from framework.runtime.store_locks import in_wal
 from framework.runtime.store_url import libpq_url
 from framework.runtime.stores import state_dir
 from framework.runtime.tasks import FINAL_STATES
@@ -207,17 +208,15 @@ def task_store(runtime: Runtime, resumed: Collection[str] = ()) -> WriteBehindTa
     # The engine's statements wait for another process's write lock in aiosqlite's thread, off the loop.
     lock_timeout = runtime.bundle.project.config.store.lock_timeout
     engine = create_async_engine(url, connect_args={"timeout": lock_timeout}, pool_size=1, max_overflow=0)
-    event.listen(engine.sync_engine, "connect", _sqlite_wal)
     path = Path(url.split(":///", 1)[1])
+    event.listen(
+        engine.sync_engine,
+        "connect",
+        lambda connection, _record: in_wal(connection.cursor().execute, path=path, timeout=lock_timeout),
+    )
     store = SqliteTaskStore(engine, path, lock_timeout=lock_timeout)
     follower = TaskFollower(poll=LOCAL_POLL_S)  # subscribers here follow runs without an SDK run here
     return WriteBehindTaskStore(store, records=records, follower=follower, stop=stop)
-
-
-def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.close()
 
 
 def full_card(runtime: Runtime, name: str) -> AgentCard:

@@ -49,7 +49,7 @@ from framework.errors import StoreBusy
 from framework.protocols.a2a.relay import TaskFollower
 from framework.protocols.a2a.statuses import derived
 from framework.runtime.governance.secrets import KNOWN
-from framework.runtime.store_locks import LOCK_TIMEOUT_S, no_wait, until_free
+from framework.runtime.store_locks import LOCK_TIMEOUT_S, in_wal, no_wait, until_free
 from framework.runtime.tasks import Task as Record
 
 logger = logging.getLogger(__name__)
@@ -385,7 +385,7 @@ class SqliteTaskStore(DatabaseTaskStore):
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             conn = sqlite3.connect(self.path, timeout=self.lock_timeout, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
+            in_wal(conn.execute, path=self.path, timeout=self.lock_timeout)
             conn.execute("PRAGMA synchronous=NORMAL")
             self._conn = no_wait(conn)  # a locked file: waited for by until_free, with the event loop running
         return self._conn
