@@ -94,9 +94,9 @@ def _answered(
 
 class ModelNodeGovernance(GovernanceMiddleware):
     """An llm agent's governance with the model turn's checks as graph nodes around the model call: for
-    an agent without tools, whose graph goes from the model straight to its end (langchain routes a
-    model call's ``jump_to`` only where there is a tool node), so a contract retry needs a node of its
-    own. Such an agent makes no tool call for the steps to slow down."""
+    an agent with a contract and without tools, whose graph goes from the model straight to its end
+    (langchain routes a model call's ``jump_to`` only where there is a tool node), so a contract retry
+    needs a node of its own. Such an agent makes no tool call for the steps to slow down."""
 
     @hook_config(can_jump_to=["end"])
     def before_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
@@ -146,7 +146,7 @@ def governance_middleware(agent: AgentSpec, project: Project) -> list[AgentMiddl
     """The middleware every agent of a governed bundle gets (a workflow's wraps its tool steps)."""
     governance: type[GovernanceMiddleware] = WorkflowGovernance
     if isinstance(agent, LlmAgent):
-        governance = ModelCallGovernance if _has_tools(agent) else ModelNodeGovernance
+        governance = ModelCallGovernance if _has_tools(agent) or not _has_contract(agent) else ModelNodeGovernance
     return [governance(policy_for(agent, project))]
 
 
@@ -154,6 +154,12 @@ def _has_tools(agent: LlmAgent) -> bool:
     """Whether the agent's graph surely has a tool node: a builtin or python tool is one tool each
     (an agent selector or an MCP server may come to none)."""
     return any(isinstance(ref, BuiltinTool | PythonTool) for ref in agent.tools)
+
+
+def _has_contract(agent: LlmAgent) -> bool:
+    """Whether the agent has contract rules: only they send a model turn back to the model (a retry),
+    which an agent without a tool node needs graph nodes of its own for (:class:`ModelNodeGovernance`)."""
+    return bool(agent.contract.must_not or agent.contract.must_always)
 
 
 __all__ = ["ModelCallGovernance", "ModelNodeGovernance", "WorkflowGovernance", "governance_middleware"]
