@@ -1,13 +1,17 @@
 """Where governance sits in each kind of agent's graph: the rules of :mod:`.middleware`, hooked in.
 
-    llm agent with tools      ModelCallGovernance   model turn checked inside the model call
-    llm agent without tools   ModelNodeGovernance   model turn checked in nodes around the model
+    llm agent                 ModelCallGovernance   model turn checked inside the model call
+    llm agent without tools,  ModelNodeGovernance   model turn checked in nodes around the model
+      with a contract or a
+      budget that asks
     workflow                  WorkflowGovernance    its answer checked when the run ends
 
 Tool calls are wrapped alike in all three. langchain makes a graph node of each ``before_model``
 and ``after_model`` hook, and those two steps around every model call cost more than all the
 checks in them; but it routes a model call's ``jump_to`` (a contract retry) only into a tool
-node, so an agent without tools keeps the nodes — it makes no tool call for them to slow down.
+node, so an agent without tools keeps the nodes when it has a contract — it makes no tool call
+for them to slow down — and when its budget asks for more, whose pauses earlier versions kept in
+the ``before_model`` node (a graph without it could not resume them).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from framework.errors import ContractViolation
 from framework.runtime.governance.calls import ToolCall
 from framework.runtime.governance.contracts import check_output_contract
 from framework.runtime.governance.middleware import GovernanceMiddleware, context_of
-from framework.runtime.governance.policy import GovernanceState, policy_for
+from framework.runtime.governance.policy import GovernanceState, Policy, policy_for
 from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.project import Project
 from framework.spec.tools import BuiltinTool, PythonTool
@@ -144,16 +148,23 @@ class WorkflowGovernance(GovernanceMiddleware):
 
 def governance_middleware(agent: AgentSpec, project: Project) -> list[AgentMiddleware[Any, Any]]:
     """The middleware every agent of a governed bundle gets (a workflow's wraps its tool steps)."""
-    governance: type[GovernanceMiddleware] = WorkflowGovernance
-    if isinstance(agent, LlmAgent):
-        governance = ModelCallGovernance if _has_tools(agent) or not _has_contract(agent) else ModelNodeGovernance
-    return [governance(policy_for(agent, project))]
+    policy = policy_for(agent, project)
+    if not isinstance(agent, LlmAgent):
+        return [WorkflowGovernance(policy)]
+    nodes = not _has_tools(agent) and (_has_contract(agent) or _asks(policy))
+    return [ModelNodeGovernance(policy) if nodes else ModelCallGovernance(policy)]
 
 
 def _has_tools(agent: LlmAgent) -> bool:
     """Whether the agent's graph surely has a tool node: a builtin or python tool is one tool each
     (an agent selector or an MCP server may come to none)."""
     return any(isinstance(ref, BuiltinTool | PythonTool) for ref in agent.tools)
+
+
+def _asks(policy: Policy) -> bool:
+    """Whether the agent's budget asks a person for more when it is spent (its pause, in a node)."""
+    budget = policy.budget
+    return budget is not None and budget.on_exceed == "ask"
 
 
 def _has_contract(agent: LlmAgent) -> bool:

@@ -11,9 +11,10 @@ For each tool call, in the order of docs/governance.md, 'The order of checks for
 Before each model call the budgets are checked (``on_exceed``: stop / fail / ask for an
 extension); after it, usage and cost are accounted and audited (``model.call``: model, tokens,
 cost or null when its price is unknown — what ``ca usage`` sums); a final answer is checked
-against the contract (fail, or explain the violation and let the model retry). For an llm agent with
-tools these run inside the model call, for one without in graph nodes around it, and a workflow's
-answer when its run ends: :mod:`.graphs` hooks these rules into each kind of agent.
+against the contract (fail, or explain the violation and let the model retry). For an llm agent
+these run inside the model call (in graph nodes around it for one without tools that has a contract
+or a budget that asks), and a workflow's answer when its run ends: :mod:`.graphs` hooks these rules
+into each kind of agent.
 
 An agent with output rules holds its answer back: the custom stream carries ``hold`` before each
 model call, then ``release`` once a final answer passed (or a budget stopped the task) or

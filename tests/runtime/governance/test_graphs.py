@@ -15,23 +15,26 @@ AGENT = """
     tools: {tools}
     capabilities: {{fs: {{read: ["**"]}}}}
     contract: {contract}
+    budget: {budget}
 """
 RULES = "{must_not: [{output_matches: 'secret'}]}"
+ASKS = "{max_turns: 3, on_exceed: ask}"
 
 
 @pytest.mark.parametrize(
-    ("tools", "contract", "hooks"),
+    ("tools", "contract", "budget", "hooks"),
     [
-        ("[fs.read]", RULES, []),
-        ("[]", "{}", []),  # nothing sends its answer back to the model
-        ("[]", RULES, ["before_model", "after_model"]),  # a retry must route back to the model without a tool node
+        ("[fs.read]", RULES, ASKS, []),
+        ("[]", "{}", "{max_turns: 3}", []),  # nothing sends its answer back to the model, nor pauses
+        ("[]", RULES, "null", ["before_model", "after_model"]),  # a retry routes back to the model without a tool node
+        ("[]", "{}", ASKS, ["before_model", "after_model"]),  # pauses kept there by earlier versions still resume
     ],
-    ids=["with-tools", "without-tools-or-contract", "with-a-contract-without-tools"],
+    ids=["with-tools", "without-tools-contract-or-asks", "with-a-contract-without-tools", "asking-without-tools"],
 )
-def test_the_model_turn_is_checked_inside_the_model_call_unless_a_retry_needs_nodes_of_its_own(
-    make_project: ProjectFactory, tools: str, contract: str, hooks: list[str]
+def test_the_model_turn_is_checked_inside_the_model_call_unless_a_retry_or_a_pause_needs_nodes(
+    make_project: ProjectFactory, tools: str, contract: str, budget: str, hooks: list[str]
 ) -> None:
-    root = make_project({"agents/reader.yaml": AGENT.format(tools=tools, contract=contract)})
+    root = make_project({"agents/reader.yaml": AGENT.format(tools=tools, contract=contract, budget=budget)})
     bundle = build_bundle(load_project(root), middleware=governance_middleware)
     nodes = list(bundle.graph("reader").get_graph().nodes)
     assert [node.rsplit(".", 1)[1] for node in nodes if node.endswith("_model")] == hooks
