@@ -188,56 +188,61 @@ def _adding(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks:
 
 
 class CallMetrics(BaseCallbackHandler):
-    """The model or tool calls of one agent: counts, tokens, cost and latency (see :class:`Meter`)."""
+    """The model or tool calls of one agent's model or tools: counts, tokens, cost and latency (see
+    :class:`Meter`), each under the agent of the task that ran it (the run's ``agent`` metadata,
+    which an agent called in-process or a workflow's step inherits), else under this one's."""
 
     run_inline = True
 
     def __init__(self, meter: Meter, agent: str) -> None:
         self.meter = meter
         self.agent = agent
-        self._started: dict[UUID, tuple[float, str]] = {}
-        """Calls under way, by LangChain run id; a call cancelled without an end is dropped past MAX_UNDER_WAY."""
+        self._started: dict[UUID, tuple[float, str, str]] = {}
+        """Calls under way, by LangChain run id: when, what and whose; a call cancelled without an end
+        is dropped past MAX_UNDER_WAY."""
 
-    def _start(self, run_id: UUID, label: str) -> None:
+    def _start(self, run_id: UUID, label: str, metadata: Mapping[str, Any] | None) -> None:
         if self.meter.metrics is None:
             return
         if len(self._started) >= MAX_UNDER_WAY:  # ends that never came (cancelled tool calls): the oldest go
             del self._started[next(iter(self._started))]
-        self._started[run_id] = (time.perf_counter(), label)
+        agent = (metadata or {}).get("agent") or self.agent
+        self._started[run_id] = (time.perf_counter(), label, str(agent))
 
     def on_chat_model_start(
         self, serialized: dict[str, Any] | None, messages: Any, *, run_id: UUID, **kwargs: Any
     ) -> None:
         provider, model = model_of(kwargs.get("metadata"), kwargs)
-        self._start(run_id, f"{provider}:{model}")
+        self._start(run_id, f"{provider}:{model}", kwargs.get("metadata"))
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         started = self._started.pop(run_id, None)
         m = self.meter.metrics
         if started is None or m is None:
             return
-        begun, model = started
-        m.model_calls.labels(self.agent, model).inc()
-        m.model_seconds.labels(self.agent, model).observe(time.perf_counter() - begun)
+        begun, model, agent = started
+        m.model_calls.labels(agent, model).inc()
+        m.model_seconds.labels(agent, model).observe(time.perf_counter() - begun)
         tokens_in, tokens_out, _ = usage_of(response)
-        m.tokens.labels(self.agent, model, "input").inc(tokens_in)
-        m.tokens.labels(self.agent, model, "output").inc(tokens_out)
+        m.tokens.labels(agent, model, "input").inc(tokens_in)
+        m.tokens.labels(agent, model, "output").inc(tokens_out)
         price = call_cost(model, m.prices, tokens_in, tokens_out)
         if price is not None:
-            m.cost.labels(self.agent, model).inc(float(price))
+            m.cost.labels(agent, model).inc(float(price))
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         started = self._started.pop(run_id, None)
         if started is not None and self.meter.metrics is not None:
-            self.meter.metrics.model_calls.labels(self.agent, started[1]).inc()
+            self.meter.metrics.model_calls.labels(started[2], started[1]).inc()
 
     def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID, **kwargs: Any) -> None:
-        self._start(run_id, tool_name(serialized, kwargs))
+        self._start(run_id, tool_name(serialized, kwargs), kwargs.get("metadata"))
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         started = self._started.pop(run_id, None)
         if started is not None and self.meter.metrics is not None:
-            self.meter.metrics.tool_seconds.labels(self.agent, started[1]).observe(time.perf_counter() - started[0])
+            begun, tool, agent = started
+            self.meter.metrics.tool_seconds.labels(agent, tool).observe(time.perf_counter() - begun)
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self.on_tool_end(None, run_id=run_id)  # a failed call took its time too

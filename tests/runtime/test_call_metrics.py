@@ -41,6 +41,16 @@ def test_a_model_built_through_the_meter_counts_its_calls_once_a_server_has_metr
     assert calls == {frozenset({("agent", "echo"), ("model", "offline:offline")}): 1.0}
 
 
+def test_a_call_counts_for_the_agent_of_the_task_that_ran_it(tasks: TaskStore) -> None:
+    meter = Meter()
+    meter.metrics = Metrics(tasks, {})
+    model = meter.models(None)(lambda: OfflineChatModel(agent="helper"), None, "helper")
+    # the helper called in-process by the boss's task: the run's metadata names the boss (Runner.run)
+    asyncio.run(model.ainvoke([HumanMessage("hello")], config={"metadata": {"agent": "boss"}}))
+    calls = _samples(meter.metrics, "ca_model_calls_total")
+    assert calls == {frozenset({("agent", "boss"), ("model", "offline:offline")}): 1.0}
+
+
 def test_calls_that_never_end_do_not_pile_up(tasks: TaskStore) -> None:
     meter = Meter()
     meter.metrics = Metrics(tasks, {})
