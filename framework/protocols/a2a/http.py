@@ -209,14 +209,18 @@ def task_store(runtime: Runtime, resumed: Collection[str] = ()) -> WriteBehindTa
     lock_timeout = runtime.bundle.project.config.store.lock_timeout
     engine = create_async_engine(url, connect_args={"timeout": lock_timeout}, pool_size=1, max_overflow=0)
     path = Path(url.split(":///", 1)[1])
-    event.listen(
-        engine.sync_engine,
-        "connect",
-        lambda connection, _record: in_wal(connection.cursor().execute, path=path, timeout=lock_timeout),
-    )
+    event.listen(engine.sync_engine, "connect", lambda connection, _record: _wal(connection, path, lock_timeout))
     store = SqliteTaskStore(engine, path, lock_timeout=lock_timeout)
     follower = TaskFollower(poll=LOCAL_POLL_S)  # subscribers here follow runs without an SDK run here
     return WriteBehindTaskStore(store, records=records, follower=follower, stop=stop)
+
+
+def _wal(connection: Any, path: Path, lock_timeout: float) -> None:
+    cursor = connection.cursor()
+    try:
+        in_wal(cursor.execute, path=path, timeout=lock_timeout)
+    finally:
+        cursor.close()
 
 
 def full_card(runtime: Runtime, name: str) -> AgentCard:

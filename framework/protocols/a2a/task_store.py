@@ -385,8 +385,12 @@ class SqliteTaskStore(DatabaseTaskStore):
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             conn = sqlite3.connect(self.path, timeout=self.lock_timeout, isolation_level=None, check_same_thread=False)
-            in_wal(conn.execute, path=self.path, timeout=self.lock_timeout)
-            conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                in_wal(conn.execute, path=self.path, timeout=self.lock_timeout)
+                conn.execute("PRAGMA synchronous=NORMAL")
+            except BaseException:
+                conn.close()
+                raise
             self._conn = no_wait(conn)  # a locked file: waited for by until_free, with the event loop running
         return self._conn
 
