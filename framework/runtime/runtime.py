@@ -62,7 +62,16 @@ from framework.spec.project import Project
 class Runtime:
     """Runs tasks of one project; ``async with Runtime.open(project) as rt``."""
 
-    def __init__(self, bundle: Bundle, tasks: TaskStore, audit: AuditLog, turns: Turns, *, source: str = "cli") -> None:
+    def __init__(
+        self,
+        bundle: Bundle,
+        tasks: TaskStore,
+        audit: AuditLog,
+        turns: Turns,
+        *,
+        source: str = "cli",
+        meter: Meter | None = None,
+    ) -> None:
         self.bundle = bundle
         self.tasks = tasks
         self.audit = audit
@@ -78,8 +87,8 @@ class Runtime:
         """Errors of the last reload that could not be applied (the bundle kept serving)."""
         self.started = bundle.project.config
         """The ``ca.yaml`` settings at start-up: reloads keep its settings read once (``RESTART_ONLY``)."""
-        self.meter = Meter()
-        """Counts the model and tool calls of the agents (:meth:`open` gives the one their bundle was compiled with)."""
+        self.meter = meter or Meter()
+        """Counts the model and tool calls of the agents: the one their bundle was compiled with (``wiring.wire``)."""
         self.restart_needed: list[str] = []
         """The start-up settings the files now change (``setting (before -> after)``): a restart applies them."""
         self.watch = CancelWatch(tasks)
@@ -125,9 +134,8 @@ class Runtime:
             model_hook=model_hook,
             tool_hook=tool_hook,
         )
-        runtime = cls(wired.bundle, wired.tasks, wired.audit, wired.turns, source=source)
+        runtime = cls(wired.bundle, wired.tasks, wired.audit, wired.turns, source=source, meter=wired.meter)
         runtime.compile_project = wired.compile_project
-        runtime.meter = wired.meter
         runtime.settled_at_open = await runtime.settle_orphans()
         return runtime
 
