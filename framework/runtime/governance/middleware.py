@@ -35,10 +35,7 @@ from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from langchain.agents.middleware.types import (
-    AgentMiddleware,
-    ToolCallRequest,
-)
+from langchain.agents.middleware.types import AgentMiddleware, ToolCallRequest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
