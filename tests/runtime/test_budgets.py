@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from framework.runtime.audit import AuditLog
 from framework.runtime.events import Paused, RunEvent, Usage, UsageUpdate
 from tests.conftest import ProjectFactory
 from tests.driving import drive, finished, results
@@ -296,6 +297,23 @@ def test_a_conversation_cap_stops_a_second_task_in_the_same_conversation(make_pr
     assert end.output == "Stopped: conversation budget max_turns reached: used 3 of 3."
     assert end.usage.model_calls == 1
     assert finished(elsewhere).stop_reason == "end_turn"  # another conversation has its own cap
+
+
+def test_a_conversation_cap_stops_an_agent_without_tools_before_its_model_call(make_project: ProjectFactory) -> None:
+    # No tools, no contract: its model turn is checked inside the model call (governance/graphs.py)
+    chat = "name: chat\nmodel: offline\nbudget: {conversation: {max_turns: 2}}\n"
+    root = make_project({"agents/chat.yaml": chat})
+    runs = drive(root, "chat", ("c1", "one"), ("c1", "two"), ("c1", "three"))
+    assert [finished(run).stop_reason for run in runs] == ["end_turn", "end_turn", "max_turn_requests"]
+    end = finished(runs[2])
+    assert end.output == "Stopped: conversation budget max_turns reached: used 2 of 2."
+    assert end.usage.model_calls == 0  # stopped before the model was called
+    audit = AuditLog.open(root)
+    try:
+        assert [r.data["limit"] for r in audit.query(kind="budget")] == ["max_turns"]
+        assert len(audit.query(kind="model.call")) == 2
+    finally:
+        audit.close()
 
 
 # -- agent calls: the caller pays, the callee gets what is left ------------------------------
