@@ -41,19 +41,18 @@ from framework.errors import (
 )
 from framework.runtime import logs, telemetry
 from framework.runtime.audit import AuditLog
-from framework.runtime.cancel import Canceled, CancelWatch, cancel_task
+from framework.runtime.cancel import Canceled, CancelWatch, answer_held_calls, cancel_task
 from framework.runtime.database import Database
+from framework.runtime.decisions import answer_to, check_decision, pending_of, resume_value
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.fence import Fence
 from framework.runtime.governance.secrets import KNOWN
-from framework.runtime.leases import now
 from framework.runtime.metrics import Meter, Metrics
-from framework.runtime.pauses import Gate, Pause, Question
 from framework.runtime.remote import RemoteFactory
 from framework.runtime.restart import needs_restart, pinned
 from framework.runtime.resumes import why_not_resumed
 from framework.runtime.runner import Runner
-from framework.runtime.tasks import FINAL_STATES, AlreadyDecided, Pending, Task, TaskStore, expiry
+from framework.runtime.tasks import FINAL_STATES, Task, TaskStore
 from framework.runtime.turns import Turns
 from framework.runtime.wiring import McpFactory, wire
 from framework.spec.project import Project
@@ -397,23 +396,11 @@ class Runtime:
         return dataclasses.replace(RunFinished.failed(failure, usage), task_id=task.id)
 
     async def _answers(self, task: Task, decision: Mapping[str, Any]) -> dict[str, Any]:
-        """The resume value of each pending decision; ApprovalTimedOut when one expired under ``on_timeout: fail``.
-
-        An expired approval is answered by its ``on_timeout`` (approve or reject) instead of ``decision``.
-        """
+        """The resume value of each pending decision (each audited); ApprovalTimedOut when one expired
+        under ``on_timeout: fail`` (:func:`~framework.runtime.decisions.answer_to`)."""
         answers: dict[str, Any] = {}
         for pending in task.pending:
-            answer = dict(decision)
-            if pending.expired():
-                if pending.on_timeout == "fail":
-                    raise ApprovalTimedOut(
-                        f"task {task.id[:12]}: the approval timed out (on_timeout: fail); the task failed",
-                        data={"interrupt": pending.interrupt_id, "expired_at": pending.expires_at},
-                    )
-                answer = {
-                    "decision": "approve" if pending.on_timeout == "approve" else "reject",
-                    "reason": "the approval timed out",
-                }
+            answer = answer_to(task, pending, decision)
             await self.audit.aappend(
                 "approval",
                 source="cli" if self.source == "cli" else self.source,  # type: ignore[arg-type]
@@ -427,7 +414,7 @@ class Runtime:
                     **answer,
                 },
             )
-            answers[pending.interrupt_id] = _for_pause(pending.pause, answer)
+            answers[pending.interrupt_id] = resume_value(pending.pause, answer)
         return answers
 
     @property
@@ -443,46 +430,19 @@ class Runtime:
     async def acheck_decision(self, task_id: str, decision: Mapping[str, Any]) -> Task:
         """The paused task ``decision`` can answer; a RunError saying what it waits for if it cannot."""
         task = await self.tasks.aget(task_id)
-        if task.state != "input-required" or not task.pending:
-            who = f"was already decided by {task.decided_by} at {task.decided_at}; it " if task.decided_by else ""
-            raise AlreadyDecided(f"task {task.id[:12]} {who}is {task.state}, not waiting for a decision")
-        asks = [isinstance(p.pause, Question) for p in task.pending]
-        kind = decision.get("decision")
-        if kind == "answer" and not all(asks):
-            raise RunError(f"task {task.id[:12]} waits for an approval, not an answer: approve or reject it")
-        if kind in ("approve", "always", "edit") and any(asks):
-            raise RunError(f"task {task.id[:12]} asks a question: answer it with text (or reject it)")
+        check_decision(task, decision)
         return task
 
     async def _drop_abandoned_pause(self, agent: str, conversation: str) -> None:
-        """A pause whose task was canceled (or failed) no longer blocks its conversation.
-
-        The tool calls it held are answered "cancelled by the user" (as if the tools ran), so
-        the history stays valid for every provider and the next message starts a new turn.
-        """
+        """A pause whose task was canceled (or failed) no longer blocks its conversation
+        (:func:`~framework.runtime.cancel.answer_held_calls`)."""
         if not await self.tasks.apause_abandoned_in(conversation):
             return
-        from langchain_core.messages import AIMessage, ToolMessage
-
         try:
             graph = self.bundle.graph(agent)
         except CAError:  # the agent cannot run (e.g. a missing key): the run itself will say so
             return
-        config: Any = {"configurable": {"thread_id": conversation}}
-        state = await graph.aget_state(config)
-        if not state.interrupts:
-            return
-        messages = (state.values or {}).get("messages", [])
-        last = messages[-1] if messages else None
-        if not isinstance(last, AIMessage) or not last.tool_calls:
-            return
-        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-        closing = [
-            ToolMessage("cancelled by the user", tool_call_id=call["id"] or "", name=call["name"], status="error")
-            for call in last.tool_calls
-            if call.get("id") not in answered
-        ]
-        await graph.aupdate_state(config, {"messages": closing}, as_node="tools")
+        await answer_held_calls(graph, conversation)
 
     async def cancel(self, task_id: str, *, by: str | None = None) -> Canceled:
         """End any task canceled — paused, running here, in another process, or orphaned; see
@@ -600,7 +560,7 @@ class Runtime:
     async def _finish(self, task: Task, event: RunFinished, pauses: list[Paused]) -> None:
         usage = dataclasses.asdict(event.usage)
         if event.state == "input-required":
-            pending = tuple(self._pending(task, p) for p in pauses)
+            pending = tuple(pending_of(self.bundle.project, task.agent, p) for p in pauses)
             await self.tasks.aupdate(task.id, state="input-required", pending=pending, usage=usage)
             tracing = telemetry.tracing()
             traced = {"traceparent": tracing.traceparent(task.id)} if tracing is not None else {}
@@ -614,25 +574,6 @@ class Runtime:
             )
             code = event.failure.code if event.failure is not None else None
             await self._audit_task(task, event.state, error=event.error, code=code)
-
-    def _pending(self, task: Task, paused: Paused) -> Pending:
-        paused_at = now()
-        timeout, on_timeout = self._timeout(task.agent, paused.pause)
-        return Pending(
-            paused.interrupt_id, paused.payload, paused_at.isoformat(), expiry(paused_at, timeout), on_timeout
-        )
-
-    def _timeout(self, agent: str, pause: Pause) -> tuple[float | None, str]:
-        """How long a pause may wait, and what answers it then: a step's own timeout (rejected), or
-        the approval timeout of the asking agent's profile."""
-        if isinstance(pause, Gate | Question):
-            return pause.timeout, "reject"
-        spec = self.bundle.project.agents.get(pause.agent or agent)
-        name = (spec.profile if spec else None) or self.bundle.project.config.defaults.profile
-        profile = self.bundle.project.profiles.get(name) if name else None
-        if profile is None:
-            return None, "reject"
-        return profile.approval.timeout, profile.approval.on_timeout
 
 
 def _bind_logs(task: Task) -> None:
@@ -653,15 +594,3 @@ def _taken_over(task: Task) -> TaskTakenOver:
 
 def _code(task: Task) -> str | None:
     return task.failure.code if task.failure else None
-
-
-def _for_pause(pause: Pause, answer: Mapping[str, Any]) -> Any:
-    """A workflow gate reads ``{approved, reason}``, an ask ``{text}`` or ``{declined, reason}``;
-    tool approvals and budgets read ``{decision, ...}``."""
-    if isinstance(pause, Question):
-        if answer.get("decision") == "reject":
-            return {"declined": True, "reason": answer.get("reason")}
-        return {"text": str(answer.get("text") or "")}
-    if isinstance(pause, Gate):
-        return {"approved": answer.get("decision") in ("approve", "always"), "reason": answer.get("reason")}
-    return dict(answer)
