@@ -495,37 +495,6 @@ class TaskStore:
                 return task
         return None
 
-    def save_remote(self, key: str, url: str, task_id: str, context_id: str) -> None:
-        """Remember the remote task a tool call started (so a resumed caller continues it)."""
-        self.db.execute(*self._saving_remote(key, url, task_id, context_id))
-
-    async def asave_remote(self, key: str, url: str, task_id: str, context_id: str) -> None:
-        """:meth:`save_remote`, waiting with the event loop running."""
-        await self.db.aexecute(*self._saving_remote(key, url, task_id, context_id))
-
-    @staticmethod
-    def _saving_remote(key: str, url: str, task_id: str, context_id: str) -> Statement:
-        return (
-            "INSERT INTO remote_calls (key, url, task_id, context_id, created_at) VALUES (?, ?, ?, ?, ?)"
-            " ON CONFLICT (key) DO UPDATE SET url = excluded.url, task_id = excluded.task_id,"
-            " context_id = excluded.context_id, created_at = excluded.created_at",
-            (key, url, task_id, context_id, now().isoformat()),
-        )
-
-    _REMOTE = "SELECT url, task_id, context_id FROM remote_calls WHERE key = ?"
-
-    @staticmethod
-    def _remote(row: tuple[Any, ...] | None) -> dict[str, str] | None:
-        return None if row is None else {"url": row[0], "task_id": row[1], "context_id": row[2]}
-
-    def get_remote(self, key: str) -> dict[str, str] | None:
-        """The remote task a tool call started (``url``, ``task_id``, ``context_id``), or None."""
-        return self._remote(self.db.execute(self._REMOTE, (key,)).one())
-
-    async def aget_remote(self, key: str) -> dict[str, str] | None:
-        """:meth:`get_remote`, waiting with the event loop running."""
-        return self._remote((await self.db.aexecute(self._REMOTE, (key,))).one())
-
     _COUNTS = "SELECT state, COUNT(*) FROM tasks GROUP BY state"
 
     def counts(self) -> dict[str, int]:

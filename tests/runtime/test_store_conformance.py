@@ -21,6 +21,7 @@ import pytest
 from framework.errors import ConversationBusy, RunError, StoreUnreachable
 from framework.protocols.acp.sessions import SessionStore
 from framework.runtime.database import open_database
+from framework.runtime.remote_calls import RemoteCalls
 from framework.runtime.schema import LATEST, MIGRATIONS, connect, migrate, version
 from framework.runtime.tasks import AlreadyDecided, Pending, TaskStore
 from framework.runtime.turns import Turns
@@ -104,9 +105,10 @@ def test_tasks_are_created_read_listed_and_updated(engine: Engine) -> None:
         assert (done.state, done.output) == ("completed", "fine")
         assert store.counts() == {"input-required": 1, "completed": 1}
         assert store.callers_in("c1") == {"team-a", ""}
-        store.save_remote("k", "http://one", "t1", "ctx1")
-        asyncio.run(store.asave_remote("k", "http://two", "t2", "ctx2"))  # the same key: replaced
-        assert store.get_remote("k") == {"url": "http://two", "task_id": "t2", "context_id": "ctx2"}
+        calls = RemoteCalls(store.db)
+        asyncio.run(calls.asave("k", "http://one", "t1", "ctx1"))
+        asyncio.run(calls.asave("k", "http://two", "t2", "ctx2"))  # the same key: replaced
+        assert asyncio.run(calls.afind("k")) == {"url": "http://two", "task_id": "t2", "context_id": "ctx2"}
         assert store.adopt("team-b", "a2a-http") == 1
         assert store.get(second.id).caller == "team-b"
     finally:

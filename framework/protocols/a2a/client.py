@@ -40,6 +40,7 @@ from framework.protocols.a2a.origins import Origin, credentials_for, origin_of, 
 from framework.protocols.a2a.registry import discover
 from framework.protocols.a2a.wire import EVENT_KEY, from_wire
 from framework.runtime.remote import Discovery
+from framework.runtime.remote_calls import RemoteCalls
 from framework.runtime.tasks import TaskStore
 from framework.spec.project import Project
 
@@ -221,7 +222,8 @@ class Peers:
         context = CALL_CONTEXT.get() or RunContext()
         assert self.tasks is not None, "agent tools need the runtime's task store"
         key = f"{context.task_id}:{context.call_id}" if context.task_id and context.call_id else ""
-        known = await self.tasks.aget_remote(key) if key else None
+        calls = RemoteCalls(self.tasks.db)
+        known = await calls.afind(key) if key else None
         metadata = {
             "cleveragents": {
                 "depth": context.depth,
@@ -233,7 +235,7 @@ class Peers:
         if known is None:
             outcome = await self.send(url, [new_text_part(text)], metadata=metadata)
             if key and outcome.task_id:
-                await self.tasks.asave_remote(key, url, outcome.task_id, outcome.context_id)
+                await calls.asave(key, url, outcome.task_id, outcome.context_id)
         else:
             outcome = await self.status(url, known["task_id"])
             outcome.context_id = known["context_id"]
