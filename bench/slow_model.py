@@ -115,25 +115,25 @@ async def one(http: Any, url: str, streaming: bool) -> tuple[float, str | None]:
     body = send_body("hello", method=method)
     try:
         if not streaming:
-            answer = (await http.post(url, json=body)).json()
+            async with http.post(url, json=body) as response:
+                answer = await response.json()
             state = answer.get("result", {}).get("task", {}).get("status", {}).get("state")
             problem = None if state == "TASK_STATE_COMPLETED" else f"state {state}: {str(answer)[:200]}"
         else:
-            last = ""
-            async with http.stream("POST", url, json=body, headers={"Accept": "text/event-stream"}) as response:
-                async for line in response.aiter_lines():
-                    if line.startswith("data:"):
+            last = b""
+            async with http.post(url, json=body, headers={"Accept": "text/event-stream"}) as response:
+                async for line in response.content:
+                    if line.startswith(b"data:"):
                         last = line
-            problem = None if "TASK_STATE_COMPLETED" in last else f"last event {last[:200]}"
+            problem = None if b"TASK_STATE_COMPLETED" in last else f"last event {last[:200]!r}"
     except Exception as exc:  # a bench reports every failure and goes on
         problem = f"{type(exc).__name__}: {exc}"
     return time.perf_counter() - start, problem
 
 
 async def load(url: str, tasks: int, streaming: bool, pid: int) -> dict[str, Any]:
-    import httpx
+    import aiohttp
 
-    limits = httpx.Limits(max_connections=tasks, max_keepalive_connections=tasks)
     peak_rss = [rss_kib(pid)]
     done = threading.Event()
 
@@ -143,7 +143,9 @@ async def load(url: str, tasks: int, streaming: bool, pid: int) -> dict[str, Any
 
     sampler = threading.Thread(target=sample, daemon=True)
     before = rss_kib(pid)
-    async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT * 4, limits=limits, headers=HEADERS) as http:
+    connector = aiohttp.TCPConnector(limit=tasks)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT * 4)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=HEADERS) as http:
         sampler.start()
         start = time.perf_counter()
         results = await asyncio.gather(*(one(http, url, streaming) for _ in range(tasks)))
