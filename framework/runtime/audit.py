@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -42,7 +43,7 @@ from framework.runtime.audit_chain import (
     record_hash,
     verify_chain,
 )
-from framework.runtime.audit_store import AuditStore, Row
+from framework.runtime.audit_store import AuditStore, Build, Row
 from framework.runtime.governance.secrets import SecretValues
 from framework.runtime.store_locks import LOCK_TIMEOUT_S
 from framework.runtime.store_url import is_postgres, psycopg_url
@@ -94,7 +95,8 @@ class AuditLog:
 
     ``append`` blocks for one short transaction; async code calls ``aappend``, which waits for
     another process's write lock with the event loop running. Appends from several tasks, threads and processes form one chain. With a
-    ``key`` the records appended are keyed; without one they are not.
+    ``key`` the records appended are keyed; without one they are not. ``hold`` keeps a record for
+    the next append's transaction (written just before that append's record, or by ``aflush``).
     """
 
     def __init__(self, store: AuditStore, secrets: Iterable[str] = (), key: ChainKey | None = None) -> None:
@@ -107,6 +109,9 @@ class AuditLog:
         """Called with each record once it is stored (masked): the run's trace shows it as an event."""
         self._extendable = False
         """Whether the chain's tail was found to accept this log's records (checked before the first append)."""
+        self._held: list[Build] = []
+        """Records kept by :meth:`hold` for the next write, oldest first."""
+        self._held_lock = threading.Lock()
 
     def add_secrets(self, secrets: Iterable[str]) -> None:
         """Mask these values too from now on (a reload may bring new ``${VAR}`` secrets)."""
@@ -170,7 +175,13 @@ class AuditLog:
         Values in ``data`` that JSON cannot represent are stored as their ``str()``.
         """
         build = self._builder(kind, source, task_id, conversation_id, agent, data)
-        return self._observed(_to_record(self._store.append(build)))
+        builds = self._with_held(build)
+        try:
+            rows = self._store.append(*builds)
+        except BaseException:
+            self._unheld(builds[:-1])
+            raise
+        return self._observed(rows)
 
     async def aappend(
         self,
@@ -185,16 +196,79 @@ class AuditLog:
         """:meth:`append` for async code: another process's write lock is waited for with the
         event loop running (:mod:`framework.runtime.store_locks`)."""
         build = self._builder(kind, source, task_id, conversation_id, agent, data)
-        return self._observed(_to_record(await self._store.aappend(build)))
+        builds = self._with_held(build)
+        try:
+            rows = await self._store.aappend(*builds)
+        except BaseException:
+            self._unheld(builds[:-1])
+            raise
+        return self._observed(rows)
 
-    def _observed(self, record: AuditRecord) -> AuditRecord:
-        for observe in self.observers:
-            observe(record)
-        return record
+    def hold(
+        self,
+        kind: str,
+        *,
+        source: Source,
+        task_id: str,
+        conversation_id: str = "",
+        agent: str = "",
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Keep a record to write in the same transaction as the next one appended, just before it
+        (or by :meth:`aflush` or :meth:`close`): one transaction instead of two for a record of
+        something done (a model call) that another record follows before anything else happens.
+        The caller flushes before the next thing the record must precede (a model or tool call):
+        a record held is lost if the process dies, as one not yet appended would be."""
+        build = self._builder(kind, source, task_id, conversation_id, agent, data)
+        with self._held_lock:
+            self._held.append(build)
+
+    async def aflush(self) -> None:
+        """Write the records held (:meth:`hold`), if any, in one transaction."""
+        builds = self._with_held()
+        if not builds:
+            return
+        try:
+            rows = await self._store.aappend(*builds)
+        except BaseException:
+            self._unheld(builds)
+            raise
+        self._observed(rows)
+
+    def flush(self) -> None:
+        """:meth:`aflush` for sync code."""
+        builds = self._with_held()
+        if not builds:
+            return
+        try:
+            rows = self._store.append(*builds)
+        except BaseException:
+            self._unheld(builds)
+            raise
+        self._observed(rows)
+
+    def _with_held(self, build: Build | None = None) -> list[Build]:
+        """The records held (taken: a concurrent write does not write them twice), then ``build``."""
+        with self._held_lock:
+            builds, self._held = self._held, []
+        return [*builds, build] if build is not None else builds
+
+    def _unheld(self, builds: list[Build]) -> None:
+        """Hold again the records of a write that failed (nothing of it was written), before any held since."""
+        with self._held_lock:
+            self._held[:0] = builds
+
+    def _observed(self, rows: list[Row]) -> AuditRecord:
+        """The rows written, as records shown to the observers in order; the last one returned."""
+        records = [_to_record(row) for row in rows]
+        for record in records:
+            for observe in self.observers:
+                observe(record)
+        return records[-1]
 
     def _builder(
         self, kind: str, source: Source, task_id: str, conversation_id: str, agent: str, data: dict[str, Any] | None
-    ) -> Callable[[int, str], Row]:
+    ) -> Build:
         """The row of a record, given the seq and prev_hash it follows (masked, hashed)."""
         if source not in SOURCES:
             raise ValueError(f"unknown audit source {source!r}; expected one of {sorted(SOURCES)}")
@@ -264,8 +338,11 @@ class AuditLog:
         return verify_chain((asdict(record) for record in self.records()), self._store.head(), self._key)
 
     def close(self) -> None:
-        """Release the database connections."""
-        self._store.close()
+        """Write the records held, then release the database connections."""
+        try:
+            self.flush()
+        finally:
+            self._store.close()
 
     def __enter__(self) -> Self:
         return self
