@@ -25,6 +25,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -174,14 +175,9 @@ class AuditLog:
 
         Values in ``data`` that JSON cannot represent are stored as their ``str()``.
         """
-        build = self._builder(kind, source, task_id, conversation_id, agent, data)
-        builds = self._with_held(build)
-        try:
+        with self._taking_held(self._builder(kind, source, task_id, conversation_id, agent, data)) as builds:
             rows = self._store.append(*builds)
-        except BaseException:
-            self._unheld(builds[:-1])
-            raise
-        return self._observed(rows)
+        return self._observed(rows)[-1]
 
     async def aappend(
         self,
@@ -195,14 +191,9 @@ class AuditLog:
     ) -> AuditRecord:
         """:meth:`append` for async code: another process's write lock is waited for with the
         event loop running (:mod:`framework.runtime.store_locks`)."""
-        build = self._builder(kind, source, task_id, conversation_id, agent, data)
-        builds = self._with_held(build)
-        try:
+        with self._taking_held(self._builder(kind, source, task_id, conversation_id, agent, data)) as builds:
             rows = await self._store.aappend(*builds)
-        except BaseException:
-            self._unheld(builds[:-1])
-            raise
-        return self._observed(rows)
+        return self._observed(rows)[-1]
 
     def hold(
         self,
@@ -225,46 +216,36 @@ class AuditLog:
 
     async def aflush(self) -> None:
         """Write the records held (:meth:`hold`), if any, in one transaction."""
-        builds = self._with_held()
-        if not builds:
-            return
-        try:
-            rows = await self._store.aappend(*builds)
-        except BaseException:
-            self._unheld(builds)
-            raise
+        with self._taking_held() as builds:
+            rows = await self._store.aappend(*builds) if builds else []
         self._observed(rows)
 
     def flush(self) -> None:
         """:meth:`aflush` for sync code."""
-        builds = self._with_held()
-        if not builds:
-            return
-        try:
-            rows = self._store.append(*builds)
-        except BaseException:
-            self._unheld(builds)
-            raise
+        with self._taking_held() as builds:
+            rows = self._store.append(*builds) if builds else []
         self._observed(rows)
 
-    def _with_held(self, build: Build | None = None) -> list[Build]:
-        """The records held (taken: a concurrent write does not write them twice), then ``build``."""
+    @contextmanager
+    def _taking_held(self, build: Build | None = None) -> Iterator[list[Build]]:
+        """The records held, then ``build``, for one write: taken (a concurrent write does not write
+        them twice), and held again, before any held since, if the write fails (nothing of it was written)."""
         with self._held_lock:
-            builds, self._held = self._held, []
-        return [*builds, build] if build is not None else builds
+            held, self._held = self._held, []
+        try:
+            yield [*held, build] if build is not None else held
+        except BaseException:
+            with self._held_lock:
+                self._held[:0] = held
+            raise
 
-    def _unheld(self, builds: list[Build]) -> None:
-        """Hold again the records of a write that failed (nothing of it was written), before any held since."""
-        with self._held_lock:
-            self._held[:0] = builds
-
-    def _observed(self, rows: list[Row]) -> AuditRecord:
-        """The rows written, as records shown to the observers in order; the last one returned."""
+    def _observed(self, rows: list[Row]) -> list[AuditRecord]:
+        """The rows written, as records, shown to the observers in order."""
         records = [_to_record(row) for row in rows]
         for record in records:
             for observe in self.observers:
                 observe(record)
-        return records[-1]
+        return records
 
     def _builder(
         self, kind: str, source: Source, task_id: str, conversation_id: str, agent: str, data: dict[str, Any] | None
