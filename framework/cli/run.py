@@ -344,22 +344,25 @@ async def run_command(options: RunOptions) -> int:
     """Load, compile, run one turn (answering pauses at a terminal), print; the exit code."""
     from contextlib import AsyncExitStack
 
-    from framework.protocols.a2a import open_remote
-    from framework.protocols.mcp import open_mcp
-    from framework.runtime.runtime import Runtime
-    from framework.spec import load_project
+    from framework.runtime.heap import starting_up
 
-    project = load_project(options.project)
-    agent = options.agent or project.default_agent
-    if agent is None:  # pragma: no cover - a project without agents does not load
-        raise UsageError("name the agent to run (see `ca agents list`)")
-    text = read_prompt(options.prompt)
-    session = options.session or uuid.uuid4().hex[:12]
     async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(project, stack=stack, remote=open_remote, mcp=open_mcp)
-        runtime.bundle.agent(agent)  # unknown agent or skill: a clear error (exit 2) before anything runs
-        if options.skill is not None:
-            runtime.bundle.check_skill(agent, options.skill)
+        with starting_up():
+            from framework.protocols.a2a import open_remote
+            from framework.protocols.mcp import open_mcp
+            from framework.runtime.runtime import Runtime
+            from framework.spec import load_project
+
+            project = load_project(options.project)
+            agent = options.agent or project.default_agent
+            if agent is None:  # pragma: no cover - a project without agents does not load
+                raise UsageError("name the agent to run (see `ca agents list`)")
+            text = read_prompt(options.prompt)
+            session = options.session or uuid.uuid4().hex[:12]
+            runtime = await Runtime.open(project, stack=stack, remote=open_remote, mcp=open_mcp)
+            runtime.bundle.agent(agent)  # unknown agent or skill: a clear error (exit 2) before anything runs
+            if options.skill is not None:
+                runtime.bundle.check_skill(agent, options.skill)
         task_id = uuid.uuid4().hex
         events = runtime.send(agent, text, conversation=session, skill=options.skill, task_id=task_id)
         return await drive(runtime, events, as_json=options.as_json, session=session, task_id=task_id)

@@ -185,19 +185,22 @@ async def _a2a(options: StdioOptions, root: Path, first: bytes, out: TextIO) -> 
     import asyncio
     from contextlib import AsyncExitStack
 
-    from framework.errors import UsageError
-    from framework.protocols.a2a import open_remote
-    from framework.protocols.a2a.stdio import serve_stdio
-    from framework.protocols.mcp import open_mcp
-    from framework.runtime.runtime import Runtime
-    from framework.spec import load_project
+    from framework.runtime.heap import starting_up
 
-    project = load_project(root)
-    name = options.agent or project.default_agent
-    if name is None:
-        raise UsageError("the project has no agents to serve")
     async with AsyncExitStack() as stack:
-        runtime = await Runtime.open(project, source="a2a-stdio", stack=stack, remote=open_remote, mcp=open_mcp)
+        with starting_up():
+            from framework.errors import UsageError
+            from framework.protocols.a2a import open_remote
+            from framework.protocols.a2a.stdio import serve_stdio
+            from framework.protocols.mcp import open_mcp
+            from framework.runtime.runtime import Runtime
+            from framework.spec import load_project
+
+            project = load_project(root)
+            name = options.agent or project.default_agent
+            if name is None:
+                raise UsageError("the project has no agents to serve")
+            runtime = await Runtime.open(project, source="a2a-stdio", stack=stack, remote=open_remote, mcp=open_mcp)
         watcher = None
         if options.reload:
             from framework.runtime.reload import watch

@@ -1,4 +1,4 @@
-"""The server's frozen heap: what a reload replaced is still collected."""
+"""The frozen heap: what a reload replaced is still collected; start-up is not collected, then frozen."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from framework.runtime.heap import freeze_loaded
+from framework.runtime.heap import freeze_loaded, starting_up
 
 
 class _Bundle:
@@ -35,3 +35,41 @@ def test_a_bundle_replaced_after_the_freeze_is_collected(unfrozen: None) -> None
     freeze_loaded()  # after the reload
     assert gone() is None, "the replaced bundle stays in memory for good"
     assert gc.get_freeze_count() > 0
+
+
+def test_start_up_is_not_collected_and_is_frozen_once_over(unfrozen: None) -> None:
+    collections: list[str] = []
+    watch = lambda phase, info: collections.append(phase)  # noqa: E731
+    gc.callbacks.append(watch)
+    try:
+        with starting_up():
+            loaded = _Bundle()  # what start-up keeps: its modules, project, stores
+            for _ in range(5000):  # allocations that trigger collections when the collector runs
+                _Bundle()
+            assert collections == [], "a collection ran during start-up"
+        assert gc.isenabled()
+        for _ in range(5000):
+            _Bundle()
+        assert collections, "collection did not resume after start-up"
+    finally:
+        gc.callbacks.remove(watch)
+    frozen = weakref.ref(loaded)
+    del loaded
+    gc.collect()
+    assert frozen() is not None, "what start-up loaded was not frozen: every collection walks it again"
+
+
+def test_an_error_during_start_up_still_resumes_collection(unfrozen: None) -> None:
+    with pytest.raises(ValueError, match="bad project"), starting_up():
+        raise ValueError("bad project")
+    assert gc.isenabled()
+
+
+def test_start_up_leaves_a_collector_someone_turned_off_turned_off(unfrozen: None) -> None:
+    gc.disable()
+    try:
+        with starting_up():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

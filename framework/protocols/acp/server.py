@@ -185,18 +185,22 @@ class AcpServer:
         self.ready = asyncio.create_task(self._load())
 
     async def _load(self) -> None:
-        from framework.protocols.a2a import open_remote
-        from framework.protocols.acp.sessions import SessionStore
-        from framework.protocols.mcp import open_mcp
-        from framework.runtime.runtime import Runtime
-        from framework.spec import load_project
+        from framework.runtime.heap import starting_up
 
-        try:
-            project = load_project(self.root)
-        except SpecError as exc:
-            self.load_error = exc
-            return
-        self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote, mcp=open_mcp)
+        with starting_up():
+            from framework.protocols.a2a import open_remote
+            from framework.protocols.mcp import open_mcp
+            from framework.runtime.runtime import Runtime
+            from framework.spec import load_project
+
+            try:
+                project = load_project(self.root)
+            except SpecError as exc:
+                self.load_error = exc
+                return
+            self.runtime = await Runtime.open(project, source="acp", stack=self.stack, remote=open_remote, mcp=open_mcp)
+        from framework.protocols.acp.sessions import SessionStore
+
         self.rows = SessionStore(self.runtime.database)  # the runtime's connection, closed with it
         self.agent_name = self.agent_name or project.default_agent
         if self.reload:
