@@ -17,7 +17,7 @@ from typing import IO
 import uvicorn
 
 from framework.errors import UsageError
-from framework.runtime.heap import freeze_loaded
+from framework.runtime.heap import freeze_loaded, starting_up
 from framework.runtime.logs import chosen, configure
 from framework.runtime.store_url import unreachable
 from framework.spec.project import LogFormat
@@ -156,13 +156,14 @@ async def check_store(url: str) -> None:
 
 
 async def serve(options: ServeOptions) -> int:
-    from framework.protocols.a2a import open_remote
-    from framework.protocols.a2a.http import build_server, describe, store_url
-    from framework.protocols.mcp import open_mcp
-    from framework.runtime.runtime import Runtime
-    from framework.spec import load_project
+    with starting_up():  # what start-up loads is frozen; the whole heap once the server is ready
+        from framework.protocols.a2a import open_remote
+        from framework.protocols.a2a.http import build_server, describe, store_url
+        from framework.protocols.mcp import open_mcp
+        from framework.runtime.runtime import Runtime
+        from framework.spec import load_project
 
-    project = load_project(options.project)  # CA_HOST, CA_PORT … are in its config from here on
+        project = load_project(options.project)  # CA_HOST, CA_PORT … are in its config from here on
     log_format = chosen(options.log_format, os.environ)
     configure(log_format)
     server = project.config.server
@@ -179,11 +180,12 @@ async def serve(options: ServeOptions) -> int:
         stack.callback(lock.close)
         listening = listen_on(host, port)  # a port in use: one line, before anything else starts
         stack.callback(listening.close)
-        runtime = await Runtime.open(
-            project, source="a2a-http", stack=stack, base_url=base_url, remote=open_remote, mcp=open_mcp
-        )
-        await check_store(store_url(runtime))
-        served = build_server(runtime)
+        with starting_up():
+            runtime = await Runtime.open(
+                project, source="a2a-http", stack=stack, base_url=base_url, remote=open_remote, mcp=open_mcp
+            )
+            await check_store(store_url(runtime))
+            served = build_server(runtime)
         # uvicorn's own wait only cuts connections once it is over: the runs are stopped first
         # (``Draining``), so the grace left is for the answers to be written.
         # In JSON, uvicorn's records go through the root logger's JSON handler instead of its own.
