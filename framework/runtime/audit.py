@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,7 +42,7 @@ from framework.runtime.audit_chain import (
     record_hash,
     verify_chain,
 )
-from framework.runtime.audit_store import AuditStore, Build, Row
+from framework.runtime.audit_store import AuditStore, Row
 from framework.runtime.governance.secrets import SecretValues
 from framework.runtime.store_locks import LOCK_TIMEOUT_S
 from framework.runtime.store_url import is_postgres, psycopg_url
@@ -96,8 +94,7 @@ class AuditLog:
 
     ``append`` blocks for one short transaction; async code calls ``aappend``, which waits for
     another process's write lock with the event loop running. Appends from several tasks, threads and processes form one chain. With a
-    ``key`` the records appended are keyed; without one they are not. ``hold`` keeps a record for
-    the next append's transaction (written just before that append's record, or by ``aflush``).
+    ``key`` the records appended are keyed; without one they are not.
     """
 
     def __init__(self, store: AuditStore, secrets: Iterable[str] = (), key: ChainKey | None = None) -> None:
@@ -110,9 +107,6 @@ class AuditLog:
         """Called with each record once it is stored (masked): the run's trace shows it as an event."""
         self._extendable = False
         """Whether the chain's tail was found to accept this log's records (checked before the first append)."""
-        self._held: list[Build] = []
-        """Records kept by :meth:`hold` for the next write, oldest first."""
-        self._held_lock = threading.Lock()
 
     def add_secrets(self, secrets: Iterable[str]) -> None:
         """Mask these values too from now on (a reload may bring new ``${VAR}`` secrets)."""
@@ -175,9 +169,8 @@ class AuditLog:
 
         Values in ``data`` that JSON cannot represent are stored as their ``str()``.
         """
-        with self._taking_held(self._builder(kind, source, task_id, conversation_id, agent, data)) as builds:
-            rows = self._store.append(*builds)
-        return self._observed(rows)[-1]
+        build = self._builder(kind, source, task_id, conversation_id, agent, data)
+        return self._observed(_to_record(self._store.append(build)))
 
     async def aappend(
         self,
@@ -191,65 +184,17 @@ class AuditLog:
     ) -> AuditRecord:
         """:meth:`append` for async code: another process's write lock is waited for with the
         event loop running (:mod:`framework.runtime.store_locks`)."""
-        with self._taking_held(self._builder(kind, source, task_id, conversation_id, agent, data)) as builds:
-            rows = await self._store.aappend(*builds)
-        return self._observed(rows)[-1]
-
-    def hold(
-        self,
-        kind: str,
-        *,
-        source: Source,
-        task_id: str,
-        conversation_id: str = "",
-        agent: str = "",
-        data: dict[str, Any] | None = None,
-    ) -> None:
-        """Keep a record to write in the same transaction as the next one appended, just before it
-        (or by :meth:`aflush` or :meth:`close`): one transaction instead of two for a record of
-        something done (a model call) that another record follows before anything else happens.
-        The caller flushes before the next thing the record must precede (a model or tool call):
-        a record held is lost if the process dies, as one not yet appended would be."""
         build = self._builder(kind, source, task_id, conversation_id, agent, data)
-        with self._held_lock:
-            self._held.append(build)
+        return self._observed(_to_record(await self._store.aappend(build)))
 
-    async def aflush(self) -> None:
-        """Write the records held (:meth:`hold`), if any, in one transaction."""
-        with self._taking_held() as builds:
-            rows = await self._store.aappend(*builds) if builds else []
-        self._observed(rows)
-
-    def flush(self) -> None:
-        """:meth:`aflush` for sync code."""
-        with self._taking_held() as builds:
-            rows = self._store.append(*builds) if builds else []
-        self._observed(rows)
-
-    @contextmanager
-    def _taking_held(self, build: Build | None = None) -> Iterator[list[Build]]:
-        """The records held, then ``build``, for one write: taken (a concurrent write does not write
-        them twice), and held again, before any held since, if the write fails (nothing of it was written)."""
-        with self._held_lock:
-            held, self._held = self._held, []
-        try:
-            yield [*held, build] if build is not None else held
-        except BaseException:
-            with self._held_lock:
-                self._held[:0] = held
-            raise
-
-    def _observed(self, rows: list[Row]) -> list[AuditRecord]:
-        """The rows written, as records, shown to the observers in order."""
-        records = [_to_record(row) for row in rows]
-        for record in records:
-            for observe in self.observers:
-                observe(record)
-        return records
+    def _observed(self, record: AuditRecord) -> AuditRecord:
+        for observe in self.observers:
+            observe(record)
+        return record
 
     def _builder(
         self, kind: str, source: Source, task_id: str, conversation_id: str, agent: str, data: dict[str, Any] | None
-    ) -> Build:
+    ) -> Callable[[int, str], Row]:
         """The row of a record, given the seq and prev_hash it follows (masked, hashed)."""
         if source not in SOURCES:
             raise ValueError(f"unknown audit source {source!r}; expected one of {sorted(SOURCES)}")
@@ -319,11 +264,8 @@ class AuditLog:
         return verify_chain((asdict(record) for record in self.records()), self._store.head(), self._key)
 
     def close(self) -> None:
-        """Write the records held, then release the database connections."""
-        try:
-            self.flush()
-        finally:
-            self._store.close()
+        """Release the database connections."""
+        self._store.close()
 
     def __enter__(self) -> Self:
         return self

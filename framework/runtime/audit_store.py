@@ -33,7 +33,7 @@ import asyncio
 import functools
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -64,8 +64,6 @@ _SYNC_DRIVERS = {
 }
 
 Row = dict[str, Any]
-Build = Callable[[int, str], Row]
-"""A record's row, given the seq and hash of the row it follows (see ``AuditLog``'s builder)."""
 
 COLUMNS = (
     "seq",
@@ -183,15 +181,6 @@ _ADDED_COLUMNS = ("chain", "key_id")
 """Columns added after the first release; their server defaults describe the rows written before."""
 _INSERT = f"INSERT INTO audit ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"  # noqa: S608
 _LAST = f"SELECT {', '.join(COLUMNS)} FROM audit ORDER BY seq DESC LIMIT 1"  # noqa: S608
-
-
-def _chained(builds: Sequence[Build], seq: int, hash_: str) -> list[Row]:
-    """The rows of ``builds``, each following the one before, the first following ``(seq, hash_)``."""
-    rows: list[Row] = []
-    for build in builds:
-        rows.append(build(seq + 1, hash_))
-        seq, hash_ = rows[-1]["seq"], rows[-1]["hash"]
-    return rows
 
 
 def _missing_tables(conn: Connection) -> list[str]:
@@ -346,34 +335,33 @@ class AuditStore:
                 seq, hash_ = (last.seq, last.hash) if last else (0, GENESIS)
                 conn.execute(insert(head_table).values(id=_HEAD_ID, seq=seq, hash=hash_))
 
-    def append(self, *builds: Build) -> list[Row]:
-        """Insert ``build(seq, prev_hash)`` of each build as the next row, in order, extending the head
-        in the same transaction: the rows are written together or not at all."""
+    def append(self, build: Callable[[int, str], Row]) -> Row:
+        """Insert ``build(seq, prev_hash)`` as the next row, extending the head in the same transaction."""
         with self._reported():
-            return self._append(builds)
+            return self._append(build)
 
-    async def aappend(self, *builds: Build) -> list[Row]:
+    async def aappend(self, build: Callable[[int, str], Row]) -> Row:
         """:meth:`append` for async callers: on SQLite another process's write lock is waited for
         with the event loop running; other databases append in a worker thread."""
         if self._sqlite is not None:
             with self._reported():
-                rows = await until_free(lambda: self._attempt(builds), path=self.where, timeout=self.lock_timeout)
-            if rows is not None:
-                return rows
-        return await asyncio.to_thread(self.append, *builds)
+                row = await until_free(lambda: self._attempt(build), path=self.where, timeout=self.lock_timeout)
+            if row is not None:
+                return row
+        return await asyncio.to_thread(self.append, build)
 
-    def _attempt(self, builds: Sequence[Build]) -> list[Row] | None:
+    def _attempt(self, build: Callable[[int, str], Row]) -> Row | None:
         """One try at the append on the sqlite3 connection; None when it was closed meanwhile."""
         with self._lock:
             if self._sqlite is None:
                 return None
-            return self._append_sqlite(self._sqlite, builds)
+            return self._append_sqlite(self._sqlite, build)
 
-    def _append(self, builds: Sequence[Build]) -> list[Row]:
+    def _append(self, build: Callable[[int, str], Row]) -> Row:
         if self._sqlite is not None:
-            rows = retried(lambda: self._attempt(builds), path=self.where, timeout=self.lock_timeout)
-            if rows is not None:
-                return rows
+            row = retried(lambda: self._attempt(build), path=self.where, timeout=self.lock_timeout)
+            if row is not None:
+                return row
         from sqlalchemy import insert, select, update
 
         audit_table, head_table = tables()
@@ -383,15 +371,12 @@ class AuditStore:
             ).first()
             if head is None:
                 raise self._corrupt("its audit_head row is missing, so the log cannot be extended")
-            rows = _chained(builds, head.seq, head.hash)
-            conn.execute(insert(audit_table), rows)
-            last = rows[-1]
-            conn.execute(
-                update(head_table).where(head_table.c.id == _HEAD_ID).values(seq=last["seq"], hash=last["hash"])
-            )
-        return rows
+            row = build(head.seq + 1, head.hash)
+            conn.execute(insert(audit_table).values(**row))
+            conn.execute(update(head_table).where(head_table.c.id == _HEAD_ID).values(seq=row["seq"], hash=row["hash"]))
+        return row
 
-    def _append_sqlite(self, conn: sqlite3.Connection, builds: Sequence[Build]) -> list[Row]:
+    def _append_sqlite(self, conn: sqlite3.Connection, build: Callable[[int, str], Row]) -> Row:
         """:meth:`append` on a plain sqlite3 connection; the caller holds the lock.
 
         ``BEGIN IMMEDIATE`` fails at once while another process writes (the caller tries again);
@@ -401,15 +386,14 @@ class AuditStore:
             head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = ?", (_HEAD_ID,)).fetchone()
             if head is None:
                 raise self._corrupt("its audit_head row is missing, so the log cannot be extended")
-            rows = _chained(builds, head[0], head[1])
-            conn.executemany(_INSERT, [tuple(row[name] for name in COLUMNS) for row in rows])
-            last = rows[-1]
-            conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = ?", (last["seq"], last["hash"], _HEAD_ID))
+            row = build(head[0] + 1, head[1])
+            conn.execute(_INSERT, tuple(row[name] for name in COLUMNS))
+            conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = ?", (row["seq"], row["hash"], _HEAD_ID))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        return rows
+        return row
 
     def _last_sqlite(self) -> list[Row] | None:
         """:meth:`last` on the sqlite3 connection, as a list of none or one row; None when it was closed meanwhile."""

@@ -13,19 +13,17 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from framework.errors import StoreBusy, StoreError, UsageError
+from framework.errors import StoreError, UsageError
 from framework.runtime.audit import AuditLog, AuditRecord, format_record
 from framework.runtime.audit_chain import ChainKey, VerifyResult, chain_key, record_hash
 from framework.runtime.restart import needs_restart
 from framework.spec.project import AuditConfig, ProjectConfig
-from tests.conftest import ProjectFactory
-from tests.driving import drive, finished, results
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-live-0123456789abcdef"
@@ -482,103 +480,6 @@ def test_a_closed_log_still_appends_to_the_same_chain(tmp_path: Path) -> None:
     audit.close()
     assert (second.seq, second.prev_hash) == (2, first.hash)
     assert verify(tmp_path) == []
-
-
-# -- held records (AuditLog.hold) -------------------------------------------------------------------
-
-
-def commits_by(root: Path, action: Callable[[], object]) -> int:
-    """How many transactions ``action`` committed to the project's log, as another connection sees
-    them (SQLite's ``data_version`` moves once per commit of another connection)."""
-    with sqlite3.connect(db_file(root)) as watcher:
-        before = watcher.execute("PRAGMA data_version").fetchone()[0]
-        action()
-        return int(watcher.execute("PRAGMA data_version").fetchone()[0] - before)
-
-
-def test_a_held_record_is_written_just_before_the_next_one_in_its_transaction(tmp_path: Path) -> None:
-    seen: list[str] = []
-    with AuditLog.open(tmp_path) as audit:
-        audit.observers.append(lambda record: seen.append(record.kind))
-        audit.append("task.state", source="cli", task_id="t", data={"state": "working"})
-        audit.hold("model.call", source="cli", task_id="t", data={"input_tokens": 3})
-        assert [r.kind for r in audit.query()] == ["task.state"]  # not written yet
-        assert commits_by(tmp_path, lambda: audit.append("tool.call", source="cli", task_id="t")) == 1
-        assert [(r.seq, r.kind) for r in audit.query()] == [(1, "task.state"), (2, "model.call"), (3, "tool.call")]
-        assert audit.query(kind="model.call")[0].data == {"input_tokens": 3}
-        assert seen == ["task.state", "model.call", "tool.call"]
-        assert audit.verify().ok
-
-
-def test_flush_writes_the_held_records_and_close_writes_what_is_left(tmp_path: Path) -> None:
-    audit = AuditLog.open(tmp_path)
-    audit.hold("model.call", source="cli", task_id="t")
-    audit.hold("model.call", source="cli", task_id="u")
-    assert commits_by(tmp_path, lambda: asyncio.run(audit.aflush())) == 1
-    assert commits_by(tmp_path, lambda: asyncio.run(audit.aflush())) == 0  # nothing held: nothing written
-    audit.hold("model.call", source="cli", task_id="v")
-    audit.close()
-    with AuditLog.open(tmp_path) as reopened:
-        assert [r.task_id for r in reopened.query()] == ["t", "u", "v"]
-        assert reopened.verify().ok
-
-
-def test_a_held_record_outlives_a_write_that_failed_on_another_process_lock(tmp_path: Path) -> None:
-    with AuditLog.open(tmp_path, lock_timeout=0.2) as audit:
-        audit.append("task.state", source="cli", task_id="t")  # the log exists
-        audit.hold("model.call", source="cli", task_id="t")
-        other = sqlite3.connect(db_file(tmp_path), isolation_level=None)
-        other.execute("BEGIN IMMEDIATE")  # another process writing, past the lock timeout
-        try:
-            with pytest.raises(StoreBusy):
-                asyncio.run(audit.aappend("tool.call", source="cli", task_id="t"))
-        finally:
-            other.execute("ROLLBACK")
-            other.close()
-        assert [r.kind for r in audit.query()] == ["task.state"]
-        audit.append("task.state", source="cli", task_id="t", data={"state": "failed"})
-        assert [r.kind for r in audit.query()] == ["task.state", "model.call", "task.state"]
-        assert audit.verify().ok
-
-
-PEEK = """
-import sqlite3
-
-
-def peek() -> str:
-    \"\"\"The kinds of the audit records written so far, oldest first.\"\"\"
-    with sqlite3.connect("file:.ca/audit.db?mode=ro", uri=True) as conn:
-        return " ".join(kind for (kind,) in conn.execute("SELECT kind FROM audit ORDER BY seq"))
-"""
-
-
-def test_a_model_call_is_in_the_log_before_the_tool_it_asked_for_runs(
-    make_project: ProjectFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    root = make_project(
-        {
-            "tools/peek.py": PEEK,
-            "agents/peeker.yaml": """
-                name: peeker
-                model: offline
-                profile: autonomous
-                tools: [{python: "tools/peek.py:peek"}]
-            """,
-        }
-    )
-    monkeypatch.chdir(root)  # the tool reads the log relative to the working directory
-    [events] = drive(root, "peeker", ("c1", "look\n@tool peek {}\n@tool peek {}"))
-    assert finished(events).state == "completed"
-    seen = [e.result for e in results(events) if e.tool == "peek"]
-    # A model call's record is written with the tool call's, before the tool runs; the second tool
-    # sees the second model call, written when it asked for the tool, after the first tool's result.
-    assert seen == [
-        "task.state task.state model.call tool.call",
-        "task.state task.state model.call tool.call tool.result model.call tool.call",
-    ]
-    with AuditLog.open(root) as audit:
-        kinds = [r.kind for r in audit.query()]
-    assert kinds[-2:] == ["model.call", "task.state"]  # the last model call, written with the task's end
 
 
 # -- secrets ---------------------------------------------------------------------------------------

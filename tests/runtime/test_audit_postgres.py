@@ -23,7 +23,7 @@ from tests.conftest import REPO
 from tests.postgres_db import fresh_database
 
 APPENDS = 60
-"""Records each process appends per round (an even number: the last append writes the last record held)."""
+"""Records each process appends per round."""
 
 APPENDER = textwrap.dedent(
     """
@@ -35,9 +35,7 @@ APPENDER = textwrap.dedent(
         log.query(limit=1)  # connected and set up before the start line
         time.sleep(max(0.0, start - time.time()))
         for i in range(count):
-            # Every other record is held, so half the appends write two rows in one transaction.
-            write = log.hold if i % 2 == 0 else log.append
-            write("task.state", source="a2a-http", task_id=f"{name}-{i}", data={"by": name, "i": i})
+            log.append("task.state", source="a2a-http", task_id=f"{name}-{i}", data={"by": name, "i": i})
     """
 )
 

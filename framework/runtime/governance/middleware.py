@@ -61,9 +61,8 @@ from framework.spec.prices import call_cost
 
 APPROVAL_OPTIONS = ("approve", "reject", "edit", "always")
 _T = TypeVar("_T")
-_OUTBOX: ContextVar[list[tuple[Any, str, dict[str, Any], bool]] | None] = ContextVar("ca_audit_outbox", default=None)
-"""The audit records an async hook's sync checks made, appended (awaited) when the checks end; each
-with whether it is held for the next record's transaction (:meth:`~framework.runtime.audit.AuditLog.hold`)."""
+_OUTBOX: ContextVar[list[tuple[Any, str, dict[str, Any]]] | None] = ContextVar("ca_audit_outbox", default=None)
+"""The audit records an async hook's sync checks made, appended (awaited) when the checks end."""
 
 
 def context_of(runtime: Any) -> RunContext:
@@ -87,15 +86,6 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         """Record ``kind``, naming the task's caller: at once from a sync hook; from an async one when
         the hook's checks end (before the tool runs), waiting for another process's write lock off
         the event loop."""
-        self._audit(context, kind, data, held=False)
-
-    def audit_done(self, context: RunContext, kind: str, **data: Any) -> None:
-        """:meth:`audit` for something done (a model call): from an async hook, the record is written
-        with the next one, in its transaction — at the latest when the next hook's checks end, before
-        the model or tool call that follows (see :meth:`_audited`)."""
-        self._audit(context, kind, data, held=True)
-
-    def _audit(self, context: RunContext, kind: str, data: dict[str, Any], *, held: bool) -> None:
         log = context.audit
         if log is None:
             return
@@ -112,27 +102,19 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         if outbox is None:
             log.append(kind, **record)
         else:
-            outbox.append((log, kind, record, held))
+            outbox.append((log, kind, record))
 
-    async def _audited(self, context: RunContext, hook: Callable[[], _T]) -> _T:
+    async def _audited(self, hook: Callable[[], _T]) -> _T:
         """``hook()`` (sync checks), then its audit records, appended in order — also when the hook
-        raised (a pause for a decision is an exception too). Records held before (``audit_done``) are
-        written with the first, or on their own when the hook has none to write: whatever follows a
-        hook (a model call, a tool call, the run's end) comes after every record before it. Only a
-        hook that holds a record itself leaves it for the next."""
-        outbox: list[tuple[Any, str, dict[str, Any], bool]] = []
+        raised (a pause for a decision is an exception too)."""
+        outbox: list[tuple[Any, str, dict[str, Any]]] = []
         token = _OUTBOX.set(outbox)
         try:
             return hook()
         finally:
             _OUTBOX.reset(token)
-            for log, kind, record, held in outbox:
-                if held:
-                    log.hold(kind, **record)
-                else:
-                    await log.aappend(kind, **record)
-            if context.audit is not None and not any(held for *_, held in outbox):
-                await context.audit.aflush()
+            for log, kind, record in outbox:
+                await log.aappend(kind, **record)
 
     # -- the task --------------------------------------------------------------
 
@@ -238,7 +220,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         # Budgets count an unknown price as 0 (the cap cannot bind); the audit, ``ca usage``'s one
         # source, records it as unknown (null).
         dollars = float(price) if price is not None else None
-        self.audit_done(context, "model.call", model=model, input_tokens=inp, output_tokens=out, cost_usd=dollars)
+        self.audit(context, "model.call", model=model, input_tokens=inp, output_tokens=out, cost_usd=dollars)
         delta = {"input_tokens": inp, "output_tokens": out, "model_calls": 1, "cost_usd": dollars or 0.0}
         update: dict[str, Any] = {"ca_usage": delta}
         if message.tool_calls:
@@ -422,7 +404,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
-        runnable, refused, extra = await self._audited(context_of(request.runtime), lambda: self._prepare(request))
+        runnable, refused, extra = await self._audited(lambda: self._prepare(request))
         if runnable is None:
             assert refused is not None
             return Command(update={"messages": [refused], **extra})
@@ -432,7 +414,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             result = await handler(runnable)
         finally:
             CALL_CONTEXT.reset(token)
-        return await self._audited(context_of(runnable.runtime), lambda: self._finish(runnable, result, extra))
+        return await self._audited(lambda: self._finish(runnable, result, extra))
 
     async def _fenced(self, request: ToolCallRequest) -> None:
         """Raise TaskTakenOver, the tool not run, when another process took this run's task over: its

@@ -67,7 +67,7 @@ def test_a_sigkill_right_after_the_answer_loses_no_task_turn_or_audit_record(tmp
         # The conversation continued from the killed server's last turn: the model saw its answer.
         assert [p["text"] for a in again["artifacts"] for p in a["parts"]] == ["second answer"]
         said = [r["data"]["state"] if r["kind"] == "task.state" else r["kind"] for r in records]
-        # The model call's record too: held for the next record's transaction, written with `completed`.
+        # The model call's record too, written before the answer left.
         assert said == ["submitted", "working", "model.call", "completed"]
 
     verified = run_ca("audit", "--verify", cwd=tmp_path)
