@@ -9,7 +9,7 @@ is collected as before.
 
 Start-up itself is the same story in a shorter time: importing the libraries, loading the project
 and compiling an agent allocate objects that live as long as the process, and the collections they
-trigger walk them again and again (about 250 collections, 65 ms of a cold ``ca run``).
+trigger walk them again and again (about 250 collections, some 60 ms of a cold ``ca run``).
 :func:`starting_up` pauses collection for that span and freezes what it loaded.
 """
 
@@ -30,8 +30,8 @@ def freeze_loaded() -> None:
 
 @contextmanager
 def starting_up() -> Iterator[None]:
-    """No cyclic collection while the block loads what the process keeps (imports, the project, its
-    stores, an agent's graph); then what is alive is frozen (without a collection first: start-up
+    """No cyclic collection while the block loads what the process keeps (imports, the project, the
+    runtime and its stores); then what is alive is frozen (without a collection first: start-up
     leaves little garbage, and the first answer should not wait for a full collection) and
     collection resumes, for what the work allocates from there on."""
     enabled = gc.isenabled()
