@@ -41,12 +41,9 @@ def state_dir(root: Path) -> Path:
         # Another process may create the folder at the same instant: only a file (or a link to
         # nothing) in its place fails, not the folder's being there already.
         folder.mkdir(parents=True, exist_ok=True)
+        (folder / ".gitignore").write_text("*\n", encoding="utf-8")
     except FileExistsError as exc:
         raise StoreError(f"{folder} is not a folder: ca keeps the project's state there; move that file aside") from exc
-    except OSError as exc:
-        raise StoreError(f"cannot create {folder} for the project's state: {exc.strerror or exc}") from exc
-    try:
-        (folder / ".gitignore").write_text("*\n", encoding="utf-8")
     except OSError as exc:
         raise StoreError(f"cannot create {folder} for the project's state: {exc.strerror or exc}") from exc
     return folder
