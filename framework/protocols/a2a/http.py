@@ -55,7 +55,7 @@ from framework.protocols.a2a.relay import LOCAL_POLL_S, TaskFollower
 from framework.protocols.a2a.request_metrics import RequestMetrics
 from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
-from framework.protocols.a2a.tracing import TraceContext
+from framework.protocols.a2a.tracing import TraceContext, drop_idle_spans
 from framework.protocols.jsonrpc import error_for
 from framework.runtime import telemetry
 from framework.runtime.cancel import StillRunning
@@ -350,6 +350,7 @@ def build_app(runtime: Runtime) -> Starlette:
 def build_server(runtime: Runtime) -> Server:
     """:func:`build_app`, with the means to stop its runs at shutdown."""
     _quiet_client_errors()
+    drop_idle_spans()
     resumer = Resumer(runtime, lambda record: write_settled(store, [record]))
     store = task_store(runtime, resumer.runs)
     agents = Agents(runtime, store)

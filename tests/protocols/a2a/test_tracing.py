@@ -9,6 +9,7 @@ one trace id from the first caller to the callee, across the HTTP hop.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.a2a_peers import result_of, user_message
-from tests.conftest import free_port, run_ca, write_project
+from tests.conftest import REPO, free_port, run_ca, write_project
 from tests.otlp import Exported, ancestors, otlp_receiver, traced_env, wait_for_spans
 from tests.serving import start_serve
 
@@ -134,6 +135,50 @@ def test_ca_serve_with_telemetry_off_adds_nothing_of_the_otel_sdk(tmp_path: Path
     assert {"framework.protocols.a2a.http", "framework.runtime.runtime"} <= modules  # served, and measured
     assert not _sdk(modules) - langchains_own, sorted(_sdk(modules) - langchains_own)
     assert not [m for m in modules if m.startswith(OURS)]
+
+
+BUILD_SERVER = """
+import asyncio, inspect, sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+from a2a.utils import telemetry
+from framework.protocols.a2a.http import build_app
+from framework.runtime.runtime import Runtime
+from framework.spec import load_project
+
+def wrapped():
+    found = []
+    for name, module in list(sys.modules.items()):
+        if name.startswith("a2a."):
+            for owner in [module, *(v for v in vars(module).values() if inspect.isclass(v))]:
+                found += [f"{name}.{k}" for k, v in vars(owner).items() if getattr(v, "__code__", None)
+                          and v.__code__.co_filename == telemetry.__file__ and hasattr(v, "__wrapped__")]
+    return sorted(set(found))
+
+async def main():
+    async with AsyncExitStack() as stack:
+        runtime = await Runtime.open(load_project(Path(sys.argv[1])), source="a2a-http", stack=stack)
+        before = wrapped()
+        build_app(runtime)
+        print(len(before), len(wrapped()), wrapped()[:5])
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("sdk_spans", ["true", "false"])
+def test_with_a2a_sdks_spans_off_its_methods_run_without_their_span_wrappers(tmp_path: Path, sdk_spans: str) -> None:
+    """Off (ca's default without tracing), a2a-sdk's no-op wrappers cost ~8% of a request: the served
+    classes get their own methods back. On, every wrapper stays (the trace test above sees its spans)."""
+    root = write_project(tmp_path, {"agents/echo.yaml": "name: echo\n"})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED": sdk_spans}
+    done = subprocess.run(
+        [sys.executable, "-c", BUILD_SERVER, str(root)], env=env, capture_output=True, text=True, cwd=root, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, after, left = done.stdout.split(" ", 2)
+    assert int(before) > 20  # the request handler, queues, dispatchers and task manager are wrapped at import
+    assert int(after) == (int(before) if sdk_spans == "true" else 0), left
 
 
 def test_a_wrong_exporter_name_is_one_clear_error(tmp_path: Path) -> None:
