@@ -98,7 +98,16 @@ class CallHooks(Protocol):
 
 
 RemoteCaller = Callable[[str, str], Awaitable[tuple[str, dict[str, Any]]]]
-MiddlewareFactory = Callable[[AgentSpec, Project], Sequence[AgentMiddleware[Any, Any]]]
+
+
+class MiddlewareFactory(Protocol):
+    """An agent's middleware (the runtime's policies); ``nested``: for its graph as another agent's tool."""
+
+    def __call__(
+        self, agent: AgentSpec, project: Project, *, nested: bool = False
+    ) -> Sequence[AgentMiddleware[Any, Any]]: ...
+
+
 AccessFactory = Callable[[Capabilities | None], Access]
 """An agent's capabilities -> the rules its builtin tools apply to every file and URL they reach."""
 
@@ -212,7 +221,7 @@ class Bundle:
 
     def _compile(self, spec: AgentSpec, *, nested: bool, clients: tuple[ClientServer, ...] = ()) -> Graph:
         checkpointer = None if nested else self.checkpointer
-        middleware = self.middleware(spec, self.project) if self.middleware else ()
+        middleware = self.middleware(spec, self.project, nested=nested) if self.middleware else ()
         capabilities = spec.capabilities or self.project.config.defaults.capabilities
         context = ToolContext(
             root=self.project.root,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import Any
@@ -31,6 +32,7 @@ from framework.runtime.events import (
     UsageUpdate,
 )
 from framework.runtime.governance.contracts import WITHHELD, holds_output
+from framework.runtime.governance.middleware import task_start
 from framework.runtime.pauses import read_pause
 
 _PROVIDER_PACKAGES = {"openai", "anthropic", "httpx", "httpcore", "ollama", "langchain_openai", "langchain_anthropic"}
@@ -364,10 +366,12 @@ class Runner:
             }
             if callbacks:
                 config["callbacks"] = callbacks
-            await self._check_thread(graph, config, agent, thread_id, resuming=resume is not None)
+            before = await self._check_thread(graph, config, agent, thread_id, resuming=resume is not None)
             if skill is not None:
                 self.bundle.check_skill(agent, skill)
-            payload: Any = Command(resume=resume) if resume is not None else {"messages": [HumanMessage(text or "")]}
+            payload: Any = (
+                Command(resume=resume) if resume is not None else _message(graph, before, text or "", context)
+            )
             async for part in graph.astream(
                 payload,
                 config,
@@ -407,7 +411,8 @@ class Runner:
 
     async def _check_thread(
         self, graph: Any, config: RunnableConfig, agent: str, thread_id: str, *, resuming: bool
-    ) -> None:
+    ) -> Mapping[str, Any]:
+        """The conversation's state, once it is known to be ``agent``'s and waiting (or not) as it should."""
         state = await graph.aget_state(config)
         owner = (state.metadata or {}).get("agent") if state.metadata else None
         if owner and owner != agent:
@@ -418,6 +423,7 @@ class Runner:
             raise RunError(
                 f"conversation {thread_id!r} is waiting for a decision; answer it before sending a new message"
             )
+        return dict(state.values)
 
     def _translate(self, agent: str, exc: Exception) -> CAError:
         """A foreign exception as an error of the tree, by where it comes from: a provider package's
@@ -436,3 +442,12 @@ class Runner:
             data["server"] = model.base_url
         where = f" at {model.base_url}" if model.base_url else ""
         return ProviderError(f"model call failed for agent {agent!r} ({model.label()}{where}): {text}", data=data)
+
+
+def _message(graph: Any, values: Mapping[str, Any], text: str, context: RunContext) -> dict[str, Any]:
+    """A new message's input: the message, and its task's start where governance counts the task
+    (:func:`~framework.runtime.governance.middleware.task_start`; as a graph node it was a superstep more)."""
+    payload: dict[str, Any] = {"messages": [HumanMessage(text)]}
+    if "ca_task" in graph.channels:
+        payload |= task_start(values, context.task_id or uuid.uuid4().hex) or {}
+    return payload

@@ -299,6 +299,22 @@ def test_a_conversation_cap_stops_a_second_task_in_the_same_conversation(make_pr
     assert finished(elsewhere).stop_reason == "end_turn"  # another conversation has its own cap
 
 
+@pytest.mark.parametrize("tools", [True, False], ids=["model-call-checks", "model-nodes"])
+def test_a_task_cap_counts_each_task_of_a_conversation_from_its_own_start(
+    make_project: ProjectFactory, tools: bool
+) -> None:
+    """The Runner starts each task in the graph's input (no node of its own): the next task in the
+    conversation counts from zero, and the last one's stop is not its stop."""
+    spec = lister("{max_turns: 2}") if tools else lister("{max_turns: 1, on_exceed: ask}").replace("[fs.list]", "[]")
+    root = make_project({"agents/worker.yaml": spec})
+    first, second = drive(root, "worker", ("c1", LIST_30 if tools else "hi"), ("c1", "list once\n" + LIST))
+    if tools:
+        assert (finished(first).stop_reason, finished(first).usage.model_calls) == ("max_turn_requests", 2)
+    end = finished(second)
+    assert (end.state, end.stop_reason) == ("completed", "end_turn"), end
+    assert end.usage.model_calls == (2 if tools else 1)
+
+
 def test_a_conversation_cap_stops_an_agent_without_tools_before_its_model_call(make_project: ProjectFactory) -> None:
     # No tools, no contract: its model turn is checked inside the model call (governance/graphs.py)
     chat = "name: chat\nmodel: offline\nbudget: {conversation: {max_turns: 2}}\n"

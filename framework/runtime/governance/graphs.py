@@ -34,7 +34,7 @@ from framework.compiler.agent import RunContext
 from framework.errors import ContractViolation
 from framework.runtime.governance.calls import ToolCall
 from framework.runtime.governance.contracts import check_output_contract
-from framework.runtime.governance.middleware import GovernanceMiddleware, context_of
+from framework.runtime.governance.middleware import GovernanceMiddleware, TaskStart, context_of
 from framework.runtime.governance.policy import GovernanceState, Policy, policy_for
 from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.project import Project
@@ -146,13 +146,17 @@ class WorkflowGovernance(GovernanceMiddleware):
         return await self._audited(lambda: self.after_agent(state, runtime))
 
 
-def governance_middleware(agent: AgentSpec, project: Project) -> list[AgentMiddleware[Any, Any]]:
-    """The middleware every agent of a governed bundle gets (a workflow's wraps its tool steps)."""
+def governance_middleware(
+    agent: AgentSpec, project: Project, *, nested: bool = False
+) -> list[AgentMiddleware[Any, Any]]:
+    """The middleware every agent of a governed bundle gets (a workflow's wraps its tool steps); a
+    ``nested`` graph (an agent called as a tool) starts its task itself (:class:`.middleware.TaskStart`)."""
     policy = policy_for(agent, project)
+    starts: list[AgentMiddleware[Any, Any]] = [TaskStart()] if nested else []
     if not isinstance(agent, LlmAgent):
-        return [WorkflowGovernance(policy)]
+        return [*starts, WorkflowGovernance(policy)]
     nodes = not _has_tools(agent) and (_has_contract(agent) or _asks(policy))
-    return [ModelNodeGovernance(policy) if nodes else ModelCallGovernance(policy)]
+    return [*starts, ModelNodeGovernance(policy) if nodes else ModelCallGovernance(policy)]
 
 
 def _has_tools(agent: LlmAgent) -> bool:

@@ -71,6 +71,34 @@ def context_of(runtime: Any) -> RunContext:
     return context if isinstance(context, RunContext) else RunContext()
 
 
+def task_start(values: Mapping[str, Any], task_id: str) -> dict[str, Any] | None:
+    """The state update that starts task ``task_id`` in a conversation whose state is ``values``: its id,
+    start time and the conversation's usage so far (what its budgets count from), and no stop yet;
+    None when ``task_id`` is the current task already (a run resumed or taken over goes on counting)."""
+    if (values.get("ca_task") or {}).get("id") == task_id:
+        return None
+    return {
+        "ca_task": {"id": task_id, "started": time.time(), "base": dict(values.get("ca_usage") or {})},
+        "ca_stop": None,
+    }
+
+
+class TaskStart(AgentMiddleware[GovernanceState, RunContext]):
+    """Starts the task in a graph that no Runner starts: an agent another agent calls as a tool.
+
+    The Runner puts a top-level run's start in the graph's input (:func:`task_start`); a hook here
+    is a graph node, one superstep more per run, so only nested graphs have it (a workflow runs it
+    in its ``plan`` step)."""
+
+    state_schema = GovernanceState
+
+    def before_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        return task_start(state, context_of(runtime).task_id or uuid.uuid4().hex)
+
+    async def abefore_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
+        return self.before_agent(state, runtime)
+
+
 class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
     """Enforces one agent's capabilities, contract, profile and budget; writes the audit."""
 
@@ -115,22 +143,6 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             _OUTBOX.reset(token)
             for log, kind, record in outbox:
                 await log.aappend(kind, **record)
-
-    # -- the task --------------------------------------------------------------
-
-    def before_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        context = context_of(runtime)
-        task = state.get("ca_task") or {}
-        task_id = context.task_id or uuid.uuid4().hex
-        if task.get("id") == task_id:
-            return None
-        return {
-            "ca_task": {"id": task_id, "started": time.time(), "base": dict(state.get("ca_usage") or {})},
-            "ca_stop": None,
-        }
-
-    async def abefore_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return self.before_agent(state, runtime)
 
     def _usage(self, state: GovernanceState) -> tuple[dict[str, float], dict[str, float], float, str]:
         total = dict(state.get("ca_usage") or {})
