@@ -51,6 +51,7 @@ from framework.protocols.a2a.orphans import Resumer
 from framework.protocols.a2a.platform import Platform, PlatformMiddleware, declare_methods
 from framework.protocols.a2a.probes import HEALTH_PATH, READY_PATH, Probes
 from framework.protocols.a2a.probes import PATHS as PROBE_PATHS
+from framework.protocols.a2a.queues import use_asyncio_queues
 from framework.protocols.a2a.relay import LOCAL_POLL_S, TaskFollower
 from framework.protocols.a2a.request_metrics import RequestMetrics
 from framework.protocols.a2a.statuses import failure_status
@@ -351,6 +352,7 @@ def build_server(runtime: Runtime) -> Server:
     """:func:`build_app`, with the means to stop its runs at shutdown."""
     _quiet_client_errors()
     drop_idle_spans()
+    use_asyncio_queues()
     resumer = Resumer(runtime, lambda record: write_settled(store, [record]))
     store = task_store(runtime, resumer.runs)
     agents = Agents(runtime, store)
