@@ -4,7 +4,7 @@ a2a-sdk needs queues that can be shut down (``shutdown(immediate=...)``, :class:
 which asyncio's queue has only from Python 3.13. Before that it takes culsans' queue, built for
 threads and tasks at once: every ``put`` and ``get`` goes through its locks and conditions. A
 served request makes several such queues (the task's events, each subscriber's, the request
-queue) and sends each event through two or three of them: on Python 3.11 that was about 9% of
+queue) and sends each event through two or three of them: on Python 3.11 that was about 6% of
 the instructions of a ``SendMessage``, for thread safety nothing here uses (a2a-sdk touches its
 queues only from the event loop).
 
