@@ -93,10 +93,6 @@ class ShutdownQueue(asyncio.Queue[Any]):
                     waiter.set_result(None)
 
 
-def _new_queue(maxsize: int = 0) -> ShutdownQueue:
-    return ShutdownQueue(maxsize)
-
-
 QUEUE_USERS = (
     "a2a.utils._async_queue_compat",
     "a2a.server.events.event_queue",
@@ -116,4 +112,4 @@ def use_asyncio_queues() -> None:
         module = importlib.import_module(name)
         if not hasattr(module, "create_async_queue"):
             raise RuntimeError(f"{name} no longer has create_async_queue: see framework/protocols/a2a/queues.py")
-        setattr(module, "create_async_queue", _new_queue)  # noqa: B010  # a module's global, by name
+        setattr(module, "create_async_queue", ShutdownQueue)  # noqa: B010  # a module's global, by name

@@ -33,22 +33,23 @@ class TraceContext:
             context.detach(token)
 
 
-def drop_idle_spans() -> int:
-    """Give a2a-sdk's traced classes their own methods back when its spans are off; how many were unwrapped.
+def drop_idle_spans() -> None:
+    """Give a2a-sdk's traced classes their own methods back when its spans are off.
 
     a2a-sdk wraps the methods of its handler, event queues, dispatchers and task manager in
     ``trace_function`` at import. With ``OTEL_INSTRUMENTATION_A2A_SDK_ENABLED=false`` (ca's default
     without tracing, :mod:`framework.cli.entry`) each wrapper still runs on every call — a no-op
-    tracer, a span, a debug log — about 8% of the instructions of a served request, for nothing. Each wrapper keeps
-    the method it wraps (``__wrapped__``), so the methods of every a2a-sdk class loaded now, and its
-    module-level functions, are set back to it. Nothing changes when the spans are on.
+    tracer, a span, a debug log — about 8% of the instructions of a served request, for nothing.
+    Each wrapper keeps the method it wraps (``__wrapped__``), so the methods of every a2a-sdk class
+    loaded now, and its module-level functions, are set back to it. Nothing changes when the spans
+    are on.
     """
     import sys
 
     from a2a.utils import telemetry as sdk
 
     if sdk.otel_installed and sdk.otel_enabled:
-        return 0
+        return
 
     async def _async() -> None: ...
 
@@ -59,7 +60,6 @@ def drop_idle_spans() -> int:
             value = value.__wrapped__  # a subclass may wrap the wrapper its base already has
         return value
 
-    unwrapped = 0
     for name, module in list(sys.modules.items()):
         if not (name == "a2a" or name.startswith("a2a.")) or module is None:
             continue
@@ -68,5 +68,3 @@ def drop_idle_spans() -> int:
             for attr, value in list(vars(owner).items()):
                 if (plain := bare(value)) is not value:
                     setattr(owner, attr, plain)
-                    unwrapped += 1
-    return unwrapped
