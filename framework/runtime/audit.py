@@ -89,6 +89,11 @@ def _to_record(row: Row) -> AuditRecord:
     return AuditRecord(**{**row, "data": json.loads(row["data"])})
 
 
+def _stored(row: Row, body: dict[str, Any]) -> AuditRecord:
+    """The record of a row just appended: its ``data`` is ``body``, which the row holds as JSON text."""
+    return AuditRecord(**{**row, "data": body})
+
+
 class AuditLog:
     """The audit log of a project (or of any database URL). Safe to share between threads and tasks.
 
@@ -169,8 +174,8 @@ class AuditLog:
 
         Values in ``data`` that JSON cannot represent are stored as their ``str()``.
         """
-        build = self._builder(kind, source, task_id, conversation_id, agent, data)
-        return self._observed(_to_record(self._store.append(build)))
+        build, body = self._builder(kind, source, task_id, conversation_id, agent, data)
+        return self._observed(_stored(self._store.append(build), body))
 
     async def aappend(
         self,
@@ -184,8 +189,8 @@ class AuditLog:
     ) -> AuditRecord:
         """:meth:`append` for async code: another process's write lock is waited for with the
         event loop running (:mod:`framework.runtime.store_locks`)."""
-        build = self._builder(kind, source, task_id, conversation_id, agent, data)
-        return self._observed(_to_record(await self._store.aappend(build)))
+        build, body = self._builder(kind, source, task_id, conversation_id, agent, data)
+        return self._observed(_stored(await self._store.aappend(build), body))
 
     def _observed(self, record: AuditRecord) -> AuditRecord:
         for observe in self.observers:
@@ -194,8 +199,9 @@ class AuditLog:
 
     def _builder(
         self, kind: str, source: Source, task_id: str, conversation_id: str, agent: str, data: dict[str, Any] | None
-    ) -> Callable[[int, str], Row]:
-        """The row of a record, given the seq and prev_hash it follows (masked, hashed)."""
+    ) -> tuple[Callable[[int, str], Row], dict[str, Any]]:
+        """The row of a record, given the seq and prev_hash it follows (masked, hashed), and its
+        ``data`` as stored (masked, as JSON reads it back)."""
         if source not in SOURCES:
             raise ValueError(f"unknown audit source {source!r}; expected one of {sorted(SOURCES)}")
         if not self._extendable:  # one more read, before the first append only
@@ -211,7 +217,7 @@ class AuditLog:
             row: Row = {"seq": seq, "ts": _now(), **fields, "data": body, "prev_hash": prev_hash}
             return {**row, "data": canonical_json(body), "hash": keyed_hash(row, key) if key else record_hash(row)}
 
-        return build
+        return build, body
 
     def query(
         self,

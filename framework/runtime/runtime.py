@@ -310,12 +310,13 @@ class Runtime:
         """
         self.bundle.agent(agent)
         who = self.decider if caller is None else caller
-        if caller is not None and await self.tasks.acallers_in(conversation) - {caller}:
+        had = await self.tasks.aconversation(conversation)
+        if caller is not None and had.callers - {caller}:
             raise ConversationNotYours(
                 f"conversation {conversation!r} was started by another caller: start a new one (send no contextId)"
             )
         limit = self.bundle.project.config.store.max_conversation_bytes
-        held = await self.tasks.aconversation_bytes(conversation) if not parent else 0  # a call's size: its caller's
+        held = had.bytes if not parent else 0  # a call's size: its caller's
         if held + len(text.encode("utf-8", "surrogatepass")) > limit:
             raise ConversationTooLarge(
                 f"conversation {conversation!r} would hold more than {limit} bytes (store.max_conversation_bytes):"

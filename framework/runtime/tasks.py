@@ -98,6 +98,19 @@ class Task:
     ``acp``, ``anonymous``; a child task has its parent's. Empty for tasks recorded before callers were."""
 
 
+@dataclass(frozen=True)
+class Held:
+    """What a conversation's tasks hold: who sent them, and their messages and answers in UTF-8
+    bytes (a child task's are its caller's, so not counted)."""
+
+    callers: frozenset[str]
+    bytes: int
+
+    @classmethod
+    def of(cls, rows: list[tuple[Any, ...]]) -> Held:
+        return cls(frozenset(caller for caller, _ in rows), sum(int(size) for _, size in rows))
+
+
 class TaskStore:
     """The task table of the project's task database (:mod:`framework.runtime.database`: ``.ca/tasks.db``
     or PostgreSQL); safe across threads, processes and, on PostgreSQL, replicas.
@@ -515,33 +528,24 @@ class TaskStore:
         """:meth:`adopt`, waiting with the event loop running."""
         return int((await self.db.aexecute(self._ADOPT, (caller, source))).rowcount)
 
-    def _holding(self, conversation: str) -> Statement:
+    def _held(self, conversation: str) -> Statement:
         if self.db.dialect == "postgresql":
             held = "octet_length(input) + octet_length(COALESCE(output, ''))"
         else:
             held = "LENGTH(CAST(input AS BLOB)) + LENGTH(CAST(COALESCE(output, '') AS BLOB))"
-        query = f"SELECT COALESCE(SUM({held}), 0) FROM tasks WHERE conversation = ? AND parent = ''"  # noqa: S608
+        query = (
+            f"SELECT caller, COALESCE(SUM(CASE WHEN parent = '' THEN {held} ELSE 0 END), 0)"  # noqa: S608
+            " FROM tasks WHERE conversation = ? GROUP BY caller"
+        )
         return query, (conversation,)
 
-    def conversation_bytes(self, conversation: str) -> int:
-        """What the tasks of a conversation hold: their messages and answers, in UTF-8 bytes."""
-        row = self.db.execute(*self._holding(conversation)).one()
-        return int(row[0]) if row is not None else 0
+    def conversation(self, conversation: str) -> Held:
+        """Who sent the tasks of a conversation and what they hold (one read)."""
+        return Held.of(self.db.execute(*self._held(conversation)).rows)
 
-    async def aconversation_bytes(self, conversation: str) -> int:
-        """:meth:`conversation_bytes`, waiting with the event loop running."""
-        row = (await self.db.aexecute(*self._holding(conversation))).one()
-        return int(row[0]) if row is not None else 0
-
-    _CALLERS = "SELECT DISTINCT caller FROM tasks WHERE conversation = ?"
-
-    def callers_in(self, conversation: str) -> set[str]:
-        """Who sent the tasks of this conversation (a conversation belongs to the caller who started it)."""
-        return {caller for (caller,) in self.db.execute(self._CALLERS, (conversation,)).rows}
-
-    async def acallers_in(self, conversation: str) -> set[str]:
-        """:meth:`callers_in`, waiting with the event loop running."""
-        return {caller for (caller,) in (await self.db.aexecute(self._CALLERS, (conversation,))).rows}
+    async def aconversation(self, conversation: str) -> Held:
+        """:meth:`conversation`, waiting with the event loop running."""
+        return Held.of((await self.db.aexecute(*self._held(conversation))).rows)
 
     @staticmethod
     def _listing(*, pending_only: bool, limit: int, caller: str | None) -> Statement:

@@ -23,7 +23,7 @@ from framework.protocols.acp.sessions import SessionStore
 from framework.runtime.database import open_database
 from framework.runtime.remote_calls import RemoteCalls
 from framework.runtime.schema import LATEST, MIGRATIONS, connect, migrate, version
-from framework.runtime.tasks import AlreadyDecided, Pending, TaskStore
+from framework.runtime.tasks import AlreadyDecided, Held, Pending, TaskStore
 from framework.runtime.turns import Turns
 from tests.postgres_db import fresh_database
 
@@ -96,7 +96,7 @@ def test_tasks_are_created_read_listed_and_updated(engine: Engine) -> None:
             store.get("nope")
         assert [t.id for t in store.list()] == [second.id, first.id]  # newest first
         assert [t.id for t in store.list(caller="team-a")] == [first.id]
-        assert store.conversation_bytes("c1") == len("héllo 100% ?".encode()) + len(b"two")
+        assert store.conversation("c1").bytes == len("héllo 100% ?".encode()) + len(b"two")
         pause = Pending(interrupt_id="i1", payload={"kind": "approval"}, paused_at="2026-01-01T00:00:00+00:00")
         paused = store.update(first.id, state="input-required", pending=(pause,), usage={"tokens": 3})
         assert (paused.state, paused.pending, paused.usage) == ("input-required", (pause,), {"tokens": 3})
@@ -104,7 +104,10 @@ def test_tasks_are_created_read_listed_and_updated(engine: Engine) -> None:
         done = asyncio.run(store.aupdate(second.id, state="completed", output="fine"))
         assert (done.state, done.output) == ("completed", "fine")
         assert store.counts() == {"input-required": 1, "completed": 1}
-        assert store.callers_in("c1") == {"team-a", ""}
+        assert store.conversation("c1").callers == {"team-a", ""}
+        held = store.conversation("c1").bytes
+        store.create(agent="a", conversation="c1", source="agent-call", input="a call", parent=first.id, caller="x")
+        assert store.conversation("c1") == Held(frozenset({"team-a", "", "x"}), held)  # a call's size is its caller's
         calls = RemoteCalls(store.db)
         asyncio.run(calls.asave("k", "http://one", "t1", "ctx1"))
         asyncio.run(calls.asave("k", "http://two", "t2", "ctx2"))  # the same key: replaced
