@@ -8,18 +8,20 @@ tool calls there). Skills are per-request: the run context names a skill, and
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import Context, ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from langchain.agents import create_agent
+from langchain.agents import create_agent, factory
 from langchain.agents.middleware.types import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import SystemMessage
 from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
-from langsmith import set_runtime_overrides
+from langsmith import set_runtime_overrides, traceable
 from langsmith.utils import tracing_is_enabled
 
 from framework.spec.agent import LlmAgent
@@ -143,6 +145,36 @@ def _untraced_spans_inline() -> None:
     set_runtime_overrides(aio_to_thread=_inline_unless_traced)
 
 
+def _as_they_are(**_: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A ``traceable`` that leaves the function it decorates as it is."""
+    return lambda hook: hook
+
+
+_COMPOSING = threading.Lock()
+
+
+@contextmanager
+def _hook_spans_only_if_traced() -> Iterator[None]:
+    """While create_agent runs: hooks wrapped in langsmith spans only if LangSmith traces now.
+
+    create_agent wraps every middleware ``wrap_*`` hook in a langsmith ``traceable`` (the
+    ``traceable`` of ``langchain.agents.factory``). Untraced, each call through it still builds
+    and ends a span context: 2% of a served request's instructions, more for each governed tool
+    call. So with tracing off when the agent is compiled (no ``LANGSMITH_TRACING``, no
+    ``tracing_context``) the hooks are composed unwrapped; with it on, as create_agent wraps them.
+    The swap is made under a lock, so a compile in another thread gets its own choice.
+    """
+    with _COMPOSING:
+        if tracing_is_enabled():
+            yield
+            return
+        setattr(factory, "traceable", _as_they_are)  # noqa: B010 - a module global create_agent reads
+        try:
+            yield
+        finally:
+            setattr(factory, "traceable", traceable)  # noqa: B010
+
+
 def compile_llm_agent(
     spec: LlmAgent,
     *,
@@ -156,18 +188,19 @@ def compile_llm_agent(
 
     An agent without skills gets no :class:`SkillMiddleware`: no request can name one of its skills
     (``Bundle.check_skill`` refuses it first), and each ``wrap_model_call`` in the stack costs every
-    model call a langsmith ``traceable`` span set-up and end (inline unless LangSmith traces).
+    model call a hop through it (and a langsmith span when LangSmith traces: :func:`_hook_spans_only_if_traced`).
     """
     _untraced_spans_inline()
     stack: list[AgentMiddleware[Any, Any]] = [*([SkillMiddleware(skills)] if skills else []), *middleware]
-    graph = create_agent(
-        model,
-        list(tools),
-        system_prompt=system_prompt(spec),
-        middleware=stack,
-        context_schema=RunContext,
-        checkpointer=checkpointer,
-        name=spec.name,
-    )
+    with _hook_spans_only_if_traced():
+        graph = create_agent(
+            model,
+            list(tools),
+            system_prompt=system_prompt(spec),
+            middleware=stack,
+            context_schema=RunContext,
+            checkpointer=checkpointer,
+            name=spec.name,
+        )
     # Each model turn and each tool round is a step; budgets (max_turns) are the real limit.
     return graph.with_config(recursion_limit=RECURSION_LIMIT)
