@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from a2a.helpers import get_artifact_text
 from a2a.types import StreamResponse, SubscribeToTaskRequest, TaskState
@@ -192,6 +194,51 @@ def test_a_task_killed_mid_model_call_is_resumed_by_the_next_server(tmp_path: Pa
         third = _send(second, "third", context)  # the conversation goes on from the resumed answer
         assert _reply(third) == "The tool said: you said third", third
         assert [text for role, text in _said(model.requests[3]) if role == "user"] == ["first", "second", "third"]
+    finally:
+        second.stop()
+    _verified(root)
+
+
+def test_a_blocking_send_killed_mid_model_call_is_answered_to_its_copy_by_the_next_server(
+    tmp_path: Path, model: FakeOpenAI
+) -> None:
+    """A blocking SendMessage's A2A row is written when its task ends (only the answer tells its id):
+    killed before that, the task is still resumed, its row written from its record, and a copy of the
+    message (same messageId) gets that answer rather than a second run."""
+    root = _project(tmp_path / "project", model.url)
+    first: ServerProcess = start_serve(root)
+    message: dict[str, Any] = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "second"}]}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+    lost: list[BaseException] = []
+
+    def send() -> None:  # its answer never comes: the server is killed first
+        try:
+            httpx.post(f"{first.url}/agents/chat/", json=body, headers={"A2A-Version": "1.0"}, timeout=STALL_S)
+        except httpx.TransportError as exc:
+            lost.append(exc)
+
+    try:
+        message["contextId"] = _send(first, "first")["contextId"]
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        _until("the second model call never started", lambda: len(model.requests) == 2)
+        first.stop(signal.SIGKILL)
+        sender.join(30)
+        assert lost, "the blocking SendMessage was answered before the kill"
+    finally:
+        first.stop()
+    second: ServerProcess = start_serve(root)
+    try:
+        again = second.rpc("SendMessage", {"message": message}, agent="chat")
+        task = again["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", (again, second.output())
+        assert _reply(task) == "The tool said: you said second", task
+        assert len(model.requests) == 3, model.requests  # the killed call and the resumed one: no third run
+        assert _final(second, task["id"])["status"]["state"] == "TASK_STATE_COMPLETED"
+        listed = second.rpc("ListTasks", {"contextId": message["contextId"]}, agent="chat")["result"]["tasks"]
+        assert task["id"] in [t["id"] for t in listed], listed
+        states = _states(root, task["id"])
+        assert [s["state"] for s in states] == ["submitted", "working", "working", "completed"], states
     finally:
         second.stop()
     _verified(root)
