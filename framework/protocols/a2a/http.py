@@ -54,6 +54,7 @@ from framework.protocols.a2a.probes import PATHS as PROBE_PATHS
 from framework.protocols.a2a.queues import use_asyncio_queues
 from framework.protocols.a2a.relay import LOCAL_POLL_S, TaskFollower
 from framework.protocols.a2a.request_metrics import RequestMetrics
+from framework.protocols.a2a.required_fields import sort_fields_once
 from framework.protocols.a2a.statuses import failure_status, row_of
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
 from framework.protocols.a2a.tracing import TraceContext, drop_idle_spans
@@ -359,6 +360,7 @@ def build_server(runtime: Runtime) -> Server:
     _quiet_client_errors()
     drop_idle_spans()
     use_asyncio_queues()
+    sort_fields_once()
     resumer = Resumer(runtime, lambda record: write_settled(store, [record]))
     store = task_store(runtime, resumer.runs)
     agents = Agents(runtime, store)
