@@ -170,7 +170,7 @@ class CleverAgentExecutor(AgentExecutor):
         )
         # An agent with message steps may answer with a Message, which must be the only event:
         # its task is announced only once the run shows it needs one.
-        deferred = current is None and self.may_reply_with_message()
+        deferred = current is None and self._may_reply_with_message()
         if current is None and not deferred:
             await event_queue.enqueue_event(submitted)
         request = _request(message)
@@ -245,8 +245,7 @@ class CleverAgentExecutor(AgentExecutor):
         latest = await self.rows.get(current.id, context.call_context) if self.rows is not None else None
         await event_queue.enqueue_event(latest or derived(current, record))
 
-    def may_reply_with_message(self) -> bool:
-        """Whether a run of this agent may answer with a Message (a workflow's message step), not a task."""
+    def _may_reply_with_message(self) -> bool:
         spec = self.runtime.bundle.project.agents.get(self.agent)
         return isinstance(spec, WorkflowAgent) and replies_with_message(spec)
 

@@ -30,20 +30,21 @@ from a2a.server.agent_execution import RequestContext, SimpleRequestContextBuild
 from a2a.server.agent_execution.active_task import INTERRUPTED_TASK_STATES, TERMINAL_TASK_STATES
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
-from a2a.types import Message, SendMessageRequest, SubscribeToTaskRequest, Task
+from a2a.types import Message, SendMessageRequest, SubscribeToTaskRequest, Task, TaskState
 from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 from a2a.utils.task import apply_history_length
 
 from framework.errors import StoreBusy, StoreUnreachable
-from framework.protocols.a2a.executor import ANSWER_ONLY, REFUSED, CleverAgentExecutor
+from framework.protocols.a2a.executor import ANSWER_ONLY, REFUSED
 from framework.protocols.a2a.relay import RelayingRequestHandler
-from framework.protocols.a2a.statuses import row_of
+from framework.protocols.a2a.statuses import derived
 from framework.protocols.a2a.task_store import AgentTaskStore
 from framework.runtime.message_claims import STALE_S, Claim, MessageClaims, claim_key
 from framework.runtime.tasks import FINAL_STATES
 from framework.runtime.tasks import Task as Record
 
 if TYPE_CHECKING:
+    from a2a.server.agent_execution import AgentExecutor
     from a2a.types import AgentCard
 
 CLAIMED = "cleveragents.claimed_task_id"
@@ -74,7 +75,7 @@ class ServingRequestHandler(RelayingRequestHandler):
 
     def __init__(
         self,
-        executor: CleverAgentExecutor,
+        executor: AgentExecutor,
         rows: AgentTaskStore,
         card: AgentCard,
         *,
@@ -85,7 +86,6 @@ class ServingRequestHandler(RelayingRequestHandler):
     ) -> None:
         super().__init__(executor, rows, card, request_context_builder=ClaimedIdBuilder(), **kwargs)
         self.agent_rows = rows
-        self.runs = executor
         self.agent = agent
         self.claims = claims
         """None: messages are not claimed (``server.retry_window: null``)."""
@@ -163,10 +163,8 @@ class ServingRequestHandler(RelayingRequestHandler):
             record = await self.records(holder)
             if record is not None and not _ended_long_ago(record):
                 await asyncio.sleep(_ROW_POLL_S)  # its run goes on, and shows its task when it has one
-            elif record is not None and (record.state != "completed" or not self.runs.may_reply_with_message()):
-                # It ended with no task shown: a crash, a failure, or a blocking SendMessage's row
-                # that its server died before writing (the agent always answers with a task).
-                return await self._kept(record, context)
+            elif record is not None and record.state != "completed":
+                return await self._kept(record, context)  # it ended with no task shown: a crash, a failure
             elif record is None and datetime.now(UTC) - claim.at < timedelta(seconds=STALE_S):
                 await asyncio.sleep(_ROW_POLL_S)  # being started
             elif await claims.atake_over(key, holder, mine, digest, 0 if record is not None else STALE_S):
@@ -182,7 +180,9 @@ class ServingRequestHandler(RelayingRequestHandler):
     async def _kept(self, record: Record, context: ServerCallContext) -> str:
         """The A2A task of a run that ended before it showed one (a workflow whose answer could have
         been a Message, failed or stopped by its process dying): saved now from its record."""
-        await self.rows.save(row_of(record), context)
+        bare = Task(id=record.id, context_id=record.conversation)
+        bare.status.state = TaskState.TASK_STATE_SUBMITTED
+        await self.rows.save(derived(bare, record), context)
         return record.id
 
     async def _release_refused(self, context: ServerCallContext) -> None:

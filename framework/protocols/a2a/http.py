@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from a2a.auth.user import User
 from a2a.helpers.proto_helpers import new_data_part
@@ -55,7 +55,7 @@ from framework.protocols.a2a.queues import use_asyncio_queues
 from framework.protocols.a2a.relay import LOCAL_POLL_S, TaskFollower
 from framework.protocols.a2a.request_metrics import RequestMetrics
 from framework.protocols.a2a.required_fields import sort_fields_once
-from framework.protocols.a2a.statuses import failure_status, row_of
+from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
 from framework.protocols.a2a.tracing import TraceContext, drop_idle_spans
 from framework.protocols.jsonrpc import error_for
@@ -72,8 +72,6 @@ from framework.runtime.tasks import Task as Record
 
 A2A_POOL_SIZE = 15
 """Connections to PostgreSQL the A2A task rows use per server (requests past them wait for one)."""
-SOURCE: Final = "a2a-http"
-"""The source of the tasks ``ca serve`` runs (their records' and audit records')."""
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
 CARD_CACHE = "public, max-age=60"
@@ -161,14 +159,10 @@ async def write_lagging(runtime: Runtime, store: WriteBehindTaskStore) -> None:
 async def write_settled(store: WriteBehindTaskStore, settled: list[Record]) -> None:
     """Write the A2A rows of tasks whose records were settled (failed: their process died), so the row
     itself — not only what GetTask derives from the record — shows the end, and subscribers on every
-    replica are told (the row's ``NOTIFY``). A task sent over A2A whose server died before it wrote its
-    row (a blocking SendMessage's row is written when it ends) gets one from its record; a task that
-    never had one (a child task, a CLI run) is skipped."""
+    replica are told (the row's ``NOTIFY``). A task without a row (a child task, a CLI run) is skipped."""
     for record in settled:
         context = ServerCallContext(user=TaskOwner(record.caller))  # the A2A store scopes rows by owner
         row = await store.get(record.id, context)  # its status derived from the settled record
-        if row is None and record.source == SOURCE and not record.parent:
-            row = row_of(record)
         if row is not None:
             await store.save(row, context)
 
@@ -374,7 +368,7 @@ def build_server(runtime: Runtime) -> Server:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await store.initialize()
-        if credentials is None and runtime.source == SOURCE:
+        if credentials is None and runtime.source == "a2a-http":
             await adopt_unowned(runtime, store)
         await fail_interrupted(runtime, store)
         runtime.resumer = resumer  # from now on the orphans that can run again are run here
@@ -509,7 +503,7 @@ async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> Non
     untouched: they resume when answered. Only tasks of ``ca serve`` (one server per project) are
     touched, never those of ``ca run --stdio`` or the CLI.
     """
-    if runtime.source != SOURCE:
+    if runtime.source != "a2a-http":
         return
     for task in await runtime.tasks.alist(limit=1_000_000):
         if task.source != runtime.source or task.state not in ("submitted", "working") or task.owner_pid:
@@ -518,7 +512,7 @@ async def fail_interrupted(runtime: Runtime, store: WriteBehindTaskStore) -> Non
         await runtime.tasks.aupdate(task.id, state="failed", error=INTERRUPTED, pending=())
         await runtime.audit.aappend(
             "task.state",
-            source=SOURCE,
+            source="a2a-http",
             task_id=task.id,
             conversation_id=task.conversation,
             agent=task.agent,

@@ -80,14 +80,6 @@ def failure_status(failure: Failure, task_id: str, context_id: str) -> tuple[Tas
     return state, agent_message(task_id, context_id, [new_text_part(failure.message), new_data_part({"error": error})])
 
 
-def row_of(record: Record) -> Task:
-    """The A2A task of a record that has no row (its run ended, or its server died, before the row
-    was written): its id, context and state, worded as :func:`derived` words them."""
-    bare = Task(id=record.id, context_id=record.conversation)
-    bare.status.state = TaskState.TASK_STATE_SUBMITTED
-    return derived(bare, record)
-
-
 def derived(task: Task, record: Record | None) -> Task:
     """``task`` (an A2A row) with the state its record has, worded as the executor words it.
 

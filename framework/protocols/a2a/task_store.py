@@ -5,12 +5,7 @@ short run cost five writes of the same row. :class:`WriteBehindTaskStore` keeps 
 version of each running task in memory and writes to the database:
 
 * at once, the first save of a run (the task exists in the database from its start, so a
-  server that dies leaves it ``submitted`` or ``working`` for :func:`fail_interrupted`) — unless
-  only its answer will tell the client the task's id (a blocking ``SendMessage`` that starts a
-  task, :data:`~framework.protocols.a2a.executor.ANSWER_ONLY`): no one can ask for that row before
-  the answer, so it is held like an intermediate state. A server that dies meanwhile leaves the
-  task record alone; the row is written from it when the task is settled (``write_settled``) or
-  when a copy of the message asks for it (the request handler's ``_kept``);
+  server that dies leaves it ``submitted`` or ``working`` for :func:`fail_interrupted`);
 * at once, every save into a state that ends a run or waits for someone: completed, failed,
   canceled, rejected, input-required, auth-required. The SDK answers the client only after
   that save returns, so what the client was told survives a restart;
@@ -51,7 +46,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import class_mapper
 
 from framework.errors import StoreBusy
-from framework.protocols.a2a.executor import ANSWER_ONLY
 from framework.protocols.a2a.relay import TaskFollower
 from framework.protocols.a2a.statuses import derived
 from framework.runtime.governance.secrets import KNOWN
@@ -169,10 +163,6 @@ class WriteBehindTaskStore(TaskStore):
             live = _Live(latest, context)
             if not durable:
                 self._live[key] = live
-            if not durable and context.state.get(ANSWER_ONLY) is True:  # see the module doc
-                live.dirty = True
-                self._schedule_flush()
-                return
             try:
                 await self._write(live, latest, context)
             except StoreBusy:

@@ -202,9 +202,8 @@ def test_a_task_killed_mid_model_call_is_resumed_by_the_next_server(tmp_path: Pa
 def test_a_blocking_send_killed_mid_model_call_is_answered_to_its_copy_by_the_next_server(
     tmp_path: Path, model: FakeOpenAI
 ) -> None:
-    """A blocking SendMessage's A2A row is written when its task ends (only the answer tells its id):
-    killed before that, the task is still resumed, its row written from its record, and a copy of the
-    message (same messageId) gets that answer rather than a second run."""
+    """A blocking SendMessage killed mid model call (its client never gets an answer): the next server
+    resumes the task, and a copy of the message (same messageId) gets that answer, not a second run."""
     root = _project(tmp_path / "project", model.url)
     first: ServerProcess = start_serve(root)
     message: dict[str, Any] = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "second"}]}
