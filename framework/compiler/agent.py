@@ -165,7 +165,7 @@ def _hook_spans_only_if_traced() -> Iterator[None]:
     The swap is made under a lock, so a compile in another thread gets its own choice.
     """
     with _COMPOSING:
-        if tracing_is_enabled():
+        if tracing_is_enabled() or not hasattr(factory, "traceable"):  # traced, or a langchain without it
             yield
             return
         setattr(factory, "traceable", _as_they_are)  # noqa: B010 - a module global create_agent reads

@@ -19,8 +19,6 @@ from google.api.field_behavior_pb2 import REQUIRED, field_behavior  # type: igno
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-_SDK_WALK = proto_utils._validate_proto_required_fields_internal
-
 
 @functools.cache
 def _walked(descriptor: Descriptor) -> tuple[tuple[FieldDescriptor, bool], ...]:
@@ -47,8 +45,3 @@ def _walk(msg: Message) -> list[Any]:
 def sort_fields_once() -> None:
     """Make a2a-sdk's REQUIRED-field checks (requests, and its warnings about cards) use :func:`_walk`."""
     proto_utils._validate_proto_required_fields_internal = _walk
-
-
-def sdk_walk(msg: Message) -> list[Any]:
-    """The SDK's own walk, as it was before :func:`sort_fields_once` (for comparing the two)."""
-    return list(_SDK_WALK(msg))
