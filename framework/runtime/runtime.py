@@ -52,7 +52,7 @@ from framework.runtime.remote import RemoteFactory
 from framework.runtime.restart import needs_restart, pinned
 from framework.runtime.resumes import why_not_resumed
 from framework.runtime.runner import Runner
-from framework.runtime.tasks import FINAL_STATES, Task, TaskStore
+from framework.runtime.tasks import FINAL_STATES, Held, Task, TaskStore
 from framework.runtime.turns import Turns
 from framework.runtime.wiring import McpFactory, wire
 from framework.spec.project import Project
@@ -310,13 +310,14 @@ class Runtime:
         """
         self.bundle.agent(agent)
         who = self.decider if caller is None else caller
-        had = await self.tasks.aconversation(conversation)
+        # Read only when checked: a call's size is its caller's, and its owner is checked when it names one.
+        had = await self.tasks.aconversation(conversation) if caller is not None or not parent else Held(frozenset(), 0)
         if caller is not None and had.callers - {caller}:
             raise ConversationNotYours(
                 f"conversation {conversation!r} was started by another caller: start a new one (send no contextId)"
             )
         limit = self.bundle.project.config.store.max_conversation_bytes
-        held = had.bytes if not parent else 0  # a call's size: its caller's
+        held = had.bytes if not parent else 0
         if held + len(text.encode("utf-8", "surrogatepass")) > limit:
             raise ConversationTooLarge(
                 f"conversation {conversation!r} would hold more than {limit} bytes (store.max_conversation_bytes):"
