@@ -310,8 +310,9 @@ class Runtime:
         """
         self.bundle.agent(agent)
         who = self.decider if caller is None else caller
-        # Read only when checked: a call's size is its caller's, and its owner is checked when it names one.
-        had = await self.tasks.aconversation(conversation) if caller is not None or not parent else Held(frozenset(), 0)
+        had = Held(frozenset(), 0)
+        if caller is not None or not parent:  # a call's size is its caller's; its owner is checked when it names one
+            had = await self.tasks.aconversation(conversation)
         if caller is not None and had.callers - {caller}:
             raise ConversationNotYours(
                 f"conversation {conversation!r} was started by another caller: start a new one (send no contextId)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
@@ -63,14 +63,14 @@ class LangSmith(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def traced() -> Iterator[Client]:
+def traced() -> Iterator[None]:
     """LangSmith tracing on, its runs sent to a loopback endpoint."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), LangSmith)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     client = Client(api_url=f"http://127.0.0.1:{server.server_address[1]}", api_key="test", info={})
     try:
         with tracing_context(enabled=True, client=client):
-            yield client
+            yield
     finally:
         client.flush()
         server.shutdown()
@@ -87,15 +87,9 @@ def hook_spans(*, compiled_traced: bool, run_traced: bool) -> list[str | None]:
     async def run(graph: Any) -> None:
         await graph.ainvoke({"messages": [HumanMessage("hello")]}, context=RunContext())
 
-    if compiled_traced:
-        with traced():
-            graph = compiled()
-    else:
+    with traced() if compiled_traced else nullcontext():
         graph = compiled()
-    if run_traced:
-        with traced():
-            asyncio.run(run(graph))
-    else:
+    with traced() if run_traced else nullcontext():
         asyncio.run(run(graph))
     return spy.spans
 
