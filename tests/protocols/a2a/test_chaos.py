@@ -219,6 +219,16 @@ def _unsettled_rows(url: str, timeout: float) -> dict[str, str]:
         time.sleep(0.5)
 
 
+def _logged(logs: Path, task_id: str) -> list[str]:
+    """What the replicas logged about ``task_id`` (file: line), to tell which of them left its row behind."""
+    return [
+        f"{path.name}: {line}"
+        for path in sorted(logs.iterdir())
+        for line in path.read_text(errors="replace").splitlines()
+        if task_id in line
+    ]
+
+
 def _settle(cluster: Cluster, store: TaskStore, timeout: float) -> None:
     """Decide, on B, every task still waiting, until every task has a final state."""
     deadline = time.monotonic() + timeout
@@ -289,7 +299,7 @@ def test_two_replicas_one_killed_again_and_again_lose_no_task_and_repeat_no_side
     by_id = {t.id: t for t in tasks}
     unsettled = _unsettled_rows(cluster.url, timeout=LEASE_S * 4 / 3 + 30)
     # a2a-sdk's rows show the end too, not only the records (also of a task that ended just before its replica died)
-    assert not unsettled, {i: (state, by_id.get(i)) for i, state in unsettled.items()}
+    assert not unsettled, {i: (state, by_id.get(i), _logged(cluster.logs, i)) for i, state in unsettled.items()}
     assert all(n <= 1 for n in counters.values()), {c: n for c, n in counters.items() if n > 1}
     for task in tasks:
         if task.state == "completed":
