@@ -144,15 +144,16 @@ async def write_lagging(runtime: Runtime, store: WriteBehindTaskStore) -> None:
     """Write the A2A rows still running, untouched for a lease, whose records have ended: their server died
     between the record's last write and the row's (GetTask derives the end already; the row, and
     subscribers told by its ``NOTIFY``, get it here). A row without a record is failed: its server died
-    between the row's first write and the record's, before anything ran."""
+    between the row's first write and the record's, before anything ran (unless the row has no time:
+    then nothing tells it from a task whose record is being written now)."""
     before = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=runtime.tasks.lease)
     ended = []
-    for task_id, owner in await store.stale_running(before):
+    for task_id, owner, dated in await store.stale_running(before):
         record = await runtime.tasks.afind(task_id)
-        if record is None:
-            await _fail_row(store, task_id, ServerCallContext(user=TaskOwner(owner)))
-        elif record.state in FINAL_STATES:
+        if record is not None and record.state in FINAL_STATES:
             ended.append(record)
+        elif record is None and dated:
+            await _fail_row(store, task_id, ServerCallContext(user=TaskOwner(owner)))
     await write_settled(store, ended)
 
 

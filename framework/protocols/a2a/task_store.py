@@ -157,6 +157,10 @@ class WriteBehindTaskStore(TaskStore):
         key = (self._owner(context), task.id)
         self._unsaved.discard(key)
         latest = _masked(task)
+        if not latest.status.HasField("timestamp"):
+            # a2a-sdk's first save of a task (and a blocking SendMessage's row until it ends) has no
+            # time: stamped, the row's last_updated tells a sweep that it was left running
+            latest.status.timestamp.GetCurrentTime()
         durable = self._closed or latest.status.state in DURABLE_STATES
         live = self._live.get(key)
         if live is None:
@@ -234,17 +238,19 @@ class WriteBehindTaskStore(TaskStore):
         self._live.pop((self._owner(context), task_id), None)
         await self.store.delete(task_id, context)
 
-    async def stale_running(self, before: datetime) -> tuple[tuple[str, str], ...]:
-        """(id, owner) of the rows that still show a running state (submitted, working) and were last
-        written before ``before`` (naive UTC, as the SDK stores times)."""
-        from sqlalchemy import select
+    async def stale_running(self, before: datetime) -> tuple[tuple[str, str, bool], ...]:
+        """(id, owner, dated) of the rows that still show a running state (submitted, working) and were
+        last written before ``before`` (naive UTC, as the SDK stores times), or at a time nobody knows
+        (``dated`` False: a row without a time, written before :meth:`save` stamped every row)."""
+        from sqlalchemy import or_, select
 
         model = self.store.task_model
         running = model.status["state"].as_string().in_(("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"))
+        stale = or_(model.last_updated < before, model.last_updated.is_(None))
         await self.store._ensure_initialized()
         async with self.store.async_session_maker() as session:
-            found = await session.execute(select(model.id, model.owner).where(model.last_updated < before, running))
-        return tuple((row[0], row[1] or "") for row in found.all())
+            found = await session.execute(select(model.id, model.owner, model.last_updated).where(stale, running))
+        return tuple((row[0], row[1] or "", row[2] is not None) for row in found.all())
 
     async def adopt_unowned(self, owner: str) -> int:
         """Give ``owner`` every task row recorded before tasks had owners (owner ``''``); how many."""

@@ -153,3 +153,57 @@ def test_a_row_whose_server_died_before_recording_its_task_ends_failed(
     answer = b.rpc("GetTask", {"id": task_id}, agent="napper")["result"]
     assert answer["status"]["state"] == "TASK_STATE_FAILED", answer
     assert "send the message again" in answer["status"]["message"]["parts"][0]["text"], answer
+
+
+def test_the_row_a_killed_blocking_send_left_follows_its_record_ended_elsewhere(
+    replicas: tuple[ServerProcess, ServerProcess, str],
+) -> None:
+    # A blocking SendMessage shows no `working`: its row is the one a2a-sdk saved at the start, until the
+    # end. A dies mid-run and the record is ended by someone else (here, directly, before the lease
+    # runs out): B's sweep must still bring the row to the record's end once it is a lease old.
+    # Beside it, a row without a time and without a record (as servers wrote rows before they stamped
+    # them): its age is unknown, so it is left alone, and the sweep goes on past it.
+    a, b, url = replicas
+    undated = str(uuid.uuid4())
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO public.tasks (id, context_id, kind, owner, last_updated, status, artifacts, history,"
+            " protocol_version) VALUES (%s, %s, 'task', 'anonymous', NULL, %s, '[]', '[]', '1.0')",
+            (undated, str(uuid.uuid4()), json.dumps({"state": "TASK_STATE_SUBMITTED"})),
+        )
+    store = TaskStore.open(b.root, url=url)
+    dropped: list[BaseException] = []
+    try:
+        caller = threading.Thread(target=lambda: dropped.extend(_dropped(a)))
+        caller.start()
+        deadline = time.monotonic() + 60
+        while not (running := [t for t in store.list() if t.state == "working"]):
+            assert time.monotonic() < deadline, "the task never started running on A"
+            time.sleep(0.05)
+        [task] = running
+        assert _a2a_row(url, task.id)["state"] == "TASK_STATE_SUBMITTED"
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait(timeout=10)
+        store.update(task.id, state="failed", error="ended by the test while its replica was down")
+        ended = time.monotonic()
+        caller.join(timeout=30)
+    finally:
+        store.close()
+    while (row := _a2a_row(url, task.id))["state"] == "TASK_STATE_SUBMITTED" and time.monotonic() - ended < (
+        SETTLED_WITHIN + SLACK_S
+    ):
+        time.sleep(0.1)
+    assert row["state"] == "TASK_STATE_FAILED", (row, b.output())
+    assert "ended by the test" in row["message"]["parts"][0]["text"], row
+    assert dropped, "A answered although it was killed"
+    assert _a2a_row(url, undated)["state"] == "TASK_STATE_SUBMITTED"
+    assert "looking for orphaned tasks failed" not in b.output(), b.output()
+
+
+def _dropped(server: ServerProcess) -> list[BaseException]:
+    """Send a blocking SendMessage that ``server`` is killed under: the error its dropped connection gave."""
+    try:
+        server.rpc("SendMessage", _message("nap"), agent="napper")
+    except (httpx.TransportError, AssertionError) as exc:
+        return [exc]
+    return []

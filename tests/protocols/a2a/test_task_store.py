@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -312,6 +313,21 @@ def full_task(task_id: str) -> Task:
     made.status.timestamp.FromMicroseconds(1_767_225_600_000_000)  # a whole second: no fraction to print
     made.metadata.update({"stop_reason": "end_turn", "usage": {"input_tokens": 3}})
     return made
+
+
+def test_every_row_has_a_time_so_a_row_left_running_is_found_once_stale(tmp_path: Path, inner: str) -> None:
+    async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
+        await store.save(task(SUBMITTED), CALLER)  # as a2a-sdk saves a new task: its status has no time
+        await reader.save(task(SUBMITTED, task_id="old"), CALLER)  # a row written before rows had times
+        stored = await reader.get("t1", CALLER)
+        assert stored is not None and stored.status.HasField("timestamp")
+        now = datetime.now(UTC).replace(tzinfo=None)
+        assert await store.stale_running(now - timedelta(seconds=60)) == (("old", "", False),)
+        assert sorted(await store.stale_running(now + timedelta(seconds=1))) == [("old", "", False), ("t1", "", True)]
+        await store.save(task(COMPLETED), CALLER)
+        assert await store.stale_running(now + timedelta(seconds=1)) == (("old", "", False),)
+
+    run(tmp_path, body, inner)
 
 
 def test_sqlite_store_rows_are_the_sdk_rows_both_ways(tmp_path: Path) -> None:
