@@ -141,20 +141,29 @@ async def sweep_orphans(runtime: Runtime, store: WriteBehindTaskStore) -> None:
 
 
 async def write_lagging(runtime: Runtime, store: WriteBehindTaskStore) -> None:
-    """Write the A2A rows still running, untouched for a lease, whose records have ended: their server died
-    between the record's last write and the row's (GetTask derives the end already; the row, and
-    subscribers told by its ``NOTIFY``, get it here). A row without a record is failed: its server died
-    between the row's first write and the record's, before anything ran (unless the row has no time:
-    then nothing tells it from a task whose record is being written now)."""
+    """Write the A2A rows still running, untouched for a lease, whose records ended a lease ago too: their
+    server died between the record's last write and the row's (GetTask derives the end already; the
+    row, and subscribers told by its ``NOTIFY``, get it here). A record that ended more recently is
+    left to its own server, which writes the whole row (its reply, its usage) just after. A row without
+    a record is failed: its server died between the row's first write and the record's, before anything
+    ran (unless the row has no time: then nothing tells it from a task whose record is being written now)."""
     before = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=runtime.tasks.lease)
     ended = []
     for task_id, owner, dated in await store.stale_running(before):
         record = await runtime.tasks.afind(task_id)
-        if record is not None and record.state in FINAL_STATES:
+        if record is not None and record.state in FINAL_STATES and _ended_before(record, before):
             ended.append(record)
         elif record is None and dated:
             await _fail_row(store, task_id, ServerCallContext(user=TaskOwner(owner)))
     await write_settled(store, ended)
+
+
+def _ended_before(record: Record, before: datetime) -> bool:
+    """Whether ``record`` was last written before ``before`` (naive UTC); one without a time long ago."""
+    if not record.updated_at:
+        return True
+    written = datetime.fromisoformat(record.updated_at)
+    return (written.astimezone(UTC).replace(tzinfo=None) if written.tzinfo else written) < before
 
 
 async def write_settled(store: WriteBehindTaskStore, settled: list[Record]) -> None:

@@ -157,12 +157,16 @@ class WriteBehindTaskStore(TaskStore):
         key = (self._owner(context), task.id)
         self._unsaved.discard(key)
         latest = _masked(task)
+        live = self._live.get(key)
         if not latest.status.HasField("timestamp"):
             # a2a-sdk's first save of a task (and a blocking SendMessage's row until it ends) has no
-            # time: stamped, the row's last_updated tells a sweep that it was left running
-            latest.status.timestamp.GetCurrentTime()
+            # time: stamped once, the row's last_updated tells a sweep that it was left running (its
+            # later saves in that state keep that time: the status did not change)
+            if live is not None and live.task.status.state == latest.status.state:
+                latest.status.timestamp.CopyFrom(live.task.status.timestamp)
+            else:
+                latest.status.timestamp.GetCurrentTime()
         durable = self._closed or latest.status.state in DURABLE_STATES
-        live = self._live.get(key)
         if live is None:
             live = _Live(latest, context)
             if not durable:

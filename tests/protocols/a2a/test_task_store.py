@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -37,7 +38,9 @@ from a2a.types import (
 )
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from framework.protocols.a2a.http import write_lagging
 from framework.protocols.a2a.task_store import SqliteTaskStore, WriteBehindTaskStore
+from framework.runtime.tasks import TaskStore
 
 CALLER = ServerCallContext()
 SUBMITTED, WORKING = TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING
@@ -328,6 +331,56 @@ def test_every_row_has_a_time_so_a_row_left_running_is_found_once_stale(tmp_path
         assert await store.stale_running(now + timedelta(seconds=1)) == (("old", "", False),)
 
     run(tmp_path, body, inner)
+
+
+def test_a_status_is_stamped_once_and_keeps_its_time_while_it_does_not_change(tmp_path: Path, inner: str) -> None:
+    async def body(store: WriteBehindTaskStore, reader: DatabaseTaskStore) -> None:
+        await store.save(task(SUBMITTED), CALLER)
+        first = await store.get("t1", CALLER)
+        await asyncio.sleep(0.01)
+        await store.save(task(SUBMITTED, reply="partial"), CALLER)  # an artifact: the status is as it was
+        later = await store.get("t1", CALLER)
+        assert first is not None and later is not None
+        assert later.status == first.status  # the same time: a subscriber elsewhere sees no new status
+        await store.flush()
+        stored = await reader.get("t1", CALLER)
+        assert stored is not None and stored.status == first.status and stored.artifacts
+
+    run(tmp_path, body, inner)
+
+
+def test_a_sweep_writes_a_row_left_running_only_once_its_record_ended_a_lease_ago(tmp_path: Path) -> None:
+    # The record's own server writes the whole row (reply, usage) just after the record: a sweep that
+    # wrote it from the record first could be overwritten, or overwrite it, with less.
+    records = TaskStore.open(tmp_path, lease=15)
+    server = SimpleNamespace(tasks=records)  # what the sweep reads of a runtime: its task records
+    long_ago = datetime.now(UTC) - timedelta(minutes=5)
+
+    async def main() -> None:
+        path = tmp_path / "state.db"
+        inner, reader = inner_store("sqlite", path), database(path)
+        store = WriteBehindTaskStore(inner, records=records.afind, interval=60)
+        await store.initialize()
+        try:
+            left = task(SUBMITTED)
+            left.status.timestamp.FromDatetime(long_ago)
+            await store.save(left, CALLER)
+            records.create(agent="echo", conversation="c1", source="a2a-http", input="hi", task_id="t1")
+            records.update("t1", state="completed", output="done")
+            await write_lagging(server, store)  # type: ignore[arg-type]
+            assert await state_in_database(reader) == SUBMITTED  # ended just now: its server writes the row
+            records.db.execute("UPDATE tasks SET updated_at = ? WHERE id = ?", (long_ago.isoformat(), "t1"))
+            await write_lagging(server, store)  # type: ignore[arg-type]
+            assert await state_in_database(reader) == COMPLETED
+        finally:
+            await store.close()
+            await inner.engine.dispose()
+            await reader.engine.dispose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        records.close()
 
 
 def test_sqlite_store_rows_are_the_sdk_rows_both_ways(tmp_path: Path) -> None:
