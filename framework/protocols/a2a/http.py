@@ -67,7 +67,7 @@ from framework.runtime.runtime import Runtime
 from framework.runtime.store_locks import in_wal
 from framework.runtime.store_url import libpq_url
 from framework.runtime.stores import state_dir
-from framework.runtime.tasks import FINAL_STATES
+from framework.runtime.tasks import FINAL_STATES, TaskStore
 from framework.runtime.tasks import Task as Record
 
 A2A_POOL_SIZE = 15
@@ -133,24 +133,24 @@ async def sweep_orphans(runtime: Runtime, store: WriteBehindTaskStore) -> None:
         await asyncio.sleep(runtime.tasks.renew_every)
         try:
             await write_settled(store, await runtime.settle_orphans())
-            await write_lagging(runtime, store)
+            await write_lagging(runtime.tasks, store)
         except (StoreBusy, StoreUnreachable) as exc:
             logger.warning("orphaned tasks not looked for: %s", exc)
         except Exception:  # the sweeper must go on: a replica that stops sweeping leaves others' tasks running
             logger.exception("looking for orphaned tasks failed; looking again in %g s", runtime.tasks.renew_every)
 
 
-async def write_lagging(runtime: Runtime, store: WriteBehindTaskStore) -> None:
+async def write_lagging(tasks: TaskStore, store: WriteBehindTaskStore) -> None:
     """Write the A2A rows still running, untouched for a lease, whose records ended a lease ago too: their
     server died between the record's last write and the row's (GetTask derives the end already; the
     row, and subscribers told by its ``NOTIFY``, get it here). A record that ended more recently is
     left to its own server, which writes the whole row (its reply, its usage) just after. A row without
     a record is failed: its server died between the row's first write and the record's, before anything
     ran (unless the row has no time: then nothing tells it from a task whose record is being written now)."""
-    before = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=runtime.tasks.lease)
+    before = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=tasks.lease)
     ended = []
     for task_id, owner, dated in await store.stale_running(before):
-        record = await runtime.tasks.afind(task_id)
+        record = await tasks.afind(task_id)
         if record is not None and record.state in FINAL_STATES and _ended_before(record, before):
             ended.append(record)
         elif record is None and dated:

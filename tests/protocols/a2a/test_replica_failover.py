@@ -23,7 +23,7 @@ import httpx
 import psycopg
 import pytest
 
-from framework.runtime.tasks import TaskStore
+from framework.runtime.tasks import Task, TaskStore
 from tests.conftest import NAP, NAPPER, run_ca, write_project
 from tests.postgres_db import fresh_database
 from tests.serving import ServerProcess, start_serve
@@ -63,6 +63,17 @@ def _message(text: str) -> dict[str, Any]:
     return {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}}
 
 
+def _insert_row(url: str, task_id: str, context: str, status: dict[str, Any], last_updated: str | None) -> None:
+    """An a2a-sdk row of the anonymous caller's new task, as its server wrote it (``last_updated`` None:
+    as servers did before they stamped every row)."""
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO public.tasks (id, context_id, kind, owner, last_updated, status, artifacts, history,"
+            " protocol_version) VALUES (%s, %s, 'task', 'anonymous', %s, %s, '[]', '[]', '1.0')",
+            (task_id, context, last_updated, json.dumps(status)),
+        )
+
+
 def _a2a_row(url: str, task_id: str) -> dict[str, Any]:
     """The status a2a-sdk's DatabaseTaskStore row holds (what its own GetTask would read)."""
     with psycopg.connect(url) as conn:
@@ -77,22 +88,8 @@ def test_a_task_of_a_killed_replica_ends_failed_on_the_other(
 ) -> None:
     a, b, url = replicas
     store = TaskStore.open(b.root, url=url)
-    dropped: list[BaseException] = []
-
-    def send_to_a() -> None:
-        try:
-            a.rpc("SendMessage", _message("nap"), agent="napper")
-        except (httpx.TransportError, AssertionError) as exc:  # A dies under it: the connection drops
-            dropped.append(exc)
-
     try:
-        caller = threading.Thread(target=send_to_a)
-        caller.start()
-        deadline = time.monotonic() + 60
-        while not (running := [t for t in store.list() if t.state == "working"]):
-            assert time.monotonic() < deadline, "the task never started running on A"
-            time.sleep(0.05)
-        [task] = running
+        task, caller, dropped = _napping_on(a, store)
         assert task.owner_host == "replica-a", task  # A's own host name: B cannot look at its pid
         time.sleep(0.5)  # into the tool's 20 s nap
         a.proc.send_signal(signal.SIGKILL)
@@ -140,12 +137,7 @@ def test_a_row_whose_server_died_before_recording_its_task_ends_failed(
     _, b, url = replicas
     task_id, context = str(uuid.uuid4()), str(uuid.uuid4())
     status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
-    with psycopg.connect(url) as conn:  # a2a-sdk wrote the row of a new task; its server died before the record
-        conn.execute(
-            "INSERT INTO public.tasks (id, context_id, kind, owner, last_updated, status, artifacts, history,"
-            " protocol_version) VALUES (%s, %s, 'task', 'anonymous', '2026-01-01 00:00:00', %s, '[]', '[]', '1.0')",
-            (task_id, context, json.dumps(status)),
-        )
+    _insert_row(url, task_id, context, status, "2026-01-01 00:00:00")  # its server died before the record
     deadline = time.monotonic() + SETTLED_WITHIN + SLACK_S
     while (row := _a2a_row(url, task_id))["state"] == "TASK_STATE_SUBMITTED" and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -165,22 +157,10 @@ def test_the_row_a_killed_blocking_send_left_follows_its_record_ended_elsewhere(
     # them): its age is unknown, so it is left alone, and the sweep goes on past it.
     a, b, url = replicas
     undated = str(uuid.uuid4())
-    with psycopg.connect(url) as conn:
-        conn.execute(
-            "INSERT INTO public.tasks (id, context_id, kind, owner, last_updated, status, artifacts, history,"
-            " protocol_version) VALUES (%s, %s, 'task', 'anonymous', NULL, %s, '[]', '[]', '1.0')",
-            (undated, str(uuid.uuid4()), json.dumps({"state": "TASK_STATE_SUBMITTED"})),
-        )
+    _insert_row(url, undated, str(uuid.uuid4()), {"state": "TASK_STATE_SUBMITTED"}, None)
     store = TaskStore.open(b.root, url=url)
-    dropped: list[BaseException] = []
     try:
-        caller = threading.Thread(target=lambda: dropped.extend(_dropped(a)))
-        caller.start()
-        deadline = time.monotonic() + 60
-        while not (running := [t for t in store.list() if t.state == "working"]):
-            assert time.monotonic() < deadline, "the task never started running on A"
-            time.sleep(0.05)
-        [task] = running
+        task, caller, dropped = _napping_on(a, store)
         assert _a2a_row(url, task.id)["state"] == "TASK_STATE_SUBMITTED"
         a.proc.send_signal(signal.SIGKILL)
         a.proc.wait(timeout=10)
@@ -200,10 +180,22 @@ def test_the_row_a_killed_blocking_send_left_follows_its_record_ended_elsewhere(
     assert "looking for orphaned tasks failed" not in b.output(), b.output()
 
 
-def _dropped(server: ServerProcess) -> list[BaseException]:
-    """Send a blocking SendMessage that ``server`` is killed under: the error its dropped connection gave."""
-    try:
-        server.rpc("SendMessage", _message("nap"), agent="napper")
-    except (httpx.TransportError, AssertionError) as exc:
-        return [exc]
-    return []
+def _napping_on(server: ServerProcess, store: TaskStore) -> tuple[Task, threading.Thread, list[BaseException]]:
+    """A blocking SendMessage to the napper of ``server``, sent from a thread, once its task runs there:
+    the task, the thread, and (once the thread is joined) what the connection gave when the server died."""
+    dropped: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            server.rpc("SendMessage", _message("nap"), agent="napper")
+        except (httpx.TransportError, AssertionError) as exc:  # killed under it: the connection drops
+            dropped.append(exc)
+
+    caller = threading.Thread(target=send)
+    caller.start()
+    deadline = time.monotonic() + 60
+    while not (running := [t for t in store.list() if t.state == "working"]):
+        assert time.monotonic() < deadline, f"the task never started running on {server.root.name}"
+        time.sleep(0.05)
+    [task] = running
+    return task, caller, dropped

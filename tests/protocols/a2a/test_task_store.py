@@ -12,7 +12,6 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -353,7 +352,6 @@ def test_a_sweep_writes_a_row_left_running_only_once_its_record_ended_a_lease_ag
     # The record's own server writes the whole row (reply, usage) just after the record: a sweep that
     # wrote it from the record first could be overwritten, or overwrite it, with less.
     records = TaskStore.open(tmp_path, lease=15)
-    server = SimpleNamespace(tasks=records)  # what the sweep reads of a runtime: its task records
     long_ago = datetime.now(UTC) - timedelta(minutes=5)
 
     async def main() -> None:
@@ -367,10 +365,10 @@ def test_a_sweep_writes_a_row_left_running_only_once_its_record_ended_a_lease_ag
             await store.save(left, CALLER)
             records.create(agent="echo", conversation="c1", source="a2a-http", input="hi", task_id="t1")
             records.update("t1", state="completed", output="done")
-            await write_lagging(server, store)  # type: ignore[arg-type]
+            await write_lagging(records, store)
             assert await state_in_database(reader) == SUBMITTED  # ended just now: its server writes the row
             records.db.execute("UPDATE tasks SET updated_at = ? WHERE id = ?", (long_ago.isoformat(), "t1"))
-            await write_lagging(server, store)  # type: ignore[arg-type]
+            await write_lagging(records, store)
             assert await state_in_database(reader) == COMPLETED
         finally:
             await store.close()
