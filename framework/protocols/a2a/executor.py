@@ -148,7 +148,8 @@ class CleverAgentExecutor(AgentExecutor):
         try:
             await self._execute(context, event_queue)
         finally:
-            self._running.pop(task_id, None)
+            if self._running.get(task_id) is current:  # a second message's run may hold it now
+                del self._running[task_id]
 
     async def _execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id, context_id = context.task_id or "", context.context_id or ""

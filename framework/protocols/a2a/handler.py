@@ -30,11 +30,19 @@ from a2a.server.agent_execution import RequestContext, SimpleRequestContextBuild
 from a2a.server.agent_execution.active_task import INTERRUPTED_TASK_STATES, TERMINAL_TASK_STATES
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
-from a2a.types import Message, SendMessageRequest, SubscribeToTaskRequest, Task, TaskState
-from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
-from a2a.utils.task import apply_history_length
+from a2a.types import CancelTaskRequest, Message, SendMessageRequest, SubscribeToTaskRequest, Task, TaskState
+from a2a.utils.errors import (
+    A2AError,
+    InvalidParamsError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from a2a.utils.proto_utils import validate_proto_required_fields
+from a2a.utils.task import apply_history_length, validate_history_length
 
 from framework.errors import StoreBusy, StoreUnreachable
+from framework.protocols.a2a.direct import DirectRun
 from framework.protocols.a2a.executor import ANSWER_ONLY, REFUSED
 from framework.protocols.a2a.relay import RelayingRequestHandler
 from framework.protocols.a2a.statuses import derived
@@ -91,14 +99,21 @@ class ServingRequestHandler(RelayingRequestHandler):
         """None: messages are not claimed (``server.retry_window: null``)."""
         self.records = records
         """The runtime's task record of a task id: a run that answers with a Message has one, and no A2A task."""
+        self.direct: dict[str, DirectRun] = {}
+        """The runs of new tasks' blocking messages, which a2a-sdk does not run (:mod:`.direct`), by task id."""
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Message | Task:
+        await self._after_direct(params)
         earlier = await self._claim(params, context)
         if earlier is None:
-            context.state[ANSWER_ONLY] = not params.message.task_id and not params.configuration.return_immediately
+            answer_only = not params.message.task_id and not params.configuration.return_immediately
+            context.state[ANSWER_ONLY] = answer_only
             try:
                 with self._new(context):
-                    answer: Message | Task = await super().on_message_send(params, context)
+                    if answer_only and self._runs_directly(params):
+                        answer: Message | Task = await self._run_direct(params, context)
+                    else:
+                        answer = await super().on_message_send(params, context)
             except A2AError:
                 await self._release_refused(context)
                 raise
@@ -113,6 +128,7 @@ class ServingRequestHandler(RelayingRequestHandler):
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
+        await self._after_direct(params)
         earlier = await self._claim(params, context) if self._agent_card.capabilities.streaming else None
         if earlier is None:
             try:
@@ -129,6 +145,44 @@ class ServingRequestHandler(RelayingRequestHandler):
             return
         async for event in self._events(task, context):
             yield _with_history(event, params) if isinstance(event, Task) else event
+
+    async def _after_direct(self, params: SendMessageRequest) -> None:
+        """A message to a task that runs directly waits for that run to end, as a2a-sdk queues a
+        message behind its task's run (then the task ended, or waits for this very message)."""
+        run = self.direct.get(params.message.task_id) if params.message.task_id else None
+        if run is not None:
+            await run.ended()
+
+    def _runs_directly(self, params: SendMessageRequest) -> bool:
+        """Whether nothing a2a-sdk's active task does beyond the run itself is asked for: push
+        notifications, a cross-replica event stream, input modes checked."""
+        has_push = self._push_config_store is not None and params.configuration.HasField(
+            "task_push_notification_config"
+        )
+        return not has_push and self._event_stream is None and not self._validate_input_modes
+
+    async def _run_direct(self, params: SendMessageRequest, context: ServerCallContext) -> Message | Task:
+        """A new task's blocking message, run without a2a-sdk's active task (:mod:`.direct`)."""
+        validate_proto_required_fields(params)
+        validate_history_length(params.configuration)
+        request = await self._request_context_builder.build(
+            params=params, task_id=None, context_id=params.message.context_id or None, task=None, context=context
+        )
+        answer = await DirectRun(self.agent_executor, self.agent_rows, request, self.direct).answer()
+        return _with_history(answer, params) if isinstance(answer, Task) else answer
+
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        run = self.direct.get(params.id)
+        if run is None:
+            canceled: Task | None = await super().on_cancel_task(params, context)
+            return canceled
+        validate_proto_required_fields(params)
+        task = await self.rows.get(params.id, context)  # the caller's own task, or not found
+        if task is None:
+            raise TaskNotFoundError
+        if task.status.state in TERMINAL_TASK_STATES:
+            raise TaskNotCancelableError
+        return await run.cancel(context)
 
     def _new(self, context: ServerCallContext) -> AbstractContextManager[None]:
         """A claimed message's task is new (its id a fresh UUID): it has no row to look up until saved."""

@@ -184,12 +184,14 @@ async def stop_elsewhere(runtime: Runtime, task_id: str, resumed: Collection[str
     saving its row canceled; the run itself is stopped through the task record, as ``ca tasks
     cancel`` stops it (the owner's CancelWatch sees the request): this waits until it did. A run this
     server resumed (``resumed``, :mod:`.orphans`) has no SDK request either: it is stopped the same way.
+    A task that waits for input (paused by a run that ended, here or elsewhere) is canceled through its
+    record too, so its pending approvals can no longer be decided.
     """
     record = await runtime.tasks.afind(task_id)
-    if record is None or record.state not in ("submitted", "working"):
+    if record is None or record.state not in ("submitted", "working", "input-required"):
         return
-    if task_id in runtime.watch.runs and task_id not in resumed:
-        return  # not running, or running here (the SDK cancels a run of this process itself)
+    if record.state != "input-required" and task_id in runtime.watch.runs and task_id not in resumed:
+        return  # running here: the SDK, or the direct run (.direct), cancels a run of this process itself
     try:
         await runtime.cancel(task_id)
     except StillRunning:
