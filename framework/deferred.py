@@ -12,7 +12,15 @@ on every process that runs an agent:
   ``create_agent`` needs ``types`` and ``_trace_policy``; ca imports its names from ``types`` too.
 
 Importing ``langchain.agents`` took 14 MiB more and two thirds as much CPU again with them (79
-against 65 MiB; 1.4 against 0.85 s on a loaded machine). :func:`install` puts
+against 65 MiB; 1.4 against 0.85 s on a loaded machine).
+
+One module is deferred the same way with a stand-in for the one name its importer asks for at once
+(:data:`STAND_INS`): ``httpx._main``, the ``httpx`` command line, which ``httpx`` imports for its
+``main`` and which imports click, rich and pygments when they are installed (typer brings rich).
+a2a-sdk imports httpx in every ``ca serve``: 96 modules and 3 MiB of its memory for a command ca
+never runs. The stand-in ``main`` runs the module and then its real ``main``.
+
+:func:`install` puts
 a finder first on ``sys.meta_path`` that gives the import system each package's own spec, with a
 loader that sets the package up as usual (``__path__`` included, so its submodules import as
 before) but runs its ``__init__`` only at the first attribute the package does not have yet:
@@ -31,40 +39,60 @@ from typing import Any
 DEFERRED = frozenset({"langsmith.types", "langgraph_sdk", "langchain.agents.middleware"})
 """Packages whose ``__init__`` only re-exports their submodules, and which LangChain imports for
 one submodule each."""
+STAND_INS = {"httpx._main": ("main",)}
+"""Modules deferred with a stand-in for each of these functions, which their importer takes at once."""
 
 
 class _DeferredInit:
     """The package's own loader, with ``exec_module`` postponed to the first missing attribute."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, stand_ins: Sequence[str] = ()) -> None:
         self._loader = loader
+        self._stand_ins = stand_ins
 
     def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         created: ModuleType | None = self._loader.create_module(spec)
         return created
 
     def exec_module(self, module: ModuleType) -> None:
+        def load() -> None:
+            if vars(module).pop("__getattr__", None) is not None:  # once
+                self._loader.exec_module(module)  # its own functions replace the stand-ins
+
         def __getattr__(name: str) -> Any:  # PEP 562: asked only for names the module lacks
-            del vars(module)["__getattr__"]
-            self._loader.exec_module(module)
+            if name == "__path__":  # `from module import name` asks whether it is a package: it is not
+                raise AttributeError(name)
+            load()
             return getattr(module, name)
 
+        def stand_in(name: str) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                load()
+                return getattr(module, name)(*args, **kwargs)
+
+            call.__name__ = call.__qualname__ = name
+            return call
+
         vars(module)["__getattr__"] = __getattr__
+        for name in self._stand_ins:
+            vars(module)[name] = stand_in(name)
 
     def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...: the real loader's
         return getattr(self._loader, name)
 
 
 class DeferredFinder:
-    """Finds the packages of :data:`DEFERRED` as the path finder does, with :class:`_DeferredInit`."""
+    """Finds the packages of :data:`DEFERRED` and the modules of :data:`STAND_INS` as the path finder
+    does, with :class:`_DeferredInit`."""
 
     def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
-        if name not in DEFERRED:
+        if name not in DEFERRED and name not in STAND_INS:
             return None
         spec = PathFinder.find_spec(name, path, target)
-        if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+        if spec is None or spec.loader is None or (name in DEFERRED and spec.submodule_search_locations is None):
             return spec
-        spec.loader = _DeferredInit(spec.loader)  # type: ignore[assignment]  # a loader by duck typing
+        loader = _DeferredInit(spec.loader, STAND_INS.get(name, ()))
+        spec.loader = loader  # type: ignore[assignment]  # a loader by duck typing
         return spec
 
 

@@ -71,3 +71,23 @@ def test_a_name_of_langchain_agents_middleware_runs_its_init() -> None:
         "print(AgentMiddleware.__module__, TodoListMiddleware.__module__)"
     )
     assert shown == "langchain.agents.middleware.types langchain.agents.middleware.todo"
+
+
+def test_httpx_loads_no_command_line_nor_rich() -> None:
+    shown = python(
+        "import sys, framework, httpx\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('rich', 'pygments', 'click')), callable(httpx.main))"
+    )
+    assert shown == "[] True"
+
+
+def test_the_httpx_command_line_still_runs() -> None:
+    shown = python(
+        "import sys, framework, httpx\n"
+        "sys.argv = ['httpx', '--help']\n"
+        "try:\n"
+        "    httpx.main()\n"
+        "except SystemExit as exit:\n"
+        "    print('exit', exit.code)\n"
+    )
+    assert "Usage: httpx" in shown and shown.endswith("exit 0"), shown
