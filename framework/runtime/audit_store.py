@@ -13,8 +13,7 @@ insert. On SQLite that transaction starts with ``BEGIN IMMEDIATE`` (the write lo
 before the head is read, so two processes can never both extend the same head); on other
 databases the head row is read ``FOR UPDATE``. Within a process a lock orders the threads,
 so they queue instead of spinning on SQLite's busy handler. On SQLite an append is the same
-four statements sent through the sqlite3 module directly (and the records async callers append
-at the same moment share one transaction: ``_Batch``): SQLAlchemy's statement building
+four statements sent through the sqlite3 module directly: SQLAlchemy's statement building
 cost five times the work of the statements themselves, on every record. A SQLite log that is
 set up already (WAL, both tables, every column, the head row) is also opened, and its last
 record read, that way: SQLAlchemy is imported only to create or repair a log, to query it, or
@@ -39,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from framework.errors import StoreBusy, StoreError, StoreUnreachable, UsageError
+from framework.errors import StoreError, UsageError
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, in_wal, no_wait, retried, until_free
 from framework.runtime.store_url import unreachable
 
@@ -231,35 +230,6 @@ def _connect_sqlite(path: str) -> sqlite3.Connection:
     return no_wait(conn)  # another process's write lock is waited for by store_locks, not inside SQLite
 
 
-def _answer(waiting: asyncio.Future[Row], outcome: Row | Exception) -> None:
-    if waiting.done():  # its caller was canceled: the record is appended all the same
-        return
-    if isinstance(outcome, Exception):
-        waiting.set_exception(outcome)
-    else:
-        waiting.set_result(outcome)
-
-
-class _Batch:
-    """The records async callers append at the same moment: one transaction writes them all.
-
-    A record appended while no batch is open opens one and schedules its write; every record
-    appended before that write starts (other tasks that ran in the meantime, on a busy server)
-    joins it. Each caller still waits until its record is committed, so nothing is answered
-    before its audit is on disk; what a batch saves is a transaction per record (``BEGIN
-    IMMEDIATE``, the head read and rewritten, the commit): a third of an append's cost each.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.entries: list[tuple[Callable[[int, str], Row], asyncio.Future[Row]]] = []
-
-    def add(self, build: Callable[[int, str], Row]) -> asyncio.Future[Row]:
-        waiting: asyncio.Future[Row] = self.loop.create_future()
-        self.entries.append((build, waiting))
-        return waiting
-
-
 class AuditStore:
     """One database holding the ``audit`` and ``audit_head`` tables; safe to share between threads."""
 
@@ -269,9 +239,6 @@ class AuditStore:
         self._url = url
         self._lock = threading.Lock()
         self._sqlite: sqlite3.Connection | None = None
-        self._batch: _Batch | None = None
-        """The batch async appends join until its write starts (SQLite)."""
-        self._writes: set[asyncio.Task[None]] = set()
         file = _plain_sqlite_file(url)
         if file and (conn := _open_set_up(file)):  # a log set up already needs no engine to open
             self.where: str = file
@@ -375,67 +342,26 @@ class AuditStore:
 
     async def aappend(self, build: Callable[[int, str], Row]) -> Row:
         """:meth:`append` for async callers: on SQLite another process's write lock is waited for
-        with the event loop running, and the records appended at the same moment share one
-        transaction (:class:`_Batch`); other databases append in a worker thread."""
-        if self._sqlite is None:
-            return await asyncio.to_thread(self.append, build)
-        loop = asyncio.get_running_loop()
-        batch = self._batch
-        if batch is None or batch.loop is not loop:
-            batch = self._batch = _Batch(loop)
-            write = loop.create_task(self._write_batch(batch))  # it starts once this task lets the loop run
-            self._writes.add(write)
-            write.add_done_callback(self._writes.discard)
-        return await batch.add(build)
+        with the event loop running; other databases append in a worker thread."""
+        if self._sqlite is not None:
+            with self._reported():
+                row = await until_free(lambda: self._attempt(build), path=self.where, timeout=self.lock_timeout)
+            if row is not None:
+                return row
+        return await asyncio.to_thread(self.append, build)
 
-    async def _write_batch(self, batch: _Batch) -> None:
-        """Append every record of ``batch`` in one transaction, in the order they came; each caller
-        gets its row. A failure of the store itself (busy past ``lock_timeout``, damaged,
-        unreachable) is every caller's; any other (a record that could not be built) fails the
-        transaction, and each record is then tried alone, so a caller gets only its own error."""
-        if self._batch is batch:
-            self._batch = None  # from now on records go to the next batch
-        entries = batch.entries
-        try:
-            try:
-                rows: list[Row | Exception] = list(await self._append_now([build for build, _ in entries]))
-            except (StoreError, StoreBusy, StoreUnreachable) as exc:
-                rows = [exc] * len(entries)
-            except Exception as exc:
-                rows = [exc] if len(entries) == 1 else [await self._append_alone(build) for build, _ in entries]
-        except BaseException:  # the loop is closing: what was not appended is not
-            for _, waiting in entries:
-                waiting.cancel()
-            raise
-        for (_, waiting), outcome in zip(entries, rows, strict=True):
-            _answer(waiting, outcome)
-
-    async def _append_alone(self, build: Callable[[int, str], Row]) -> Row | Exception:
-        try:
-            [row] = await self._append_now([build])
-        except Exception as exc:
-            return exc
-        return row
-
-    async def _append_now(self, builds: list[Callable[[int, str], Row]]) -> list[Row]:
-        with self._reported():
-            rows = await until_free(lambda: self._attempt(builds), path=self.where, timeout=self.lock_timeout)
-        if rows is None:  # the connection was closed meanwhile
-            rows = [await asyncio.to_thread(self.append, build) for build in builds]
-        return rows
-
-    def _attempt(self, builds: list[Callable[[int, str], Row]]) -> list[Row] | None:
-        """One try at appending ``builds`` on the sqlite3 connection; None when it was closed meanwhile."""
+    def _attempt(self, build: Callable[[int, str], Row]) -> Row | None:
+        """One try at the append on the sqlite3 connection; None when it was closed meanwhile."""
         with self._lock:
             if self._sqlite is None:
                 return None
-            return self._append_sqlite(self._sqlite, builds)
+            return self._append_sqlite(self._sqlite, build)
 
     def _append(self, build: Callable[[int, str], Row]) -> Row:
         if self._sqlite is not None:
-            rows = retried(lambda: self._attempt([build]), path=self.where, timeout=self.lock_timeout)
-            if rows is not None:
-                return rows[0]
+            row = retried(lambda: self._attempt(build), path=self.where, timeout=self.lock_timeout)
+            if row is not None:
+                return row
         from sqlalchemy import insert, select, update
 
         audit_table, head_table = tables()
@@ -450,9 +376,8 @@ class AuditStore:
             conn.execute(update(head_table).where(head_table.c.id == _HEAD_ID).values(seq=row["seq"], hash=row["hash"]))
         return row
 
-    def _append_sqlite(self, conn: sqlite3.Connection, builds: list[Callable[[int, str], Row]]) -> list[Row]:
-        """:meth:`append` of each of ``builds`` in turn, in one transaction on a plain sqlite3
-        connection; the caller holds the lock.
+    def _append_sqlite(self, conn: sqlite3.Connection, build: Callable[[int, str], Row]) -> Row:
+        """:meth:`append` on a plain sqlite3 connection; the caller holds the lock.
 
         ``BEGIN IMMEDIATE`` fails at once while another process writes (the caller tries again);
         once it succeeds, the write lock is this connection's until the commit."""
@@ -461,19 +386,14 @@ class AuditStore:
             head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = ?", (_HEAD_ID,)).fetchone()
             if head is None:
                 raise self._corrupt("its audit_head row is missing, so the log cannot be extended")
-            seq, prev_hash = head
-            rows = []
-            for build in builds:
-                row = build(seq + 1, prev_hash)
-                conn.execute(_INSERT, tuple(row[name] for name in COLUMNS))
-                rows.append(row)
-                seq, prev_hash = row["seq"], row["hash"]
-            conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = ?", (seq, prev_hash, _HEAD_ID))
+            row = build(head[0] + 1, head[1])
+            conn.execute(_INSERT, tuple(row[name] for name in COLUMNS))
+            conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = ?", (row["seq"], row["hash"], _HEAD_ID))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        return rows
+        return row
 
     def _last_sqlite(self) -> list[Row] | None:
         """:meth:`last` on the sqlite3 connection, as a list of none or one row; None when it was closed meanwhile."""

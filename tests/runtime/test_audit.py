@@ -472,47 +472,6 @@ def test_a_failed_append_leaves_the_chain_as_it_was(tmp_path: Path) -> None:
         assert audit.verify().ok
 
 
-def test_a_record_that_cannot_be_built_fails_only_its_own_append_among_those_made_at_once(tmp_path: Path) -> None:
-    from framework.runtime.audit_store import AuditStore
-
-    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
-    log = AuditLog(store)
-
-    def broken(seq: int, prev_hash: str) -> dict[str, object]:
-        raise ValueError("no row")
-
-    async def main() -> list[object]:
-        # Appended at the same moment, so they are written together (one transaction) unless one fails.
-        return await asyncio.gather(
-            log.aappend("tool.call", source="a2a-http", task_id="before"),
-            store.aappend(broken),
-            log.aappend("tool.call", source="a2a-http", task_id="after"),
-            return_exceptions=True,
-        )
-
-    before, failed, after = asyncio.run(main())
-    assert isinstance(failed, ValueError)
-    assert isinstance(before, AuditRecord) and isinstance(after, AuditRecord)
-    assert [r.task_id for r in log.query()] == ["before", "after"]
-    assert (before.seq, after.seq, after.prev_hash) == (1, 2, before.hash)
-    assert log.verify().ok
-
-
-def test_the_record_of_an_appender_canceled_while_it_waits_is_appended(log: AuditLog) -> None:
-    async def main() -> None:
-        canceled = asyncio.create_task(log.aappend("decision", source="cli", task_id="canceled"))
-        kept = asyncio.create_task(log.aappend("decision", source="cli", task_id="kept"))
-        await asyncio.sleep(0)  # both are waiting for their write now
-        canceled.cancel()
-        await kept
-        with pytest.raises(asyncio.CancelledError):
-            await canceled
-
-    asyncio.run(main())
-    assert sorted(r.task_id for r in log.query()) == ["canceled", "kept"]
-    assert log.verify().ok
-
-
 def test_a_closed_log_still_appends_to_the_same_chain(tmp_path: Path) -> None:
     audit = AuditLog.open(tmp_path)
     first = audit.append("decision", source="cli", task_id="t")
