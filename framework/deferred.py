@@ -18,7 +18,8 @@ One module is deferred the same way with a stand-in for the one name its importe
 (:data:`STAND_INS`): ``httpx._main``, the ``httpx`` command line, which ``httpx`` imports for its
 ``main`` and which imports click, rich and pygments when they are installed (typer brings rich).
 a2a-sdk imports httpx in every ``ca serve``: 96 modules and 3 MiB of its memory for a command ca
-never runs. The stand-in ``main`` runs the module and then its real ``main``.
+never runs. The stand-in ``main`` runs the module and then its real ``main`` (a plain function
+where httpx's is a click command: ``httpx.main()`` works as before, click's own tools do not take it).
 
 :func:`install` puts
 a finder first on ``sys.meta_path`` that gives the import system each package's own spec, with a
@@ -31,6 +32,7 @@ eager import would have. Nothing of the libraries is replaced; only when their `
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Sequence
 from importlib.machinery import ModuleSpec, PathFinder
 from types import ModuleType
@@ -55,9 +57,21 @@ class _DeferredInit:
         return created
 
     def exec_module(self, module: ModuleType) -> None:
+        lock = threading.RLock()  # two threads asking at once: one runs the module, the other waits for it
+        loaded = False
+
         def load() -> None:
-            if vars(module).pop("__getattr__", None) is not None:  # once
-                self._loader.exec_module(module)  # its own functions replace the stand-ins
+            nonlocal loaded
+            with lock:
+                if loaded:
+                    return
+                del vars(module)["__getattr__"]
+                try:
+                    self._loader.exec_module(module)  # its own functions replace the stand-ins
+                except BaseException:
+                    vars(module)["__getattr__"] = __getattr__  # as an eager import would: tried again next time
+                    raise
+                loaded = True
 
         def __getattr__(name: str) -> Any:  # PEP 562: asked only for names the module lacks
             if name == "__path__":  # `from module import name` asks whether it is a package: it is not
@@ -68,7 +82,10 @@ class _DeferredInit:
         def stand_in(name: str) -> Any:
             def call(*args: Any, **kwargs: Any) -> Any:
                 load()
-                return getattr(module, name)(*args, **kwargs)
+                real = getattr(module, name)
+                if real is call:
+                    raise ImportError(f"{module.__name__} defines no {name}")
+                return real(*args, **kwargs)
 
             call.__name__ = call.__qualname__ = name
             return call

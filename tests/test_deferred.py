@@ -91,3 +91,17 @@ def test_the_httpx_command_line_still_runs() -> None:
         "    print('exit', exit.code)\n"
     )
     assert "Usage: httpx" in shown and shown.endswith("exit 0"), shown
+
+
+def test_a_deferred_module_that_fails_to_load_fails_the_same_way_each_time() -> None:
+    shown = python(
+        "import sys, framework\n"
+        "sys.modules['click'] = None  # as if click were not installed: httpx's command line cannot load\n"
+        "import httpx\n"
+        "for _ in range(2):\n"
+        "    try:\n"
+        "        httpx.main()\n"
+        "    except ImportError as exc:\n"
+        "        print(type(exc).__name__)\n"
+    )
+    assert shown.split() == ["ModuleNotFoundError", "ModuleNotFoundError"], shown
