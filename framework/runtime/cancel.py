@@ -62,8 +62,10 @@ async def cancel_task(
     """End ``task_id`` (an id or a unique prefix) canceled, as the module doc says.
 
     ``here(task_id, reason)`` cancels a run of this process and says whether it had one.
-    Raises UsageError for an unknown task, RunError for a task already final, and
-    :class:`StillRunning` when another process did not stop it within ``wait`` seconds.
+    Raises UsageError for an unknown task, RunError for a task already final or one whose run ended
+    otherwise (completed, failed) before the request reached it, and :class:`StillRunning` when
+    another process did not stop it within ``wait`` seconds. A run that paused again meanwhile has
+    its pause canceled.
     """
     try:
         task = await tasks.aget(task_id)
@@ -77,14 +79,18 @@ async def cancel_task(
             if await tasks.acancel_paused(task.id, by, reason):
                 return await _ended(tasks, audit, task, by, source, reason, "paused")
         elif task.owner_pid == this_process()[0] and here(task.id, reason):
-            return await _stopped(tasks, task, "here", wait)
+            if stopped := await _stopped(tasks, task, "here", wait):
+                return stopped
         elif task.owner_host == this_process()[1] and task.owner_pid and not process_alive(task.owner_pid):
             dead = f"{reason} (the process running it, pid {task.owner_pid}, had stopped)"
             if await tasks.acancel_orphan(task.id, task.owner_pid, dead):
                 return await _ended(tasks, audit, task, by, source, dead, "orphan")
-        elif await tasks.arequest_cancel(task.id, by):
-            return await _stopped(tasks, task, "other process", wait)
-        task = await tasks.aget(task.id)  # it changed meanwhile (decided, ended, claimed again): look again
+        elif await tasks.arequest_cancel(task.id, by) and (
+            stopped := await _stopped(tasks, task, "other process", wait)
+        ):
+            return stopped
+        # it changed meanwhile (decided, ended, claimed again, paused again as it was stopped): look again
+        task = await tasks.aget(task.id)
 
 
 async def _ended(
@@ -101,11 +107,15 @@ async def _ended(
     return Canceled(await tasks.aget(task.id), how)
 
 
-async def _stopped(tasks: TaskStore, task: Task, how: How, wait: float) -> Canceled:
-    """Wait for the run's own process to end the task (it records and audits the cancel)."""
+async def _stopped(tasks: TaskStore, task: Task, how: How, wait: float) -> Canceled | None:
+    """Wait for the run's own process to end the task (it records and audits the cancel).
+
+    None when the run paused again first (the caller cancels the pause); a RunError when it ended
+    otherwise first: it completed or failed before its process saw the request.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    while (now := await tasks.aget(task.id)).state not in FINAL_STATES:
+    while (now := await tasks.aget(task.id)).state not in (*FINAL_STATES, "input-required"):
         if loop.time() >= deadline:
             raise StillRunning(
                 f"task {task.id[:12]} is still {now.state}: the process running it (pid {task.owner_pid} on "
@@ -113,6 +123,10 @@ async def _stopped(tasks: TaskStore, task: Task, how: How, wait: float) -> Cance
                 "and that process stops it when it next looks"
             )
         await asyncio.sleep(0.05)
+    if now.state == "input-required":
+        return None
+    if now.state != "canceled":
+        raise RunError(f"task {task.id[:12]} {now.state} before the cancel reached it; it was not canceled")
     return Canceled(now, how)
 
 

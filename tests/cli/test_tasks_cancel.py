@@ -98,13 +98,17 @@ def test_a_cancel_and_an_approval_at_the_same_moment_one_wins(make_project: Proj
             subprocess.Popen([*CA, *args, task_id], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for args in (("tasks", "cancel"), ("approve",))
         ]
-        cancel_code, approve_code = (racer.wait(timeout=120) for racer in racers)
+        (cancel_out, _), _ = (racer.communicate(timeout=120) for racer in racers)
+        cancel_code, approve_code = (racer.returncode for racer in racers)
         [task] = [t for t in _tasks(root) if t["id"] == task_id]
         lines = (root / "effects.log").read_text().splitlines() if (root / "effects.log").exists() else []
-        if cancel_code == 0:  # the cancel won: the approval was refused and nothing ran
-            assert (approve_code, task["state"], lines) == (1, "canceled", [])
-        else:  # the approval won: the side effect ran once and the task completed
-            assert (cancel_code, approve_code, task["state"], lines) == (1, 0, "completed", ["hello"])
+        if cancel_code == 1:  # the approval won and its run completed first: the side effect ran once
+            assert (approve_code, task["state"], lines) == (0, "completed", ["hello"])
+        elif b"waiting for a decision" in cancel_out:  # the cancel won: the approval was refused, nothing ran
+            assert (cancel_code, approve_code, task["state"], lines) == (0, 1, "canceled", [])
+        else:  # the approval won, then the cancel stopped its run: the side effect ran at most once
+            assert (cancel_code, approve_code, task["state"]) == (0, 130, "canceled"), cancel_out
+            assert lines in ([], ["hello"])
 
 
 def _group_alive(pgid: int) -> bool:
@@ -270,6 +274,57 @@ def test_a_running_task_whose_process_does_not_stop_it_is_reported_still_running
     assert "did not stop it within 0.5 s; the cancel request stays on the task" in refused.stderr
     [record] = [t for t in _tasks(root) if t["id"] == task.id]
     assert (record["state"], record["cancel_requested"]) == ("working", USER)
+
+
+def _asked_to_stop(root: Path, task_id: str, caller: subprocess.Popen[str]) -> None:
+    """Wait until ``caller`` (a ``ca tasks cancel``) has put its request on the task's record."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and caller.poll() is None:
+        with sqlite3.connect(root / ".ca" / "tasks.db") as conn:
+            if conn.execute("SELECT cancel_requested FROM tasks WHERE id = ?", (task_id,)).fetchone()[0]:
+                return
+        time.sleep(0.05)
+    pytest.fail(f"the cancel never asked the running process to stop it: {caller.communicate()}")
+
+
+@pytest.mark.parametrize("ends", ["completed", "input-required"])
+def test_a_run_that_ends_on_its_own_as_the_cancel_comes_is_reported_as_it_ended(
+    make_project: ProjectFactory, ends: str
+) -> None:
+    """The running process completes the task (or pauses it again) before it sees the request: a
+    completed task is not reported canceled; a new pause is canceled."""
+    root = make_project({"agents/napper.yaml": NAPPER, "tools/nap.py": NAP})
+    store = TaskStore.open(root)
+    task = store.create(agent="napper", conversation="c1", source="cli", input="nap")
+    store.update(task.id, state="working")
+    bystander = subprocess.Popen(["sleep", "60"])  # the "running process": alive, it never looks
+    try:
+        with sqlite3.connect(root / ".ca" / "tasks.db") as conn:
+            conn.execute("UPDATE tasks SET owner_pid = ? WHERE id = ?", (bystander.pid, task.id))
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        caller = subprocess.Popen(
+            [*CA, "tasks", "cancel", task.id, "--wait", "30"],
+            cwd=root,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        _asked_to_stop(root, task.id, caller)
+        store.update(task.id, state=ends, output="done")  # type: ignore[arg-type]
+        out, err = caller.communicate(timeout=60)
+    finally:
+        bystander.kill()
+        bystander.wait()
+        store.close()
+    [record] = [t for t in _tasks(root) if t["id"] == task.id]
+    if ends == "completed":
+        assert (caller.returncode, record["state"]) == (1, "completed"), (out, err)
+        assert err.strip() == f"error: task {task.id[:12]} completed before the cancel reached it; it was not canceled"
+        assert "state=canceled" not in _audit(root, task.id)
+    else:
+        assert (caller.returncode, record["state"]) == (0, "canceled"), (out, err)
+        assert out.strip() == f"canceled task {task.id[:12]}: it was waiting for a decision"
 
 
 def test_a_canceled_pause_no_longer_blocks_its_conversation_but_a_live_one_does(make_project: ProjectFactory) -> None:
