@@ -13,7 +13,7 @@ import json
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -96,6 +96,14 @@ class Task:
     caller: str = ""
     """Who sent the task (its A2A owner): a credential's name, ``local:<os user>``, ``cli:<os user>``,
     ``acp``, ``anonymous``; a child task has its parent's. Empty for tasks recorded before callers were."""
+
+    def last_written(self) -> datetime | None:
+        """When the record was last written (UTC), None for a record from before records had times;
+        a time stored without a zone is UTC, as every writer stamps it."""
+        if not self.updated_at:
+            return None
+        written = datetime.fromisoformat(self.updated_at)
+        return written.astimezone(UTC) if written.tzinfo else written.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)

@@ -277,9 +277,8 @@ def _ended_long_ago(record: Record) -> bool:
     """Whether a run ended more than :data:`_ROW_GRACE_S` ago: its A2A task, if it had one, is saved by then."""
     if record.state not in FINAL_STATES:
         return False
-    if not record.updated_at:  # recorded before tasks had times: long ago
-        return True
-    return datetime.now(UTC) - datetime.fromisoformat(record.updated_at) > timedelta(seconds=_ROW_GRACE_S)
+    written = record.last_written()  # None: recorded before tasks had times, long ago
+    return written is None or datetime.now(UTC) - written > timedelta(seconds=_ROW_GRACE_S)
 
 
 def _with_history(task: Task, params: SendMessageRequest) -> Task:

@@ -160,10 +160,8 @@ async def write_lagging(tasks: TaskStore, store: WriteBehindTaskStore) -> None:
 
 def _ended_before(record: Record, before: datetime) -> bool:
     """Whether ``record`` was last written before ``before`` (naive UTC); one without a time long ago."""
-    if not record.updated_at:
-        return True
-    written = datetime.fromisoformat(record.updated_at)
-    return (written.astimezone(UTC).replace(tzinfo=None) if written.tzinfo else written) < before
+    written = record.last_written()
+    return written is None or written.replace(tzinfo=None) < before
 
 
 async def write_settled(store: WriteBehindTaskStore, settled: list[Record]) -> None:
