@@ -62,7 +62,8 @@ def tasks_cancel(
     """End a task: one waiting for a decision, or one running in any process of the project
     (a `ca serve`, `ca run`, `ca approve`: that process stops it and kills its tools).
 
-    Exit codes: 0 canceled; 1 already final, or still running after --wait; 2 unknown task.
+    Exit codes: 0 canceled; 1 already final, ended otherwise before the request reached it,
+    or still running after --wait; 2 unknown task.
     """
     import asyncio
 

@@ -56,15 +56,15 @@ async def cancel_task(
     *,
     by: str,
     source: Source,
-    here: Callable[[str, str], bool] = lambda _task, _reason: False,
+    here: Callable[[str, str, str], bool] = lambda _task, _reason, _by: False,
     wait: float = STOP_WAIT_S,
 ) -> Canceled:
     """End ``task_id`` (an id or a unique prefix) canceled, as the module doc says.
 
-    ``here(task_id, reason)`` cancels a run of this process and says whether it had one.
+    ``here(task_id, reason, by)`` cancels a run of this process and says whether it had one.
     Raises UsageError for an unknown task, RunError for a task already final or one whose run ended
     otherwise (completed, failed) before the request reached it, and :class:`StillRunning` when
-    another process did not stop it within ``wait`` seconds. A run that paused again meanwhile has
+    the run was not stopped within ``wait`` seconds in all. A run that paused again meanwhile has
     its pause canceled.
     """
     try:
@@ -72,23 +72,29 @@ async def cancel_task(
     except RunError as exc:  # unknown or ambiguous: the argument is wrong
         raise UsageError(str(exc)) from exc
     reason = f"canceled by {by}"
+    deadline = asyncio.get_running_loop().time() + wait
+    asked: How | None = None
+    """How the run was asked to stop, once it was: its process ends it with this cancel's reason."""
     while True:
+        if asked is not None and task.state == "canceled" and task.error == reason:
+            return Canceled(task, asked)  # it was stopped as it paused: its own process recorded the cancel
         if task.state in FINAL_STATES:
             raise RunError(f"task {task.id[:12]} is already {task.state}; there is nothing to cancel")
         if task.state == "input-required":
             if await tasks.acancel_paused(task.id, by, reason):
                 return await _ended(tasks, audit, task, by, source, reason, "paused")
-        elif task.owner_pid == this_process()[0] and here(task.id, reason):
-            if stopped := await _stopped(tasks, task, "here", wait):
+        elif task.owner_pid == this_process()[0] and here(task.id, reason, by):
+            asked = "here"
+            if stopped := await _stopped(tasks, task, asked, deadline, wait):
                 return stopped
         elif task.owner_host == this_process()[1] and task.owner_pid and not process_alive(task.owner_pid):
             dead = f"{reason} (the process running it, pid {task.owner_pid}, had stopped)"
             if await tasks.acancel_orphan(task.id, task.owner_pid, dead):
                 return await _ended(tasks, audit, task, by, source, dead, "orphan")
-        elif await tasks.arequest_cancel(task.id, by) and (
-            stopped := await _stopped(tasks, task, "other process", wait)
-        ):
-            return stopped
+        elif await tasks.arequest_cancel(task.id, by):
+            asked = "other process"
+            if stopped := await _stopped(tasks, task, asked, deadline, wait):
+                return stopped
         # it changed meanwhile (decided, ended, claimed again, paused again as it was stopped): look again
         task = await tasks.aget(task.id)
 
@@ -107,14 +113,13 @@ async def _ended(
     return Canceled(await tasks.aget(task.id), how)
 
 
-async def _stopped(tasks: TaskStore, task: Task, how: How, wait: float) -> Canceled | None:
+async def _stopped(tasks: TaskStore, task: Task, how: How, deadline: float, wait: float) -> Canceled | None:
     """Wait for the run's own process to end the task (it records and audits the cancel).
 
     None when the run paused again first (the caller cancels the pause); a RunError when it ended
     otherwise first: it completed or failed before its process saw the request.
     """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
     while (now := await tasks.aget(task.id)).state not in (*FINAL_STATES, "input-required"):
         if loop.time() >= deadline:
             raise StillRunning(
@@ -135,7 +140,9 @@ class CancelWatch:
 
     ``track`` registers a run (the asyncio task driving it) for the time it runs; while any run is
     tracked, one watcher polls their records every :data:`POLL_S` and cancels each run asked to
-    stop, remembering who asked (:meth:`reason`), so the transport can say so to its client. On
+    stop (a record still ``submitted`` or ``working``: a run that ended or paused keeps its end),
+    remembering why and who asked (:meth:`reason`, :meth:`requester`), so the transport can say so
+    to its client and the audit record names who. On
     PostgreSQL it also renews their leases (every :attr:`TaskStore.renew_every`), so other
     replicas see they still run.
     """
@@ -143,7 +150,8 @@ class CancelWatch:
     def __init__(self, tasks: TaskStore) -> None:
         self.tasks = tasks
         self.runs: dict[str, asyncio.Task[object]] = {}
-        self.reasons: dict[str, str] = {}
+        self.reasons: dict[str, tuple[str, str]] = {}
+        """Of each run stopped through this watch: why, and who asked (kept a while after it ended)."""
         self._watcher: asyncio.Task[None] | None = None
 
     def track(self, task_id: str) -> None:
@@ -162,18 +170,24 @@ class CancelWatch:
             except RuntimeError:  # no loop runs any more (the generator closed at exit): nobody will read it
                 self.reasons.pop(task_id, None)
 
-    def stop(self, task_id: str, reason: str) -> bool:
-        """Cancel this process's run of ``task_id`` with ``reason``; whether there was one."""
+    def stop(self, task_id: str, reason: str, by: str = "") -> bool:
+        """Cancel this process's run of ``task_id`` with ``reason`` (``by`` asked); whether there was one."""
         run = self.runs.get(task_id)
         if run is None or run.done():
             return False
-        self.reasons[task_id] = reason
+        self.reasons[task_id] = (reason, by)
         run.cancel(reason)
         return True
 
     def reason(self, task_id: str) -> str | None:
         """Why the run of ``task_id`` was canceled, when it was canceled through this watch."""
-        return self.reasons.get(task_id)
+        stopped = self.reasons.get(task_id)
+        return stopped[0] if stopped else None
+
+    def requester(self, task_id: str) -> str:
+        """Who asked to cancel the run of ``task_id`` through this watch ("" when no one did)."""
+        stopped = self.reasons.get(task_id)
+        return stopped[1] if stopped else ""
 
     async def _watch(self) -> None:
         loop = asyncio.get_running_loop()
@@ -197,7 +211,7 @@ class CancelWatch:
                 raise
             for task_id, who in asked.items():
                 if task_id not in self.reasons:
-                    self.stop(task_id, f"canceled by {who}")
+                    self.stop(task_id, f"canceled by {who}", who)
 
 
 async def answer_held_calls(graph: Any, conversation: str) -> None:

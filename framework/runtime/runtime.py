@@ -459,18 +459,18 @@ class Runtime:
             here=self.watch.stop,
         )
 
-    async def amark_canceled(self, task_id: str, reason: str = "") -> bool:
+    async def amark_canceled(self, task_id: str, reason: str = "", *, by: str = "") -> bool:
         """Record that a task was canceled (its run was stopped by the transport), with ``reason``
-        when it was not the caller who asked (a server shutting down, ``ca tasks cancel``): one
-        compare-and-set on the record, so a task that ended meanwhile keeps its end. Whether this
-        call canceled it."""
+        when it was not the caller who asked (a server shutting down, ``ca tasks cancel``, ``by``
+        whom): one compare-and-set on the record, so a task that ended meanwhile keeps its end.
+        Whether this call canceled it."""
         try:
             task = await self.tasks.aget(task_id)
         except RunError:
             return False
         if task.state in FINAL_STATES or not await self.tasks.aend(task.id, state="canceled", error=reason or None):
             return False
-        await self._audit_task(task, "canceled", **({"error": reason} if reason else {}))
+        await self._audit_task(task, "canceled", **({"error": reason} if reason else {}), **({"by": by} if by else {}))
         return True
 
     async def _drive(
@@ -517,7 +517,7 @@ class Runtime:
         except asyncio.CancelledError:
             reason = self.watch.reason(task.id)
             if reason is not None:  # stopped by `cancel` (here or from another process): recorded here
-                await self.amark_canceled(task.id, reason)
+                await self.amark_canceled(task.id, reason, by=self.watch.requester(task.id))
             raise
         finally:
             self.watch.untrack(task.id)

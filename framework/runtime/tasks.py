@@ -324,7 +324,8 @@ class TaskStore:
         stamp = now().isoformat()
         return (
             "UPDATE tasks SET state = 'working', decided_by = ?, decided_at = ?, updated_at = ?,"
-            " owner_pid = ?, owner_host = ?, lease_until = ? WHERE id = ? AND state = 'input-required'",
+            " owner_pid = ?, owner_host = ?, lease_until = ?, cancel_requested = ''"  # a request was for the run that paused
+            " WHERE id = ? AND state = 'input-required'",
             (by, stamp, stamp, *this_process(), lease_end(self.lease), task_id),
         )
 
@@ -440,8 +441,11 @@ class TaskStore:
     @staticmethod
     def _asked(task_ids: Collection[str]) -> Statement:
         marks = ", ".join("?" for _ in task_ids)
-        query = f"SELECT id, cancel_requested FROM tasks WHERE id IN ({marks}) AND cancel_requested != ''"  # noqa: S608
-        return query, tuple(task_ids)
+        query = (
+            f"SELECT id, cancel_requested FROM tasks WHERE id IN ({marks}) AND cancel_requested != ''"  # noqa: S608
+            " AND state IN (?, ?)"  # a run that ended or paused keeps its end: the request came too late
+        )
+        return query, (*task_ids, *RUNNING)
 
     def cancel_requests(self, task_ids: Collection[str]) -> dict[str, str]:
         """Of these running tasks, those someone asked to stop: id -> who asked."""

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from a2a.utils.errors import TaskNotCancelableError
 
+from framework.protocols.a2a.http import stop_elsewhere
 from framework.runtime.events import RunEvent
 from framework.runtime.runtime import Runtime
 from framework.runtime.tasks import TaskStore
@@ -96,7 +98,7 @@ def test_a_cancel_and_an_approval_at_the_same_moment_one_wins(make_project: Proj
         task_id = _paused(root)
         racers = [
             subprocess.Popen([*CA, *args, task_id], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            for args in (("tasks", "cancel"), ("approve",))
+            for args in (("tasks", "cancel", "--wait", "60"), ("approve",))  # a slow machine: not "still running"
         ]
         (cancel_out, _), _ = (racer.communicate(timeout=120) for racer in racers)
         cancel_code, approve_code = (racer.returncode for racer in racers)
@@ -174,6 +176,8 @@ def test_a_task_running_in_a_live_server_is_stopped_by_that_server(make_project:
     assert got["result"]["status"]["state"] == "TASK_STATE_CANCELED", got
     [record] = [t for t in _tasks(root) if t["id"] == task["id"]]
     assert (record["state"], record["error"]) == ("canceled", f"canceled by {USER}")
+    [audited] = [line for line in _audit(root, task["id"]).splitlines() if "state=canceled" in line]
+    assert f"by={USER}" in audited, audited  # recorded by the server that stopped it, naming who asked
     server.assert_clean_exit()
 
 
@@ -228,6 +232,39 @@ def test_a_run_of_this_process_is_stopped_by_the_runtime(
     how, state, _ = asyncio.run(go())
     assert (how, state) == ("here", "canceled")
     assert (root / "nap-interrupted").exists(), "the running tool was not stopped"
+
+
+def test_an_a2a_cancel_of_a_run_elsewhere_that_completes_first_is_refused_and_leaves_its_row_alone(
+    make_project: ProjectFactory,
+) -> None:
+    """With a shared store, a CancelTask for a task another process runs waits for that process; a
+    run that completes first is not canceled, and the client is told so (TaskNotCancelable)."""
+    root = make_project({"agents/napper.yaml": NAPPER, "tools/nap.py": NAP})
+    store = TaskStore.open(root)
+    task = store.create(agent="napper", conversation="c1", source="a2a-http", input="nap")
+    store.update(task.id, state="working")
+    bystander = subprocess.Popen(["sleep", "60"])  # the process running it: alive, it never looks
+
+    async def go() -> None:
+        async with AsyncExitStack() as stack:
+            runtime = await Runtime.open(load_project(root), source="a2a-http", stack=stack)
+            canceling = asyncio.create_task(stop_elsewhere(runtime, task.id))
+            while not (await runtime.tasks.aget(task.id)).cancel_requested:
+                await asyncio.sleep(0.02)
+            store.update(task.id, state="completed", output="done")  # it ended before it looked
+            with pytest.raises(TaskNotCancelableError, match="completed before the cancel reached it"):
+                await canceling
+
+    try:
+        with sqlite3.connect(root / ".ca" / "tasks.db") as conn:
+            conn.execute("UPDATE tasks SET owner_pid = ? WHERE id = ?", (bystander.pid, task.id))
+        asyncio.run(go())
+    finally:
+        bystander.kill()
+        bystander.wait()
+        store.close()
+    [record] = [t for t in _tasks(root) if t["id"] == task.id]
+    assert record["state"] == "completed"
 
 
 def test_a_ca_run_canceled_from_another_terminal_says_so_and_exits_130(make_project: ProjectFactory) -> None:
@@ -325,6 +362,26 @@ def test_a_run_that_ends_on_its_own_as_the_cancel_comes_is_reported_as_it_ended(
     else:
         assert (caller.returncode, record["state"]) == (0, "canceled"), (out, err)
         assert out.strip() == f"canceled task {task.id[:12]}: it was waiting for a decision"
+
+
+def test_a_cancel_request_that_came_too_late_does_not_stop_the_run_of_a_later_decision(
+    make_project: ProjectFactory,
+) -> None:
+    """A request left on a running task (its cancel gave up) whose run then paused is not held
+    against the next decision: the approved run goes on to the end."""
+    slow = SIDE_EFFECT.replace(
+        "        with Path", "        time.sleep(1)  # longer than a look for requests\n        with Path"
+    )
+    slow = slow.replace("    from pathlib import Path", "    import time\n    from pathlib import Path")
+    root = make_project({"agents/writer.yaml": writer_agent(), "tools/side.py": slow})
+    task_id = _paused(root)
+    with sqlite3.connect(root / ".ca" / "tasks.db") as conn:  # as a cancel that asked while it ran, then gave up
+        conn.execute("UPDATE tasks SET cancel_requested = ? WHERE id = ?", (USER, task_id))
+    approved = run_ca("approve", task_id, cwd=root)
+    assert approved.returncode == 0, approved.stderr
+    [record] = [t for t in _tasks(root) if t["id"] == task_id]
+    assert (record["state"], record["cancel_requested"]) == ("completed", "")
+    assert (root / "effects.log").read_text().splitlines() == ["hello"]
 
 
 def test_a_canceled_pause_no_longer_blocks_its_conversation_but_a_live_one_does(make_project: ProjectFactory) -> None:

@@ -32,6 +32,7 @@ from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks import DatabaseTaskStore
 from a2a.types import AgentCard, Message, Role, SendMessageRequest, TaskState, TaskStatus
+from a2a.utils.errors import TaskNotCancelableError
 from google.protobuf import json_format
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -183,7 +184,8 @@ async def stop_elsewhere(runtime: Runtime, task_id: str, resumed: Collection[str
     cancel`` stops it (the owner's CancelWatch sees the request): this waits until it did. A run this
     server resumed (``resumed``, :mod:`.orphans`) has no SDK request either: it is stopped the same way.
     A task that waits for input (paused by a run that ended, here or elsewhere) is canceled through its
-    record too, so its pending approvals can no longer be decided.
+    record too, so its pending approvals can no longer be decided. A task whose run ended otherwise
+    first (completed, failed) keeps its end: TaskNotCancelableError, and its row is not written.
     """
     record = await runtime.tasks.afind(task_id)
     if record is None or record.state not in ("submitted", "working", "input-required"):
@@ -194,8 +196,10 @@ async def stop_elsewhere(runtime: Runtime, task_id: str, resumed: Collection[str
         await runtime.cancel(task_id)
     except StillRunning:
         raise
-    except RunError as exc:  # it ended meanwhile: its record says how, and the row's state is derived from it
-        logger.info("task %s ended before it could be canceled: %s", task_id, exc)
+    except RunError as exc:  # it ended meanwhile: canceled (the row may say so), or otherwise (it may not)
+        ended = await runtime.tasks.afind(task_id)
+        if ended is None or ended.state != "canceled":
+            raise TaskNotCancelableError(f"task {task_id} cannot be canceled: {exc}") from exc
 
 
 def task_store(runtime: Runtime, resumed: Collection[str] = ()) -> WriteBehindTaskStore:
