@@ -140,7 +140,8 @@ class CancelWatch:
 
     ``track`` registers a run (the asyncio task driving it) for the time it runs; while any run is
     tracked, one watcher polls their records every :data:`POLL_S` and cancels each run asked to
-    stop (a record still ``submitted`` or ``working``: a run that ended or paused keeps its end),
+    stop (a record still ``submitted`` or ``working``: a run that ended, paused or is recording its
+    end keeps that end, :meth:`finishing`),
     remembering why and who asked (:meth:`reason`, :meth:`requester`), so the transport can say so
     to its client and the audit record names who. On
     PostgreSQL it also renews their leases (every :attr:`TaskStore.renew_every`), so other
@@ -169,6 +170,13 @@ class CancelWatch:
                 asyncio.get_running_loop().call_later(REASON_KEPT_S, self.reasons.pop, task_id, None)
             except RuntimeError:  # no loop runs any more (the generator closed at exit): nobody will read it
                 self.reasons.pop(task_id, None)
+
+    def finishing(self, task_id: str) -> None:
+        """The run of ``task_id`` is writing its end (completed, failed, paused): from here on it is
+        not stopped, so a request that comes now finds that end, and the end is what every client
+        is told. Called with no await before the end's first write, so a stop either came before
+        it (the run is canceled where it waited, before anything of the end is written) or not at all."""
+        self.runs.pop(task_id, None)
 
     def stop(self, task_id: str, reason: str, by: str = "") -> bool:
         """Cancel this process's run of ``task_id`` with ``reason`` (``by`` asked); whether there was one."""

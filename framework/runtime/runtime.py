@@ -550,6 +550,7 @@ class Runtime:
                 before = working.usage
                 total = event.usage + Usage(**{k: int(v) for k, v in before.items() if k in _USAGE_FIELDS})
                 event = dataclasses.replace(event, task_id=task.id, usage=total)
+                self.watch.finishing(task.id)  # a cancel request that comes now is too late: the end stands
                 await self._finish(task, event, pauses)
             yield event
 

@@ -234,6 +234,39 @@ def test_a_run_of_this_process_is_stopped_by_the_runtime(
     assert (root / "nap-interrupted").exists(), "the running tool was not stopped"
 
 
+def test_a_cancel_that_comes_as_the_run_writes_its_end_leaves_the_end_standing(make_project: ProjectFactory) -> None:
+    """A stop asked while the run records its answer (as a watch on PostgreSQL may, from a look just
+    before) does not stop it: the task completes, and every client is told it completed."""
+    root = make_project({"agents/echo.yaml": "name: echo\n"})
+
+    async def go() -> tuple[list[bool], list[RunEvent], str, str]:
+        async with AsyncExitStack() as stack:
+            runtime = await Runtime.open(load_project(root), stack=stack)
+            stopped: list[bool] = []
+            write = runtime.tasks.aupdate
+
+            async def ending(task_id: str, **fields: Any) -> Any:
+                if fields.get("state") == "completed":  # the end's first write: a stop comes now
+                    stopped.append(runtime.watch.stop(task_id, "canceled by tester", "tester"))
+                    await asyncio.sleep(0)
+                return await write(task_id, **fields)
+
+            runtime.tasks.aupdate = ending  # type: ignore[method-assign]
+            seen = [event async for event in runtime.send("echo", "hi", conversation="c1", task_id="t-end")]
+            await asyncio.sleep(0.01)  # anything pending of a stop would land now
+            record = await runtime.tasks.aget("t-end")
+            return stopped, seen, record.state, json.dumps([r.data for r in runtime.audit.query(task_id="t-end")])
+
+    stopped, seen, state, audited = asyncio.run(go())
+    assert stopped == [False], "the run was stopped as it wrote its end"
+    assert (type(seen[-1]).__name__, getattr(seen[-1], "state", None), state) == (
+        "RunFinished",
+        "completed",
+        "completed",
+    )
+    assert '"canceled"' not in audited
+
+
 def test_an_a2a_cancel_of_a_run_elsewhere_that_completes_first_is_refused_and_leaves_its_row_alone(
     make_project: ProjectFactory,
 ) -> None:
