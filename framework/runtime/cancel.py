@@ -45,6 +45,11 @@ class Canceled:
     how: How
 
 
+def canceled_by(by: str) -> str:
+    """The reason a task canceled at ``by``'s request is given (its record's error, its client's text)."""
+    return f"canceled by {by}"
+
+
 class StillRunning(RunError):
     """The process running a task did not stop it within the wait (the request stays on its record)."""
 
@@ -56,12 +61,12 @@ async def cancel_task(
     *,
     by: str,
     source: Source,
-    here: Callable[[str, str, str], bool] = lambda _task, _reason, _by: False,
+    here: Callable[[str, str], bool] = lambda _task, _by: False,
     wait: float = STOP_WAIT_S,
 ) -> Canceled:
     """End ``task_id`` (an id or a unique prefix) canceled, as the module doc says.
 
-    ``here(task_id, reason, by)`` cancels a run of this process and says whether it had one.
+    ``here(task_id, by)`` cancels a run of this process (as ``by`` asks) and says whether it had one.
     Raises UsageError for an unknown task, RunError for a task already final or one whose run ended
     otherwise (completed, failed) before the request reached it, and :class:`StillRunning` when
     the run was not stopped within ``wait`` seconds in all. A run that paused again meanwhile has
@@ -71,7 +76,7 @@ async def cancel_task(
         task = await tasks.aget(task_id)
     except RunError as exc:  # unknown or ambiguous: the argument is wrong
         raise UsageError(str(exc)) from exc
-    reason = f"canceled by {by}"
+    reason = canceled_by(by)
     deadline = asyncio.get_running_loop().time() + wait
     asked: How | None = None
     """How the run was asked to stop, once it was: its process ends it with this cancel's reason."""
@@ -83,7 +88,7 @@ async def cancel_task(
         if task.state == "input-required":
             if await tasks.acancel_paused(task.id, by, reason):
                 return await _ended(tasks, audit, task, by, source, reason, "paused")
-        elif task.owner_pid == this_process()[0] and here(task.id, reason, by):
+        elif task.owner_pid == this_process()[0] and here(task.id, by):
             asked = "here"
             if stopped := await _stopped(tasks, task, asked, deadline, wait):
                 return stopped
@@ -141,18 +146,17 @@ class CancelWatch:
     ``track`` registers a run (the asyncio task driving it) for the time it runs; while any run is
     tracked, one watcher polls their records every :data:`POLL_S` and cancels each run asked to
     stop (a record still ``submitted`` or ``working``: a run that ended, paused or is recording its
-    end keeps that end, :meth:`finishing`),
-    remembering why and who asked (:meth:`reason`, :meth:`requester`), so the transport can say so
-    to its client and the audit record names who. On
-    PostgreSQL it also renews their leases (every :attr:`TaskStore.renew_every`), so other
+    end keeps that end, :meth:`finishing`), remembering who asked (:meth:`requester`, and the
+    :meth:`reason` it gives), so the transport can say so to its client and the audit record names
+    who. On PostgreSQL it also renews their leases (every :attr:`TaskStore.renew_every`), so other
     replicas see they still run.
     """
 
     def __init__(self, tasks: TaskStore) -> None:
         self.tasks = tasks
         self.runs: dict[str, asyncio.Task[object]] = {}
-        self.reasons: dict[str, tuple[str, str]] = {}
-        """Of each run stopped through this watch: why, and who asked (kept a while after it ended)."""
+        self.requesters: dict[str, str] = {}
+        """Who asked to stop each run stopped through this watch (kept a while after it ended)."""
         self._watcher: asyncio.Task[None] | None = None
 
     def track(self, task_id: str) -> None:
@@ -165,11 +169,11 @@ class CancelWatch:
 
     def untrack(self, task_id: str) -> None:
         self.runs.pop(task_id, None)
-        if task_id in self.reasons:  # kept a while: the transport reads it as the cancel reaches it
+        if task_id in self.requesters:  # kept a while: the transport reads it as the cancel reaches it
             try:
-                asyncio.get_running_loop().call_later(REASON_KEPT_S, self.reasons.pop, task_id, None)
+                asyncio.get_running_loop().call_later(REASON_KEPT_S, self.requesters.pop, task_id, None)
             except RuntimeError:  # no loop runs any more (the generator closed at exit): nobody will read it
-                self.reasons.pop(task_id, None)
+                self.requesters.pop(task_id, None)
 
     def finishing(self, task_id: str) -> None:
         """The run of ``task_id`` is writing its end (completed, failed, paused): from here on it is
@@ -178,24 +182,23 @@ class CancelWatch:
         it (the run is canceled where it waited, before anything of the end is written) or not at all."""
         self.runs.pop(task_id, None)
 
-    def stop(self, task_id: str, reason: str, by: str = "") -> bool:
-        """Cancel this process's run of ``task_id`` with ``reason`` (``by`` asked); whether there was one."""
+    def stop(self, task_id: str, by: str) -> bool:
+        """Cancel this process's run of ``task_id`` as ``by`` asks; whether there was one."""
         run = self.runs.get(task_id)
         if run is None or run.done():
             return False
-        self.reasons[task_id] = (reason, by)
-        run.cancel(reason)
+        self.requesters[task_id] = by
+        run.cancel(canceled_by(by))
         return True
 
     def reason(self, task_id: str) -> str | None:
         """Why the run of ``task_id`` was canceled, when it was canceled through this watch."""
-        stopped = self.reasons.get(task_id)
-        return stopped[0] if stopped else None
+        by = self.requesters.get(task_id)
+        return None if by is None else canceled_by(by)
 
     def requester(self, task_id: str) -> str:
         """Who asked to cancel the run of ``task_id`` through this watch ("" when no one did)."""
-        stopped = self.reasons.get(task_id)
-        return stopped[1] if stopped else ""
+        return self.requesters.get(task_id, "")
 
     async def _watch(self) -> None:
         loop = asyncio.get_running_loop()
@@ -218,8 +221,8 @@ class CancelWatch:
                     return
                 raise
             for task_id, who in asked.items():
-                if task_id not in self.reasons:
-                    self.stop(task_id, f"canceled by {who}", who)
+                if task_id not in self.requesters:
+                    self.stop(task_id, who)
 
 
 async def answer_held_calls(graph: Any, conversation: str) -> None:

@@ -247,7 +247,7 @@ def test_a_cancel_that_comes_as_the_run_writes_its_end_leaves_the_end_standing(m
 
             async def ending(task_id: str, **fields: Any) -> Any:
                 if fields.get("state") == "completed":  # the end's first write: a stop comes now
-                    stopped.append(runtime.watch.stop(task_id, "canceled by tester", "tester"))
+                    stopped.append(runtime.watch.stop(task_id, "tester"))
                     await asyncio.sleep(0)
                 return await write(task_id, **fields)
 

@@ -430,9 +430,6 @@ class SqliteTaskStore(DatabaseTaskStore):
     def _fields(self, task: Task, owner: str) -> dict[str, Any]:
         """The row's values by attribute, as the SDK's ``_to_orm`` maps them, without building the
         ORM instance: its instrumented constructor was the most of a save's CPU after the JSON."""
-        if self.core_to_model_conversion is not None:  # a mapping of its own: its model, as the SDK uses it
-            model = self._to_orm(task, owner)
-            return {key: getattr(model, key) for key, _, _ in self._columns}
         fields: Any = DatabaseTaskStore._to_orm(_AS_FIELDS, task, owner)  # type: ignore[arg-type]
         return cast("dict[str, Any]", fields)
 
