@@ -13,7 +13,8 @@ the run ends or pauses:
   taken with one atomic insert and polled every :data:`POLL_S` while another process holds it.
   A row whose process is gone (killed mid-run) does not hold the conversation: the next taker
   removes it — on this host when its pid no longer runs, for another host's process (whose pid
-  cannot be seen from here) once its task is no longer running (settled as an orphan).
+  cannot be seen from here) once that process no longer runs its task: the task ended, paused
+  (its pause is checkpointed before its record says so) or was settled or taken over as an orphan.
 
 A message waits at most the wait limit (:data:`TURN_WAIT_S` by default) for its turn; past it, it
 gets :class:`~framework.errors.ConversationBusy` — retryable, nothing of the message ran.
@@ -31,7 +32,6 @@ from contextlib import asynccontextmanager
 from framework.errors import ConversationBusy, StoreError
 from framework.runtime.database import Database
 from framework.runtime.leases import now
-from framework.runtime.tasks import FINAL_STATES
 
 TURN_WAIT_S = 120.0
 """How long a message waits for the running turn of its conversation before it is refused."""
@@ -39,11 +39,14 @@ POLL_S = 0.05
 """How often a message waiting for another process's turn looks at the ``turns`` table again."""
 
 
-_ENDED = f"SELECT 1 FROM tasks WHERE tasks.id = turns.task_id AND tasks.state IN {FINAL_STATES!r}"  # noqa: S608
-_ENDED_ELSEWHERE = (
-    f"DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ? AND host = ? AND EXISTS ({_ENDED})"  # noqa: S608
+_RUN_BY_HOLDER = (
+    "SELECT 1 FROM tasks WHERE tasks.id = turns.task_id AND tasks.state IN ('submitted', 'working')"
+    " AND tasks.owner_pid = turns.pid AND tasks.owner_host = turns.host"
 )
-"""Another host's row, removed once its task no longer runs (a compare-and-delete, as for a dead pid)."""
+_NOT_RUN_ELSEWHERE = f"DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ? AND host = ? AND NOT EXISTS ({_RUN_BY_HOLDER})"  # noqa: S608
+"""Another host's row, removed once its process no longer runs its task (a compare-and-delete, as
+for a dead pid). A task that paused is not run by anyone: a process killed between its pause and
+giving its turn back would otherwise hold the conversation until its decision timed out."""
 
 
 class Turns:
@@ -135,24 +138,25 @@ class Turns:
                 await self.db.aattempt(
                     "DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ?", (conversation, held_by, pid)
                 )
-        else:  # another host's: free once its task no longer runs (ended, or settled as an orphan)
-            await self.db.aattempt(_ENDED_ELSEWHERE, (conversation, held_by, pid, host))
+        else:  # another host's: free once its process no longer runs its task
+            await self.db.aattempt(_NOT_RUN_ELSEWHERE, (conversation, held_by, pid, host))
         return False
 
-    _GIVE_BACK = "DELETE FROM turns WHERE conversation = ? AND task_id = ?"
+    _GIVE_BACK = "DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ? AND host = ?"
+    """Only this process's row: a decision of the same task on another replica may hold the turn now."""
 
     def _release(self, conversation: str, task_id: str) -> bool:
         """Give the row back; False when another process holds the file's write lock (nothing changed)."""
         if self.db.closed:  # shutting down: the row goes with this process (a dead pid's row is taken over)
             return True
         try:
-            return self.db.attempt(self._GIVE_BACK, (conversation, task_id)) is not None
+            return self.db.attempt(self._GIVE_BACK, (conversation, task_id, self._pid, self._host)) is not None
         except StoreError as exc:
             raise StoreError(f"the turn of conversation {conversation!r} cannot be given back: {exc}") from exc
 
     async def _arelease(self, conversation: str, task_id: str) -> None:
         if not self.db.closed:
-            await self.db.aexecute(self._GIVE_BACK, (conversation, task_id))
+            await self.db.aexecute(self._GIVE_BACK, (conversation, task_id, self._pid, self._host))
 
     def _give_back_later(self, conversation: str, task_id: str) -> None:
         """Give the row back once the file's write lock is free, without holding up the event loop.

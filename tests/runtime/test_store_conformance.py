@@ -269,21 +269,40 @@ def test_a_turn_is_held_across_connections(engine: Engine) -> None:
                 pass
 
         asyncio.run(go())
-        # Another host's row: held while its task runs, free once that task ended.
-        tasks.db.execute(
-            "INSERT INTO turns (conversation, task_id, pid, host, started_at) VALUES (?, ?, ?, ?, ?)",
-            ("c", task.id, 1, "another-host", "2026-01-01"),
-        )
+        # Another host's row: held while that process runs its task; free once the task paused (the
+        # process was killed before it gave the turn back: the decision must not wait for it), ended,
+        # or was taken over by another process.
+        tasks.db.execute("UPDATE tasks SET owner_pid = 1, owner_host = 'another-host' WHERE id = ?", (task.id,))
+
+        def left_behind() -> None:
+            tasks.db.execute(
+                "INSERT INTO turns (conversation, task_id, pid, host, started_at) VALUES (?, ?, ?, ?, ?)",
+                ("c", task.id, 1, "another-host", "2026-01-01"),
+            )
 
         async def take() -> None:
             async with second.take("c", "mine"):
                 pass
 
+        left_behind()
         with pytest.raises(ConversationBusy):
             asyncio.run(take())
-        tasks.update(task.id, state="failed", error="settled elsewhere")
-        asyncio.run(take())
+        for state in ("input-required", "failed"):
+            tasks.update(task.id, state=state)
+            asyncio.run(take())
+            assert tasks.db.execute("SELECT * FROM turns").rows == []
+            left_behind()
+        tasks.update(task.id, state="working")
+        tasks.db.execute("UPDATE tasks SET owner_pid = 2, owner_host = 'a-third-host' WHERE id = ?", (task.id,))
+        asyncio.run(take())  # taken over: the row's process no longer runs it
         assert tasks.db.execute("SELECT * FROM turns").rows == []
+
+        async def outlived() -> None:  # a run gives back its own row only, not another process's of the task
+            async with first.take("d", task.id):
+                tasks.db.execute("UPDATE turns SET pid = 2, host = 'a-third-host' WHERE conversation = 'd'")
+
+        asyncio.run(outlived())
+        assert tasks.db.execute("SELECT task_id, pid, host FROM turns").rows == [(task.id, 2, "a-third-host")]
     finally:
         first.db.close()
         second.db.close()
