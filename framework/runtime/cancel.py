@@ -225,15 +225,16 @@ class CancelWatch:
                     self.stop(task_id, who)
 
 
-async def answer_held_calls(graph: Any, conversation: str) -> None:
+async def answer_held_calls(graph: Any, conversation: str, *, unless: str = "") -> None:
     """Close the pause a canceled (or failed) task left in ``conversation``'s thread of ``graph``: the
     tool calls it held are answered "cancelled by the user" (as if the tools ran), so the history
-    stays valid for every provider and the next message starts a new turn."""
+    stays valid for every provider and the next message starts a new turn. A pause task ``unless``
+    checkpointed is left: that task still runs (an orphan taken over goes on from it)."""
     from langchain_core.messages import AIMessage, ToolMessage
 
     config: Any = {"configurable": {"thread_id": conversation}}
     state = await graph.aget_state(config)
-    if not state.interrupts:
+    if not state.interrupts or (unless and (state.metadata or {}).get("task") == unless):
         return
     messages = (state.values or {}).get("messages", [])
     last = messages[-1] if messages else None

@@ -2,8 +2,9 @@
 
 A run checkpoints its conversation only when it ends or pauses, and every tool call — MCP and agent
 calls included — is audited (``tool.call``) before it runs. So a task whose audit shows no tool call
-and no pause has had no effect yet: running it again from its conversation's last checkpoint
-repeats nothing but model calls. ``Runtime.settle_orphans`` asks :func:`why_not_resumed` of each.
+and no pause has had no effect yet: running it again from its conversation's last checkpoint (its own,
+when it got to its end or pause before it died: ``Runner.run(again=True)``) repeats nothing but
+model calls. ``Runtime.settle_orphans`` asks :func:`why_not_resumed` of each.
 """
 
 from __future__ import annotations

@@ -345,12 +345,17 @@ class Runner:
         resume: Any = None,
         callbacks: list[Any] | None = None,
         tokens: bool = True,
+        again: bool = False,
     ) -> AsyncIterator[RunEvent]:
         """Stream the events of one turn: a new message (``text``) or decisions for a pause (``resume``).
 
         ``callbacks``: LangChain callback handlers for the run (its trace spans, when tracing is on).
         ``tokens``: the models' text as it is generated; else each model turn's text in one chunk,
-        when the turn ends (for a caller that waits for the whole answer: cheaper)."""
+        when the turn ends (for a caller that waits for the whole answer: cheaper).
+        ``again``: the task's run (``context.task_id``) was cut off in a process that died. When the
+        conversation's last checkpoint is that run's — it got to its end or pause, and was stopped
+        before its record said so — the run goes on from there (a pause pauses again, an end is the
+        answer) instead of sending ``text`` a second time."""
         translator = _Translator()
         context = replace(context or RunContext(), skill=skill, conversation_id=thread_id)
         try:
@@ -362,16 +367,21 @@ class Runner:
             )
             config: RunnableConfig = {
                 "configurable": {"thread_id": thread_id, **({fence.KEY: context.fence} if context.fence else {})},
-                "metadata": {"agent": agent},
+                # Each checkpoint names the agent whose conversation it is and the task that wrote it.
+                "metadata": {"agent": agent, **({"task": context.task_id} if context.task_id else {})},
             }
             if callbacks:
                 config["callbacks"] = callbacks
-            before = await self._check_thread(graph, config, agent, thread_id, resuming=resume is not None)
+            state = await graph.aget_state(config)
+            goes_on = again and bool(context.task_id) and (state.metadata or {}).get("task") == context.task_id
+            self._check_thread(state, agent, thread_id, resuming=resume is not None, goes_on=goes_on)
             if skill is not None:
                 self.bundle.check_skill(agent, skill)
-            payload: Any = (
-                Command(resume=resume) if resume is not None else _message(graph, before, text or "", context)
-            )
+            payload: Any = None  # goes on: the graph continues from its checkpoint
+            if resume is not None:
+                payload = Command(resume=resume)
+            elif not goes_on:
+                payload = _message(graph, state.values, text or "", context)
             async for part in graph.astream(
                 payload,
                 config,
@@ -409,21 +419,20 @@ class Runner:
             stop_reason=str(stop.get("reason", "end_turn")),
         )
 
-    async def _check_thread(
-        self, graph: Any, config: RunnableConfig, agent: str, thread_id: str, *, resuming: bool
-    ) -> Mapping[str, Any]:
-        """The conversation's state, once it is known to be ``agent``'s and waiting (or not) as it should."""
-        state = await graph.aget_state(config)
+    @staticmethod
+    def _check_thread(state: Any, agent: str, thread_id: str, *, resuming: bool, goes_on: bool) -> None:
+        """That the conversation (its ``state``) is ``agent``'s and waiting (or not) as it should:
+        waiting for the decision a run resumes with, and for none when a new message comes (a run that
+        ``goes_on`` from its own checkpoint may find its own pause there)."""
         owner = (state.metadata or {}).get("agent") if state.metadata else None
         if owner and owner != agent:
             raise RunError(f"conversation {thread_id!r} belongs to agent {owner!r}, not {agent!r}")
         if resuming and not state.interrupts:
             raise TaskNotWaiting(f"conversation {thread_id!r} is not waiting for a decision")
-        if not resuming and state.interrupts:
+        if not resuming and not goes_on and state.interrupts:
             raise RunError(
                 f"conversation {thread_id!r} is waiting for a decision; answer it before sending a new message"
             )
-        return dict(state.values)
 
     def _translate(self, agent: str, exc: Exception) -> CAError:
         """A foreign exception as an error of the tree, by where it comes from: a provider package's

@@ -175,7 +175,9 @@ class Runtime:
 
     async def _resume(self, task: Task, asked: Mapping[str, Any], owner: str) -> AsyncIterator[RunEvent]:
         """Run an orphan this process took over again, as :meth:`send` ran it, from its conversation's
-        last checkpoint (the dead run checkpointed nothing of it: a run checkpoints when it ends or pauses)."""
+        last checkpoint. A run checkpoints when it ends or pauses: a dead run that got there (and died
+        before its record said so) goes on from its own checkpoint — paused again, or ended with the
+        answer it had — instead of taking the message a second time (``Runner.run(again=True)``)."""
         _bind_logs(task)
         skill = asked.get("skill")
         context = dataclasses.replace(
@@ -187,9 +189,15 @@ class Runtime:
         async for event in self._drive(
             task,
             lambda callbacks: Runner(self.bundle).run(
-                task.agent, task.input, thread_id=task.conversation, skill=skill, context=context, callbacks=callbacks
+                task.agent,
+                task.input,
+                thread_id=task.conversation,
+                skill=skill,
+                context=context,
+                callbacks=callbacks,
+                again=True,
             ),
-            prepare=lambda: self._drop_abandoned_pause(task.agent, task.conversation),
+            prepare=lambda: self._drop_abandoned_pause(task.agent, task.conversation, task.id),
             taken_over=True,
             note={"resumed_from": owner},
         ):
@@ -436,16 +444,16 @@ class Runtime:
         check_decision(task, decision)
         return task
 
-    async def _drop_abandoned_pause(self, agent: str, conversation: str) -> None:
+    async def _drop_abandoned_pause(self, agent: str, conversation: str, running: str = "") -> None:
         """A pause whose task was canceled (or failed) no longer blocks its conversation
-        (:func:`~framework.runtime.cancel.answer_held_calls`)."""
+        (:func:`~framework.runtime.cancel.answer_held_calls`); a pause of task ``running`` is its own."""
         if not await self.tasks.apause_abandoned_in(conversation):
             return
         try:
             graph = self.bundle.graph(agent)
         except CAError:  # the agent cannot run (e.g. a missing key): the run itself will say so
             return
-        await answer_held_calls(graph, conversation)
+        await answer_held_calls(graph, conversation, unless=running)
 
     async def cancel(self, task_id: str, *, by: str | None = None) -> Canceled:
         """End any task canceled — paused, running here, in another process, or orphaned; see

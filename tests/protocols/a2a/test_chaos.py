@@ -229,6 +229,13 @@ def _logged(logs: Path, task_id: str) -> list[str]:
     ]
 
 
+def _audited(records: list[dict[str, Any]], task_id: str) -> list[str]:
+    """The audit records of ``task_id``, one line each: what its runs did, to tell how it ended."""
+    return [
+        f"{r['ts']} {r['source']} {r['kind']} {json.dumps(r['data'])}" for r in records if r.get("task_id") == task_id
+    ]
+
+
 def _settle(cluster: Cluster, store: TaskStore, timeout: float) -> None:
     """Decide, on B, every task still waiting, until every task has a final state."""
     deadline = time.monotonic() + timeout
@@ -303,7 +310,15 @@ def test_two_replicas_one_killed_again_and_again_lose_no_task_and_repeat_no_side
     assert all(n <= 1 for n in counters.values()), {c: n for c, n in counters.items() if n > 1}
     for task in tasks:
         if task.state == "completed":
-            assert counters.get(task.conversation) == 1, task  # a completed task's side effect ran, once
+            # a completed task's side effect ran, once
+            assert counters.get(task.conversation) == 1, (
+                task,
+                _audited(records, task.id),
+                _logged(cluster.logs, task.id),
+            )
+    # a replica killed mid-turn does not hold its conversation: no decision waits out the turn limit
+    busy = [t for t in tasks if t.failure is not None and t.failure.code == "conversation_busy"]
+    assert not busy, busy
     assert states["completed"] >= TASKS // 2, states  # the load went through, not just failures
     assert verified.returncode == 0 and verified.stdout.startswith("audit log ok: "), verified.stdout + verified.stderr
     cluster.servers["b"].assert_alive()

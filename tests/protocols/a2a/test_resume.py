@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import sqlite3
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +31,14 @@ import pytest
 from a2a.helpers import get_artifact_text
 from a2a.types import StreamResponse, SubscribeToTaskRequest, TaskState
 
+from framework.runtime.leases import RUNNING
+from framework.runtime.runtime import Runtime
+from framework.runtime.stores import state_dir
 from framework.runtime.tasks import TaskStore
+from framework.spec import load_project
 from tests import conftest
 from tests.a2a_peers import a2a_client
-from tests.conftest import run_ca, write_project
+from tests.conftest import REPO, SIDE_EFFECT, run_ca, write_project, writer_agent
 from tests.fake_openai import FakeOpenAI
 from tests.postgres_db import fresh_database
 from tests.serving import ServerProcess, start_serve
@@ -264,6 +272,122 @@ def test_a_task_killed_while_its_tool_runs_ends_failed_naming_the_tool(tmp_path:
     text = done["status"]["message"]["parts"][0]["text"]
     assert "it was not resumed because a tool call (nap) had started: send the message again" in text, text
     assert [s["state"] for s in _states(root, task["id"])] == ["submitted", "working", "failed"]
+    _verified(root)
+
+
+KILLED_RECORDING = """
+import asyncio, os, signal, sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+from framework.runtime.runtime import Runtime
+from framework.runtime.tasks import TaskStore
+from framework.spec import load_project
+
+state, agent = sys.argv[1:]
+update = TaskStore.aupdate
+
+
+async def dies(self, task_id, **fields):
+    if fields.get("state") == state:  # its run checkpointed its end or pause; its record says nothing yet
+        os.kill(os.getpid(), signal.SIGKILL)
+    return await update(self, task_id, **fields)
+
+
+async def main():
+    TaskStore.aupdate = dies
+    async with AsyncExitStack() as stack:
+        runtime = await Runtime.open(load_project(Path.cwd()), source="a2a-http", stack=stack)
+        async for event in runtime.send(agent, "go", conversation="c1", task_id="t1"):
+            print(event, flush=True)
+
+
+asyncio.run(main())
+"""
+"""A server's run of task ``t1`` (``go`` to AGENT in conversation ``c1``), SIGKILLed as it records STATE."""
+
+
+def _killed_recording(root: Path, state: str, agent: str) -> None:
+    died = subprocess.run(
+        [sys.executable, "-c", KILLED_RECORDING, state, agent],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert died.returncode == -signal.SIGKILL, died.stdout + died.stderr
+
+
+def _conversation(root: Path, agent: str) -> list[tuple[str, str]]:
+    """(type, text) of each message conversation ``c1`` holds."""
+
+    async def read() -> list[tuple[str, str]]:
+        async with AsyncExitStack() as stack:
+            runtime = await Runtime.open(load_project(root), stack=stack)
+            state = await runtime.bundle.graph(agent).aget_state({"configurable": {"thread_id": "c1"}})
+            return [(m.type, m.text) for m in state.values["messages"]]
+
+    return asyncio.run(read())
+
+
+def _resumed(root: Path, state: str) -> TaskStore:
+    """The task store, once the next server on ``root`` resumed task ``t1`` and it reached ``state``."""
+    server: ServerProcess = start_serve(root)
+    store = TaskStore.open(root)
+    try:
+        _until(f"t1 never stopped running:\n{server.output()}", lambda: store.get("t1").state not in RUNNING)
+        task = store.get("t1")
+        assert task.state == state, (task, server.output())
+    finally:
+        server.stop()
+    return store
+
+
+@pytest.mark.parametrize("lost", [False, True], ids=["pause-checkpointed", "its-interrupt-not-written"])
+def test_a_task_killed_after_its_pause_was_checkpointed_waits_for_its_decision_again(
+    tmp_path: Path, lost: bool
+) -> None:
+    """Killed after its run checkpointed the pause, before its record said so: the next server goes on
+    from that checkpoint and the task waits for its decision again. The message is not sent a second
+    time: the model would see it twice, after a tool call no tool answered (the chaos test saw such a
+    task end ``completed`` with its tool never run). ``lost``: the kill came between the checkpoint and
+    its pending writes (the interrupt), so the checkpoint only says the tool call comes next."""
+    root = write_project(tmp_path / "project", {"agents/writer.yaml": writer_agent(), "tools/side.py": SIDE_EFFECT})
+    _killed_recording(root, "input-required", "writer")
+    if lost:
+        with sqlite3.connect(state_dir(root) / "conversations.db") as db:
+            assert db.execute("DELETE FROM writes").rowcount > 0
+    store = _resumed(root, "input-required")
+    try:
+        assert [p.pause.kind for p in store.get("t1").pending] == ["approval"]
+    finally:
+        store.close()
+    decided = run_ca("approve", "t1", cwd=root)
+    assert decided.returncode == 0, decided.stdout + decided.stderr
+    assert (root / "effects.log").read_text() == "hello\n"  # the tool ran, once
+    states = _states(root, "t1")
+    assert [s["state"] for s in states] == ["submitted", "working", "working", "input-required", "working", "completed"]
+    assert "resumed_from" in states[2], states
+    assert _conversation(root, "writer") == [("human", "go"), ("ai", ""), ("tool", "appended"), ("ai", "done")]
+    _verified(root)
+
+
+def test_a_task_killed_after_its_end_was_checkpointed_ends_with_that_answer(tmp_path: Path) -> None:
+    """Killed after its run checkpointed the answer, before its record said so: the next server takes
+    the answer from that checkpoint; the model is not called again and the conversation holds the
+    message once."""
+    root = write_project(tmp_path / "project", {"agents/echo.yaml": "name: echo\nprofile: autonomous\n"})
+    _killed_recording(root, "completed", "echo")
+    store = _resumed(root, "completed")
+    try:
+        assert store.get("t1").output == "[echo] You said: go"
+    finally:
+        store.close()
+    audit = json.loads(run_ca("audit", "--json", cwd=root).stdout)
+    assert sum(1 for r in audit if r["kind"] == "model.call") == 1, audit
+    assert _conversation(root, "echo") == [("human", "go"), ("ai", "[echo] You said: go")]
     _verified(root)
 
 
