@@ -25,7 +25,8 @@ from typing import Any, Literal
 from framework.errors import RunError, StoreBusy, StoreError, StoreUnreachable, UsageError
 from framework.runtime.audit import AuditLog, Source
 from framework.runtime.leases import process_alive, this_process
-from framework.runtime.tasks import FINAL_STATES, Task, TaskStore
+from framework.runtime.task_record import FINAL_STATES, Task
+from framework.runtime.tasks import TaskStore
 
 POLL_S = 0.25
 """How often a process running tasks looks for cancel requests on their records."""

@@ -11,7 +11,8 @@ from framework.errors import ApprovalTimedOut, RunError
 from framework.runtime.events import Paused
 from framework.runtime.leases import now
 from framework.runtime.pauses import Gate, Pause, Question
-from framework.runtime.tasks import AlreadyDecided, Pending, Task, expiry
+from framework.runtime.task_record import Pending, Task, expiry
+from framework.runtime.tasks import AlreadyDecided
 from framework.spec.project import Project
 
 

@@ -50,7 +50,8 @@ if TYPE_CHECKING:
     from framework.compiler.models import ModelHook
     from framework.compiler.tools import ToolHook
     from framework.runtime.audit import AuditRecord
-    from framework.runtime.tasks import Task, TaskStore
+    from framework.runtime.task_record import Task
+    from framework.runtime.tasks import TaskStore
     from framework.spec.model import ModelConfig
 
 FINAL = frozenset({"completed", "failed", "canceled", "rejected", "input-required"})

@@ -13,7 +13,7 @@ from typing import Any
 
 from framework.runtime.audit import AuditLog
 from framework.runtime.leases import MAY_HAVE_RUN
-from framework.runtime.tasks import Task
+from framework.runtime.task_record import Task
 from framework.spec.project import Project
 
 RESUMES = 2

@@ -52,7 +52,8 @@ from framework.runtime.remote import RemoteFactory
 from framework.runtime.restart import needs_restart, pinned
 from framework.runtime.resumes import why_not_resumed
 from framework.runtime.runner import Runner
-from framework.runtime.tasks import FINAL_STATES, Held, Task, TaskStore
+from framework.runtime.task_record import FINAL_STATES, Held, Task
+from framework.runtime.tasks import TaskStore
 from framework.runtime.turns import Turns
 from framework.runtime.wiring import McpFactory, wire
 from framework.spec.project import Project

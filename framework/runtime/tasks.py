@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Collection
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from framework.errors import Failure, RunError, TaskNotWaiting
 from framework.runtime.database import Database, SqliteDatabase
@@ -37,86 +35,10 @@ from framework.runtime.leases import (
     this_process,
     turn_taken_over,
 )
-from framework.runtime.pauses import Pause, all_questions, read_pause
+from framework.runtime.pauses import all_questions
 from framework.runtime.schema import connect
 from framework.runtime.store_locks import LOCK_TIMEOUT_S
-
-TaskState = Literal["submitted", "working", "input-required", "completed", "failed", "canceled", "rejected"]
-FINAL_STATES = ("completed", "failed", "canceled", "rejected")
-
-
-@dataclass(frozen=True)
-class Pending:
-    """A decision a paused task waits for."""
-
-    interrupt_id: str
-    payload: dict[str, Any]
-    paused_at: str
-    expires_at: str | None = None
-    on_timeout: str = "reject"
-
-    def expired(self, at: datetime | None = None) -> bool:
-        return self.expires_at is not None and (at or now()) >= datetime.fromisoformat(self.expires_at)
-
-    @property
-    def pause(self) -> Pause:
-        """What the decision is about, typed (the payload is its wire form)."""
-        return read_pause(self.payload)
-
-
-@dataclass(frozen=True)
-class Task:
-    id: str
-    agent: str
-    conversation: str
-    source: str
-    state: TaskState
-    input: str = ""
-    output: str = ""
-    error: str = ""
-    pending: tuple[Pending, ...] = ()
-    usage: dict[str, Any] = field(default_factory=dict)
-    parent: str = ""
-    created_at: str = ""
-    updated_at: str = ""
-    decided_by: str = ""
-    """Who answered the task's last pause (``cli:alice``, ``acp``, a credential's name)."""
-    decided_at: str = ""
-    failure: Failure | None = None
-    """How the task failed, typed (kind, code, message), when it did."""
-    owner_pid: int = 0
-    """The process that last started running the task (0: recorded before owners were)."""
-    owner_host: str = ""
-    """The host of that process."""
-    lease_until: str = ""
-    """Until when the owner's lease on this running task holds (renewed while it runs; see
-    :data:`~framework.runtime.leases.LEASE_S`)."""
-    cancel_requested: str = ""
-    """Who asked another process to stop this running task (``ca tasks cancel``), empty if no one."""
-    caller: str = ""
-    """Who sent the task (its A2A owner): a credential's name, ``local:<os user>``, ``cli:<os user>``,
-    ``acp``, ``anonymous``; a child task has its parent's. Empty for tasks recorded before callers were."""
-
-    def last_written(self) -> datetime | None:
-        """When the record was last written (UTC), None for a record from before records had times;
-        a time stored without a zone is UTC, as every writer stamps it."""
-        if not self.updated_at:
-            return None
-        written = datetime.fromisoformat(self.updated_at)
-        return written.astimezone(UTC) if written.tzinfo else written.replace(tzinfo=UTC)
-
-
-@dataclass(frozen=True)
-class Held:
-    """What a conversation's tasks hold: who sent them, and their messages and answers in UTF-8
-    bytes (a child task's are its caller's, so not counted)."""
-
-    callers: frozenset[str]
-    bytes: int
-
-    @classmethod
-    def of(cls, rows: list[tuple[Any, ...]]) -> Held:
-        return cls(frozenset(caller for caller, _ in rows), sum(int(size) for _, size in rows))
+from framework.runtime.task_record import FINAL_STATES, Held, Pending, Task, TaskState, row_to_task
 
 
 class TaskStore:
@@ -293,7 +215,7 @@ class TaskStore:
             task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
         )
         updated = self.db.execute(sql + _RETURNING, values).records()
-        return _row_to_task(updated[0]) if updated else self.get(task_id)
+        return row_to_task(updated[0]) if updated else self.get(task_id)
 
     async def aupdate(
         self,
@@ -311,7 +233,7 @@ class TaskStore:
             task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
         )
         updated = (await self.db.aexecute(sql + _RETURNING, values)).records()
-        return _row_to_task(updated[0]) if updated else await self.aget(task_id)
+        return row_to_task(updated[0]) if updated else await self.aget(task_id)
 
     async def aend(self, task_id: str, *, state: TaskState, error: str | None = None) -> bool:
         """Move a task that is not final yet to ``state`` (pending decisions dropped), as one
@@ -458,12 +380,12 @@ class TaskStore:
     def find(self, task_id: str) -> Task | None:
         """The task with exactly this id, or None."""
         found = self.db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).records()
-        return _row_to_task(found[0]) if found else None
+        return row_to_task(found[0]) if found else None
 
     async def afind(self, task_id: str) -> Task | None:
         """:meth:`find`, waiting with the event loop running."""
         found = (await self.db.aexecute("SELECT * FROM tasks WHERE id = ?", (task_id,))).records()
-        return _row_to_task(found[0]) if found else None
+        return row_to_task(found[0]) if found else None
 
     # A prefix, as `ca tasks list` shows ids: compared as text of its own length (no LIKE, whose
     # wildcards a typed id could hold).
@@ -573,12 +495,12 @@ class TaskStore:
     async def alist(self, *, pending_only: bool = False, limit: int = 50, caller: str | None = None) -> list[Task]:
         """:meth:`list`, waiting with the event loop running (defined first: below, ``list`` is the method)."""
         listing = self._listing(pending_only=pending_only, limit=limit, caller=caller)
-        return [_row_to_task(row) for row in (await self.db.aexecute(*listing)).records()]
+        return [row_to_task(row) for row in (await self.db.aexecute(*listing)).records()]
 
     def list(self, *, pending_only: bool = False, limit: int = 50, caller: str | None = None) -> list[Task]:
         """The latest tasks, newest first; only those waiting for a decision, only those ``caller`` sent."""
         listing = self._listing(pending_only=pending_only, limit=limit, caller=caller)
-        return [_row_to_task(row) for row in self.db.execute(*listing).records()]
+        return [row_to_task(row) for row in self.db.execute(*listing).records()]
 
 
 _RETURNING = " RETURNING *"
@@ -590,21 +512,8 @@ def _one(task_id: str, rows: list[dict[str, Any]]) -> Task:
         raise RunError(f"task {task_id!r} not found; `ca tasks list` shows the tasks of this project")
     if len(rows) > 1:
         raise RunError(f"task id {task_id!r} is ambiguous; give more of it")
-    return _row_to_task(rows[0])
+    return row_to_task(rows[0])
 
 
 class AlreadyDecided(TaskNotWaiting):
     """Another decider took the pause first."""
-
-
-def _row_to_task(row: dict[str, Any]) -> Task:
-    pending = tuple(Pending(**p) for p in json.loads(row.pop("pending") or "[]"))
-    usage = json.loads(row.pop("usage") or "{}")
-    failure = row.pop("failure", "")
-    return Task(
-        **row, pending=pending, usage=usage, failure=Failure.from_json(json.loads(failure)) if failure else None
-    )
-
-
-def expiry(paused: datetime, timeout_seconds: float | None) -> str | None:
-    return (paused + timedelta(seconds=timeout_seconds)).isoformat() if timeout_seconds else None

@@ -33,7 +33,8 @@ from framework.runtime.metrics import Meter
 from framework.runtime.remote import Discovery, RemoteFactory
 from framework.runtime.schema import connect
 from framework.runtime.stores import open_checkpointer
-from framework.runtime.tasks import TaskState, TaskStore
+from framework.runtime.task_record import TaskState
+from framework.runtime.tasks import TaskStore
 from framework.runtime.turns import Turns
 from framework.spec.interpolate import load_dotenv
 from framework.spec.project import Project

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from framework.runtime.audit import AuditLog
-from framework.runtime.tasks import Task, TaskStore
+from framework.runtime.task_record import Task
+from framework.runtime.tasks import TaskStore
 from tests.a2a_peers import StdioPeer, result_of, user_message
 from tests.acp_client import Client, agent, run
 from tests.conftest import SIDE_EFFECT, ProjectFactory, run_ca, writer_agent

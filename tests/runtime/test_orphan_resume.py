@@ -17,7 +17,7 @@ from framework.runtime.audit import Source
 from framework.runtime.events import RunEvent, RunFinished
 from framework.runtime.resumes import RESUMES
 from framework.runtime.runtime import Runtime
-from framework.runtime.tasks import Task
+from framework.runtime.task_record import Task
 from framework.spec import load_project
 from tests.conftest import ProjectFactory
 

@@ -23,7 +23,8 @@ from framework.protocols.acp.sessions import SessionStore
 from framework.runtime.database import open_database
 from framework.runtime.remote_calls import RemoteCalls
 from framework.runtime.schema import LATEST, MIGRATIONS, connect, migrate, version
-from framework.runtime.tasks import AlreadyDecided, Held, Pending, TaskStore
+from framework.runtime.task_record import Held, Pending
+from framework.runtime.tasks import AlreadyDecided, TaskStore
 from framework.runtime.turns import Turns
 from tests.postgres_db import fresh_database
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from framework.runtime.tasks import Task
+from framework.runtime.task_record import Task
 
 
 @pytest.mark.parametrize(

@@ -48,8 +48,8 @@ from framework.protocols.a2a.relay import RelayingRequestHandler
 from framework.protocols.a2a.statuses import derived
 from framework.protocols.a2a.task_store import AgentTaskStore
 from framework.runtime.message_claims import STALE_S, Claim, MessageClaims, claim_key
-from framework.runtime.tasks import FINAL_STATES
-from framework.runtime.tasks import Task as Record
+from framework.runtime.task_record import FINAL_STATES
+from framework.runtime.task_record import Task as Record
 
 if TYPE_CHECKING:
     from a2a.server.agent_execution import AgentExecutor

@@ -68,8 +68,9 @@ from framework.runtime.runtime import Runtime
 from framework.runtime.store_locks import in_wal
 from framework.runtime.store_url import libpq_url
 from framework.runtime.stores import state_dir
-from framework.runtime.tasks import FINAL_STATES, TaskStore
-from framework.runtime.tasks import Task as Record
+from framework.runtime.task_record import FINAL_STATES
+from framework.runtime.task_record import Task as Record
+from framework.runtime.tasks import TaskStore
 
 A2A_POOL_SIZE = 15
 """Connections to PostgreSQL the A2A task rows use per server (requests past them wait for one)."""

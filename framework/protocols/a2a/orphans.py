@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from framework.runtime.events import RunEvent
 from framework.runtime.runtime import Runtime
-from framework.runtime.tasks import Task
+from framework.runtime.task_record import Task
 
 logger = logging.getLogger(__name__)
 

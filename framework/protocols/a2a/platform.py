@@ -30,7 +30,7 @@ from framework.protocols.a2a.auth import ANONYMOUS, Caller
 from framework.protocols.a2a.wire import to_wire
 from framework.protocols.jsonrpc import Code, JsonRpcError, Request, error, error_for, parse_request, result
 from framework.runtime.runtime import Runtime
-from framework.runtime.tasks import Task
+from framework.runtime.task_record import Task
 from framework.runtime.usage import since_bound, usage_report
 
 PREFIX = "_cleveragents/"

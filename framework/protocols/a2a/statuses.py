@@ -24,7 +24,7 @@ from framework.protocols.a2a.wire import to_wire
 from framework.runtime.pauses import all_questions, read_pause
 
 if TYPE_CHECKING:
-    from framework.runtime.tasks import Task as Record
+    from framework.runtime.task_record import Task as Record
 
 APPROVAL_EXTENSION = "urn:cleveragents:extensions:v1"
 """Data parts of input-required statuses and of decisions are defined by this extension."""

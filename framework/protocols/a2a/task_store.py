@@ -51,7 +51,7 @@ from framework.protocols.a2a.relay import TaskFollower
 from framework.protocols.a2a.statuses import derived
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, in_wal, no_wait, until_free
-from framework.runtime.tasks import Task as Record
+from framework.runtime.task_record import Task as Record
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,8 @@ import httpx
 import psycopg
 import pytest
 
-from framework.runtime.tasks import FINAL_STATES, TaskStore
+from framework.runtime.task_record import FINAL_STATES
+from framework.runtime.tasks import TaskStore
 from tests.conftest import free_port, run_ca, write_project
 from tests.postgres_db import fresh_database
 from tests.serving import ServerProcess, launch_serve, why_no_hosts

@@ -23,7 +23,8 @@ import httpx
 import psycopg
 import pytest
 
-from framework.runtime.tasks import Task, TaskStore
+from framework.runtime.task_record import Task
+from framework.runtime.tasks import TaskStore
 from tests.conftest import NAP, NAPPER, run_ca, write_project
 from tests.postgres_db import fresh_database
 from tests.serving import ServerProcess, start_serve
