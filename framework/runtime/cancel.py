@@ -233,9 +233,11 @@ async def answer_held_calls(graph: Any, conversation: str, *, unless: str = "") 
     checkpointed is left: that task still runs (an orphan taken over goes on from it)."""
     from langchain_core.messages import AIMessage, ToolMessage
 
+    from framework.runtime.runner import TASK_KEY
+
     config: Any = {"configurable": {"thread_id": conversation}}
     state = await graph.aget_state(config)
-    if not state.interrupts or (unless and (state.metadata or {}).get("task") == unless):
+    if not state.interrupts or (unless and (state.metadata or {}).get(TASK_KEY) == unless):
         return
     messages = (state.values or {}).get("messages", [])
     last = messages[-1] if messages else None

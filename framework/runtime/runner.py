@@ -328,6 +328,10 @@ def spec_tool_name(model_name: str, known: Mapping[str, str] | None = None) -> s
     return model_name
 
 
+TASK_KEY = "ca_task"
+"""The key of a checkpoint's metadata that names the task whose run wrote it."""
+
+
 class Runner:
     """Runs agents of one Bundle. A conversation is a LangGraph thread (``thread_id``)."""
 
@@ -368,12 +372,12 @@ class Runner:
             config: RunnableConfig = {
                 "configurable": {"thread_id": thread_id, **({fence.KEY: context.fence} if context.fence else {})},
                 # Each checkpoint names the agent whose conversation it is and the task that wrote it.
-                "metadata": {"agent": agent, **({"task": context.task_id} if context.task_id else {})},
+                "metadata": {"agent": agent, **({TASK_KEY: context.task_id} if context.task_id else {})},
             }
             if callbacks:
                 config["callbacks"] = callbacks
             state = await graph.aget_state(config)
-            goes_on = again and bool(context.task_id) and (state.metadata or {}).get("task") == context.task_id
+            goes_on = again and bool(context.task_id) and (state.metadata or {}).get(TASK_KEY) == context.task_id
             self._check_thread(state, agent, thread_id, resuming=resume is not None, goes_on=goes_on)
             if skill is not None:
                 self.bundle.check_skill(agent, skill)
