@@ -13,8 +13,9 @@ the run ends or pauses:
   taken with one atomic insert and polled every :data:`POLL_S` while another process holds it.
   A row whose process is gone (killed mid-run) does not hold the conversation: the next taker
   removes it — on this host when its pid no longer runs, for another host's process (whose pid
-  cannot be seen from here) once that process no longer runs its task: the task ended, paused
-  (its pause is checkpointed before its record says so) or was settled or taken over as an orphan.
+  cannot be seen from here) once its task no longer runs — it ended, paused (its pause is checkpointed
+  before its record says so) or was settled as an orphan — or when the taker runs that very task (the
+  decision of a task whose process died after it paused).
 
 A message waits at most the wait limit (:data:`TURN_WAIT_S` by default) for its turn; past it, it
 gets :class:`~framework.errors.ConversationBusy` — retryable, nothing of the message ran.
@@ -39,14 +40,14 @@ POLL_S = 0.05
 """How often a message waiting for another process's turn looks at the ``turns`` table again."""
 
 
-_RUN_BY_HOLDER = (
-    "SELECT 1 FROM tasks WHERE tasks.id = turns.task_id AND tasks.state IN ('submitted', 'working')"
-    " AND tasks.owner_pid = turns.pid AND tasks.owner_host = turns.host"
-)
-_NOT_RUN_ELSEWHERE = f"DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ? AND host = ? AND NOT EXISTS ({_RUN_BY_HOLDER})"  # noqa: S608
-"""Another host's row, removed once its process no longer runs its task (a compare-and-delete, as
-for a dead pid). A task that paused is not run by anyone: a process killed between its pause and
-giving its turn back would otherwise hold the conversation until its decision timed out."""
+_RUNS = "SELECT 1 FROM tasks WHERE tasks.id = turns.task_id AND tasks.state IN ('submitted', 'working')"
+_FREED_ELSEWHERE = f"DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ? AND host = ? AND (task_id = ? OR NOT EXISTS ({_RUNS}))"  # noqa: S608
+"""Another host's row, removed (a compare-and-delete, as for a dead pid) once its task no longer runs
+— it ended, was settled as an orphan, or paused: a process killed between its pause and giving its
+turn back would otherwise hold the conversation until the decision timed out — or when the row's
+task is the taker's own: the decision this process claimed for that paused task. A task another
+process took over keeps its row (it moves to the taker with the task), so no later message runs
+before the orphan's run."""
 
 
 class Turns:
@@ -138,8 +139,8 @@ class Turns:
                 await self.db.aattempt(
                     "DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ?", (conversation, held_by, pid)
                 )
-        else:  # another host's: free once its process no longer runs its task
-            await self.db.aattempt(_NOT_RUN_ELSEWHERE, (conversation, held_by, pid, host))
+        else:  # another host's: free once its task no longer runs, or when it is this run's task
+            await self.db.aattempt(_FREED_ELSEWHERE, (conversation, held_by, pid, host, task_id))
         return False
 
     _GIVE_BACK = "DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ? AND host = ?"

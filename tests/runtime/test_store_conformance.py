@@ -270,9 +270,10 @@ def test_a_turn_is_held_across_connections(engine: Engine) -> None:
                 pass
 
         asyncio.run(go())
-        # Another host's row: held while that process runs its task; free once the task paused (the
-        # process was killed before it gave the turn back: the decision must not wait for it), ended,
-        # or was taken over by another process.
+        # Another host's row: held while its task runs, also once another process took the task over
+        # (the row moves to the taker, and no later message may run before the orphan's run); free
+        # once the task paused (its process was killed before it gave the turn back: the decision must
+        # not wait for it) or ended, and to the process that claimed the task's decision.
         tasks.db.execute("UPDATE tasks SET owner_pid = 1, owner_host = 'another-host' WHERE id = ?", (task.id,))
 
         def left_behind() -> None:
@@ -281,21 +282,22 @@ def test_a_turn_is_held_across_connections(engine: Engine) -> None:
                 ("c", task.id, 1, "another-host", "2026-01-01"),
             )
 
-        async def take() -> None:
-            async with second.take("c", "mine"):
+        async def take(task_id: str = "mine") -> None:
+            async with second.take("c", task_id):
                 pass
 
         left_behind()
-        with pytest.raises(ConversationBusy):
-            asyncio.run(take())
+        for owner in ((1, "another-host"), (2, "a-third-host")):
+            tasks.db.execute("UPDATE tasks SET owner_pid = ?, owner_host = ? WHERE id = ?", (*owner, task.id))
+            with pytest.raises(ConversationBusy):
+                asyncio.run(take())
         for state in ("input-required", "failed"):
             tasks.update(task.id, state=state)
             asyncio.run(take())
             assert tasks.db.execute("SELECT * FROM turns").rows == []
             left_behind()
         tasks.update(task.id, state="working")
-        tasks.db.execute("UPDATE tasks SET owner_pid = 2, owner_host = 'a-third-host' WHERE id = ?", (task.id,))
-        asyncio.run(take())  # taken over: the row's process no longer runs it
+        asyncio.run(take(task.id))  # the decision this process claimed: the dead pauser's row is no obstacle
         assert tasks.db.execute("SELECT * FROM turns").rows == []
 
         async def outlived() -> None:  # a run gives back its own row only, not another process's of the task

@@ -12,6 +12,7 @@ whose answer stalls, so the kill lands mid-call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from a2a.helpers import get_artifact_text
 from a2a.types import StreamResponse, SubscribeToTaskRequest, TaskState
@@ -332,10 +334,11 @@ def _conversation(root: Path, agent: str) -> list[tuple[str, str]]:
     return asyncio.run(read())
 
 
-def _resumed(root: Path, state: str) -> TaskStore:
-    """The task store, once the next server on ``root`` resumed task ``t1`` and it reached ``state``."""
+def _resumed(root: Path, state: str, url: str = "") -> TaskStore:
+    """The task store (``url``: on PostgreSQL), once the next server on ``root`` resumed task ``t1``
+    and it reached ``state``."""
     server: ServerProcess = start_serve(root)
-    store = TaskStore.open(root)
+    store = TaskStore.open(root, url=url)
     try:
         _until(f"t1 never stopped running:\n{server.output()}", lambda: store.get("t1").state not in RUNNING)
         task = store.get("t1")
@@ -346,32 +349,46 @@ def _resumed(root: Path, state: str) -> TaskStore:
 
 
 @pytest.mark.parametrize("lost", [False, True], ids=["pause-checkpointed", "its-interrupt-not-written"])
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 def test_a_task_killed_after_its_pause_was_checkpointed_waits_for_its_decision_again(
-    tmp_path: Path, lost: bool
+    tmp_path: Path, lost: bool, engine: str
 ) -> None:
     """Killed after its run checkpointed the pause, before its record said so: the next server goes on
     from that checkpoint and the task waits for its decision again. The message is not sent a second
     time: the model would see it twice, after a tool call no tool answered (the chaos test saw such a
     task end ``completed`` with its tool never run). ``lost``: the kill came between the checkpoint and
     its pending writes (the interrupt), so the checkpoint only says the tool call comes next."""
-    root = write_project(tmp_path / "project", {"agents/writer.yaml": writer_agent(), "tools/side.py": SIDE_EFFECT})
-    _killed_recording(root, "input-required", "writer")
-    if lost:
-        with sqlite3.connect(state_dir(root) / "conversations.db") as db:
-            assert db.execute("DELETE FROM writes").rowcount > 0
-    store = _resumed(root, "input-required")
-    try:
-        assert [p.pause.kind for p in store.get("t1").pending] == ["approval"]
-    finally:
-        store.close()
-    decided = run_ca("approve", "t1", cwd=root)
-    assert decided.returncode == 0, decided.stdout + decided.stderr
-    assert (root / "effects.log").read_text() == "hello\n"  # the tool ran, once
-    states = _states(root, "t1")
-    assert [s["state"] for s in states] == ["submitted", "working", "working", "input-required", "working", "completed"]
-    assert "resumed_from" in states[2], states
-    assert _conversation(root, "writer") == [("human", "go"), ("ai", ""), ("tool", "appended"), ("ai", "done")]
-    _verified(root)
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(fresh_database("paused")) if engine == "postgresql" else ""
+        files = {"agents/writer.yaml": writer_agent(), "tools/side.py": SIDE_EFFECT}
+        root = write_project(tmp_path / "project", files | ({"ca.yaml": f"store: {{url: {url!r}}}\n"} if url else {}))
+        _killed_recording(root, "input-required", "writer")
+        if lost and url:
+            with psycopg.connect(url, autocommit=True) as db:
+                assert db.execute("DELETE FROM checkpoint_writes").rowcount > 0
+        elif lost:
+            with sqlite3.connect(state_dir(root) / "conversations.db") as db:
+                assert db.execute("DELETE FROM writes").rowcount > 0
+        store = _resumed(root, "input-required", url)
+        try:
+            assert [p.pause.kind for p in store.get("t1").pending] == ["approval"]
+        finally:
+            store.close()
+        decided = run_ca("approve", "t1", cwd=root)
+        assert decided.returncode == 0, decided.stdout + decided.stderr
+        assert (root / "effects.log").read_text() == "hello\n"  # the tool ran, once
+        states = _states(root, "t1")
+        assert [s["state"] for s in states] == [
+            "submitted",
+            "working",
+            "working",
+            "input-required",
+            "working",
+            "completed",
+        ]
+        assert "resumed_from" in states[2], states
+        assert _conversation(root, "writer") == [("human", "go"), ("ai", ""), ("tool", "appended"), ("ai", "done")]
+        _verified(root)
 
 
 def test_a_task_killed_after_its_end_was_checkpointed_ends_with_that_answer(tmp_path: Path) -> None:
