@@ -15,7 +15,8 @@ What a2a-sdk gives an active task, a direct run keeps:
 
 * the run goes on when the client goes away (the request only waits for it);
 * ``CancelTask`` stops it here, as a2a-sdk's local cancel does (:meth:`DirectRun.cancel`); once it
-  waits for input, the task record is canceled (``stop_elsewhere``), as on another replica;
+  waits for input, the task record is canceled (``stop_elsewhere``), as on another replica; once its
+  run recorded its end, the cancel is refused (TaskNotCancelableError) and the run writes that end;
 * a follow-up message naming the task waits for the run to end, then goes to a2a-sdk's run of it;
 * ``SubscribeToTask`` follows its row, as for a run resumed here (:mod:`.relay`);
 * a server that stops lets it finish, then cancels it (the executor's ``running``);
@@ -33,6 +34,7 @@ from a2a.server.agent_execution.active_task import INTERRUPTED_TASK_STATES, TERM
 from a2a.server.events.event_queue import Event, EventQueue
 from a2a.server.tasks.task_manager import append_artifact_to_task
 from a2a.types import Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent
+from a2a.utils.errors import TaskNotCancelableError
 
 if TYPE_CHECKING:
     from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -158,12 +160,15 @@ class DirectRun(EventQueue):
         if run is not None and not run.done() and not self.settled(TERMINAL_TASK_STATES):
             try:
                 await self.executor.cancel(request, self)
-            except Exception:
-                # As a2a-sdk: the task fails (its run is stopped below), and the caller gets the error.
-                await self._fail()
+            except TaskNotCancelableError:
+                await asyncio.wait([run])  # it recorded its end first: its run writes that end, as it was
                 raise
-            finally:
+            except Exception:
+                # As a2a-sdk: the task fails, its run is stopped, and the caller gets the error.
+                await self._fail()
                 run.cancel()
+                raise
+            run.cancel()
             await asyncio.wait([run])
         task = self._current()
         if task.status.state not in TERMINAL_TASK_STATES:

@@ -35,6 +35,7 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskStore, TaskUpdater
 from a2a.types import Message, Part, Task, TaskState, TaskStatus
+from a2a.utils.errors import TaskNotCancelableError
 from starlette.authentication import AuthCredentials
 
 from framework.compiler.workflow import replies_with_message
@@ -63,6 +64,7 @@ from framework.runtime.events import (
 )
 from framework.runtime.pauses import all_questions
 from framework.runtime.runtime import Runtime
+from framework.runtime.task_record import FINAL_STATES
 from framework.runtime.tasks import AlreadyDecided
 from framework.runtime.turn import drive_turn
 from framework.spec.agent import WorkflowAgent
@@ -302,8 +304,16 @@ class CleverAgentExecutor(AgentExecutor):
         await updater.update_status(state, message=message)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Cancel a task this process runs: its record first (one compare-and-set), then its row. A run
+        that recorded its end first (completed, failed) keeps it: TaskNotCancelableError, and nothing
+        is sent, so the run's own events write that end and the client is not told "canceled"."""
         task_id = context.task_id or ""
-        await self.runtime.amark_canceled(task_id)
+        if not await self.runtime.amark_canceled(task_id):
+            ended = await self.runtime.tasks.afind(task_id)
+            if ended is not None and ended.state in FINAL_STATES and ended.state != "canceled":
+                raise TaskNotCancelableError(
+                    f"task {task_id} {ended.state} before the cancel reached it; it was not canceled"
+                )
         updater = TaskUpdater(event_queue, task_id, context.context_id or "")
         await updater.cancel()
 
