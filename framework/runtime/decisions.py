@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from framework.errors import ApprovalTimedOut, RunError
+from framework.runtime.audit import AuditLog
 from framework.runtime.events import Paused
 from framework.runtime.leases import now
 from framework.runtime.pauses import Gate, Pause, Question
@@ -73,3 +74,27 @@ def _timeout(project: Project, agent: str, pause: Pause) -> tuple[float | None, 
     if profile is None:
         return None, "reject"
     return profile.approval.timeout, profile.approval.on_timeout
+
+
+async def answers_of(task: Task, decision: Mapping[str, Any], audit: AuditLog, source: str) -> dict[str, Any]:
+    """The resume value of each pending decision of ``task``, by interrupt id, each audited
+    (``approval``, from ``source``); ApprovalTimedOut when one expired under ``on_timeout: fail``
+    (:func:`answer_to`)."""
+    answers: dict[str, Any] = {}
+    for pending in task.pending:
+        answer = answer_to(task, pending, decision)
+        await audit.aappend(
+            "approval",
+            source=source,  # type: ignore[arg-type]  # checked by AuditLog.append
+            task_id=task.id,
+            conversation_id=task.conversation,
+            agent=task.agent,
+            data={
+                "interrupt": pending.interrupt_id,
+                "payload_kind": pending.pause.kind,
+                "by": task.decided_by,
+                **answer,
+            },
+        )
+        answers[pending.interrupt_id] = resume_value(pending.pause, answer)
+    return answers

@@ -43,7 +43,7 @@ from framework.runtime import logs, telemetry
 from framework.runtime.audit import AuditLog
 from framework.runtime.cancel import Canceled, CancelWatch, answer_held_calls, cancel_task
 from framework.runtime.database import Database
-from framework.runtime.decisions import answer_to, check_decision, pending_of, resume_value
+from framework.runtime.decisions import answers_of, check_decision, pending_of
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.fence import Fence
 from framework.runtime.governance.secrets import KNOWN
@@ -380,7 +380,7 @@ class Runtime:
         task = await self.tasks.aclaim(task.id, by or self.decider)
         _bind_logs(task)
         try:
-            answers = await self._answers(task, decision)
+            answers = await answers_of(task, decision, self.audit, self.source)
         except ApprovalTimedOut as exc:
             yield await self._failed_before_run(task, Failure.of(exc))
             return
@@ -406,28 +406,6 @@ class Runtime:
         await self._audit_task(task, "failed", error=failure.message, code=failure.code)
         usage = Usage(**{k: int(v) for k, v in task.usage.items() if k in _USAGE_FIELDS})
         return dataclasses.replace(RunFinished.failed(failure, usage), task_id=task.id)
-
-    async def _answers(self, task: Task, decision: Mapping[str, Any]) -> dict[str, Any]:
-        """The resume value of each pending decision (each audited); ApprovalTimedOut when one expired
-        under ``on_timeout: fail`` (:func:`~framework.runtime.decisions.answer_to`)."""
-        answers: dict[str, Any] = {}
-        for pending in task.pending:
-            answer = answer_to(task, pending, decision)
-            await self.audit.aappend(
-                "approval",
-                source="cli" if self.source == "cli" else self.source,  # type: ignore[arg-type]
-                task_id=task.id,
-                conversation_id=task.conversation,
-                agent=task.agent,
-                data={
-                    "interrupt": pending.interrupt_id,
-                    "payload_kind": pending.pause.kind,
-                    "by": task.decided_by,
-                    **answer,
-                },
-            )
-            answers[pending.interrupt_id] = resume_value(pending.pause, answer)
-        return answers
 
     @property
     def decider(self) -> str:

@@ -32,7 +32,7 @@ from contextlib import asynccontextmanager
 
 from framework.errors import ConversationBusy, StoreError
 from framework.runtime.database import Database
-from framework.runtime.leases import now
+from framework.runtime.leases import RUNNING, now
 
 TURN_WAIT_S = 120.0
 """How long a message waits for the running turn of its conversation before it is refused."""
@@ -40,7 +40,7 @@ POLL_S = 0.05
 """How often a message waiting for another process's turn looks at the ``turns`` table again."""
 
 
-_RUNS = "SELECT 1 FROM tasks WHERE tasks.id = turns.task_id AND tasks.state IN ('submitted', 'working')"
+_RUNS = f"SELECT 1 FROM tasks WHERE tasks.id = turns.task_id AND tasks.state IN {RUNNING!r}"  # noqa: S608
 _FREED_ELSEWHERE = f"DELETE FROM turns WHERE conversation = ? AND task_id = ? AND pid = ? AND host = ? AND (task_id = ? OR NOT EXISTS ({_RUNS}))"  # noqa: S608
 """Another host's row, removed (a compare-and-delete, as for a dead pid) once its task no longer runs
 — it ended, was settled as an orphan, or paused: a process killed between its pause and giving its
