@@ -19,6 +19,12 @@ set up already (WAL, both tables, every column, the head row) is also opened, an
 record read, that way: SQLAlchemy is imported only to create or repair a log, to query it, or
 for another database.
 
+Async appends commit in groups: the records that the event loop's tasks append before the
+loop turns once more are written in one transaction (one ``BEGIN IMMEDIATE``, one read of the
+head, their inserts, one update of the head), and each caller resumes once that transaction
+has committed. A record is never acknowledged before it is on disk; a server's concurrent
+tasks only share the statements around their inserts.
+
 The store knows rows, not hashes: the caller builds each row from the seq and prev_hash it is
 given while the lock is held (see :mod:`framework.runtime.audit`).
 
@@ -64,6 +70,8 @@ _SYNC_DRIVERS = {
 }
 
 Row = dict[str, Any]
+_Group = list[tuple[Callable[[int, str], Row], "asyncio.Future[Row | None]"]]
+"""Records waiting for one group commit: each one's build and the future its caller awaits."""
 
 COLUMNS = (
     "seq",
@@ -239,6 +247,9 @@ class AuditStore:
         self._url = url
         self._lock = threading.Lock()
         self._sqlite: sqlite3.Connection | None = None
+        self._groups: dict[asyncio.AbstractEventLoop, _Group] = {}
+        """Each event loop's records waiting for its next group commit."""
+        self._flushes: set[asyncio.Task[None]] = set()
         file = _plain_sqlite_file(url)
         if file and (conn := _open_set_up(file)):  # a log set up already needs no engine to open
             self.where: str = file
@@ -341,26 +352,77 @@ class AuditStore:
             return self._append(build)
 
     async def aappend(self, build: Callable[[int, str], Row]) -> Row:
-        """:meth:`append` for async callers: on SQLite another process's write lock is waited for
-        with the event loop running; other databases append in a worker thread."""
+        """:meth:`append` for async callers: on SQLite the record joins this loop turn's group
+        (one transaction for all of them, see the module's docstring) and another process's write
+        lock is waited for with the event loop running; other databases append in a worker thread."""
         if self._sqlite is not None:
-            with self._reported():
-                row = await until_free(lambda: self._attempt(build), path=self.where, timeout=self.lock_timeout)
+            loop = asyncio.get_running_loop()
+            group = self._groups.get(loop)
+            if group is None:
+                group = self._groups[loop] = []
+                self._flushes.add(flush := loop.create_task(self._flush(loop, group)))
+                flush.add_done_callback(functools.partial(self._flushed, loop=loop, group=group))
+            done: asyncio.Future[Row | None] = loop.create_future()
+            group.append((build, done))
+            row = await done
             if row is not None:
                 return row
         return await asyncio.to_thread(self.append, build)
 
-    def _attempt(self, build: Callable[[int, str], Row]) -> Row | None:
-        """One try at the append on the sqlite3 connection; None when it was closed meanwhile."""
+    async def _flush(self, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
+        """Write ``group`` in one transaction and resume each of its callers.
+
+        A caller that was cancelled meanwhile still has its record written: what it records has
+        happened, and before groups its append never waited before its first try either."""
+        self._close_group(loop, group)
+        builds = [build for build, _ in group]
+        try:
+            with self._reported():
+                written = await until_free(lambda: self._attempt(builds), path=self.where, timeout=self.lock_timeout)
+        except BaseException as exc:  # nothing of the group was written: every caller is told why
+            for _, done in group:
+                if not done.done():
+                    done.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for index, (_, done) in enumerate(group):
+            row = None if written is None else written[index]  # None: closed meanwhile, the caller goes on without
+            if done.done():
+                continue
+            if isinstance(row, Exception):
+                done.set_exception(row)
+            else:
+                done.set_result(row)
+
+    def _close_group(self, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
+        """Let the next append of ``loop`` start a group of its own."""
+        if self._groups.get(loop) is group:
+            del self._groups[loop]
+
+    def _flushed(self, flush: asyncio.Task[None], *, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
+        """After ``group``'s flush: a flush canceled before it ran (the loop shutting down) cancels
+        the callers still waiting for it, and a later append on ``loop`` starts a new group."""
+        self._flushes.discard(flush)
+        self._close_group(loop, group)
+        for _, done in group:
+            if not done.done():
+                done.cancel()
+
+    def _attempt(self, builds: list[Callable[[int, str], Row]]) -> list[Row | Exception] | None:
+        """One try at appending ``builds`` in one transaction on the sqlite3 connection; None when it
+        was closed meanwhile."""
         with self._lock:
             if self._sqlite is None:
                 return None
-            return self._append_sqlite(self._sqlite, build)
+            return self._append_sqlite(self._sqlite, builds)
 
     def _append(self, build: Callable[[int, str], Row]) -> Row:
         if self._sqlite is not None:
-            row = retried(lambda: self._attempt(build), path=self.where, timeout=self.lock_timeout)
-            if row is not None:
+            written = retried(lambda: self._attempt([build]), path=self.where, timeout=self.lock_timeout)
+            if written is not None:
+                if isinstance(row := written[0], Exception):
+                    raise row
                 return row
         from sqlalchemy import insert, select, update
 
@@ -376,8 +438,12 @@ class AuditStore:
             conn.execute(update(head_table).where(head_table.c.id == _HEAD_ID).values(seq=row["seq"], hash=row["hash"]))
         return row
 
-    def _append_sqlite(self, conn: sqlite3.Connection, build: Callable[[int, str], Row]) -> Row:
-        """:meth:`append` on a plain sqlite3 connection; the caller holds the lock.
+    def _append_sqlite(
+        self, conn: sqlite3.Connection, builds: list[Callable[[int, str], Row]]
+    ) -> list[Row | Exception]:
+        """Append the row of each of ``builds``, in order, in one transaction on a plain sqlite3
+        connection; the caller holds the lock. A build that raises gives its exception in its place
+        and leaves the chain as it was for the next.
 
         ``BEGIN IMMEDIATE`` fails at once while another process writes (the caller tries again);
         once it succeeds, the write lock is this connection's until the commit."""
@@ -386,14 +452,24 @@ class AuditStore:
             head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = ?", (_HEAD_ID,)).fetchone()
             if head is None:
                 raise self._corrupt("its audit_head row is missing, so the log cannot be extended")
-            row = build(head[0] + 1, head[1])
-            conn.execute(_INSERT, tuple(row[name] for name in COLUMNS))
-            conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = ?", (row["seq"], row["hash"], _HEAD_ID))
+            seq, prev_hash = head
+            written: list[Row | Exception] = []
+            for build in builds:
+                try:
+                    row = build(seq + 1, prev_hash)
+                except Exception as exc:  # this record's own fault: its caller gets it, the others go on
+                    written.append(exc)
+                    continue
+                written.append(row)
+                seq, prev_hash = row["seq"], row["hash"]
+            rows = [row for row in written if not isinstance(row, Exception)]
+            conn.executemany(_INSERT, [tuple(row[name] for name in COLUMNS) for row in rows])
+            conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = ?", (seq, prev_hash, _HEAD_ID))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        return row
+        return written
 
     def _last_sqlite(self) -> list[Row] | None:
         """:meth:`last` on the sqlite3 connection, as a list of none or one row; None when it was closed meanwhile."""

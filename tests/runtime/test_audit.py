@@ -416,6 +416,34 @@ def test_concurrent_appends_from_four_asyncio_tasks_form_one_chain(log: AuditLog
     assert [r.seq for r in log.query()] == list(range(1, 201))
 
 
+def test_the_appends_of_one_loop_turn_commit_in_one_transaction(log: AuditLog) -> None:
+    log.append("task.state", source="cli", task_id="first")  # the log's tail is read before its first append
+    statements: list[str] = []
+    log._store._sqlite.set_trace_callback(statements.append)  # type: ignore[union-attr]
+
+    async def main() -> list[AuditRecord]:
+        return await asyncio.gather(*(log.aappend("tool.call", source="a2a-http", task_id=f"t{n}") for n in range(8)))
+
+    records = asyncio.run(main())
+    assert [(r.seq, r.task_id) for r in records] == [(n + 2, f"t{n}") for n in range(8)]
+    assert statements.count("BEGIN IMMEDIATE") == statements.count("COMMIT") == 1
+    assert log.verify().ok
+
+
+def test_a_caller_canceled_while_its_record_waits_for_the_group_still_has_it_written(log: AuditLog) -> None:
+    async def main() -> None:
+        append = asyncio.create_task(log.aappend("tool.call", source="a2a-http", task_id="gone"))
+        await asyncio.sleep(0)  # it joined this turn's group and waits for its commit
+        append.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await append
+        await log.aappend("tool.call", source="a2a-http", task_id="next")
+
+    asyncio.run(main())
+    assert [r.task_id for r in log.query()] == ["gone", "next"]
+    assert log.verify().ok
+
+
 WRITER = """
 import sys, time
 from pathlib import Path
