@@ -129,6 +129,16 @@ class Usage:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def to_json(self) -> dict[str, int]:
+        """The counts and their total, as events and task metadata carry them."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "model_calls": self.model_calls,
+            "tool_calls": self.tool_calls,
+            "total_tokens": self.total_tokens,
+        }
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.input_tokens + other.input_tokens,
@@ -214,5 +224,5 @@ def event_to_json(event: RunEvent) -> dict[str, Any]:
     if isinstance(event, Paused):
         del data["pause"]  # the payload is its wire form
     if isinstance(event, UsageUpdate | RunFinished):
-        data["usage"]["total_tokens"] = event.usage.total_tokens
+        data["usage"] = event.usage.to_json()
     return {"kind": data.pop("kind"), **data}

@@ -277,7 +277,7 @@ class CleverAgentExecutor(AgentExecutor):
         if event.failure is not None:
             await self._failed(event.failure, updater, task_id, context_id)
             return
-        usage = to_wire(event_to_json(event)["usage"])
+        usage = to_wire(event.usage.to_json())
         if event.state == "input-required":
             await updater.requires_input(
                 waiting_message(task_id, context_id, [(p.interrupt_id, p.payload) for p in pauses])
