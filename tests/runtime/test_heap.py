@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from framework.runtime.heap import freeze_loaded, starting_up
+from framework.runtime.heap import YOUNG_THRESHOLD, freeze_loaded, starting_up
 
 
 class _Bundle:
@@ -20,8 +20,10 @@ class _Bundle:
 
 @pytest.fixture
 def unfrozen() -> Iterator[None]:
+    thresholds = gc.get_threshold()
     yield
     gc.unfreeze()  # the other tests run on the heap as it was
+    gc.set_threshold(*thresholds)
 
 
 def test_a_bundle_replaced_after_the_freeze_is_collected(unfrozen: None) -> None:
@@ -48,9 +50,10 @@ def test_start_up_is_not_collected_and_is_frozen_once_over(unfrozen: None) -> No
                 _Bundle()
             assert collections == [], "a collection ran during start-up"
         assert gc.isenabled()
-        for _ in range(5000):
+        for _ in range(YOUNG_THRESHOLD + 1000):
             _Bundle()
         assert collections, "collection did not resume after start-up"
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD, "the youngest generation is collected as often as before"
     finally:
         gc.callbacks.remove(watch)
     frozen = weakref.ref(loaded)
