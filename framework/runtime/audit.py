@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -191,6 +191,23 @@ class AuditLog:
         event loop running (:mod:`framework.runtime.store_locks`)."""
         build, body = self._builder(kind, source, task_id, conversation_id, agent, data)
         return self._observed(_stored(await self._store.aappend(build), body))
+
+    async def aappend_all(self, entries: Sequence[tuple[str, Mapping[str, Any]]]) -> list[AuditRecord]:
+        """Append each ``(kind, fields)`` in order (``fields``: the keyword arguments of :meth:`append`),
+        every one of them handed to the store before this waits: a cancel meanwhile loses none."""
+        built = [
+            self._builder(
+                kind,
+                fields["source"],
+                fields["task_id"],
+                fields.get("conversation_id", ""),
+                fields.get("agent", ""),
+                fields.get("data"),
+            )
+            for kind, fields in entries
+        ]
+        rows = await self._store.aappend_all([build for build, _ in built])
+        return [self._observed(_stored(row, body)) for row, (_, body) in zip(rows, built, strict=True)]
 
     def _observed(self, record: AuditRecord) -> AuditRecord:
         for observe in self.observers:

@@ -23,7 +23,8 @@ Async appends commit in groups: the records that the event loop's tasks append b
 loop turns once more are written in one transaction (one ``BEGIN IMMEDIATE``, one read of the
 head, their inserts, one update of the head), and each caller resumes once that transaction
 has committed. A record is never acknowledged before it is on disk; a server's concurrent
-tasks only share the statements around their inserts.
+tasks only share the statements around their inserts. The first try is a callback of the
+loop's next turn, not a task, so a loop shutting down cannot cancel it before it ran.
 
 The store knows rows, not hashes: the caller builds each row from the seq and prev_hash it is
 given while the lock is held (see :mod:`framework.runtime.audit`).
@@ -39,13 +40,13 @@ import asyncio
 import functools
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from framework.errors import StoreError, UsageError
-from framework.runtime.store_locks import LOCK_TIMEOUT_S, in_wal, no_wait, retried, until_free
+from framework.runtime.store_locks import LOCK_TIMEOUT_S, in_wal, is_busy, no_wait, retried, until_free
 from framework.runtime.store_url import unreachable
 
 if TYPE_CHECKING:
@@ -72,6 +73,21 @@ _SYNC_DRIVERS = {
 Row = dict[str, Any]
 _Group = list[tuple[Callable[[int, str], Row], "asyncio.Future[Row | None]"]]
 """Records waiting for one group commit: each one's build and the future its caller awaits."""
+
+
+def _settle(group: _Group, written: list[Row | Exception] | Exception | None) -> None:
+    """Resume the callers of ``group`` still waiting: each with its row or its build's exception,
+    all with ``written`` when it is the exception that failed the whole transaction, or with None
+    when the store was closed meanwhile."""
+    for index, (_, done) in enumerate(group):
+        if done.done():
+            continue
+        outcome = written if written is None or isinstance(written, Exception) else written[index]
+        if isinstance(outcome, Exception):
+            done.set_exception(outcome)
+        else:
+            done.set_result(outcome)
+
 
 COLUMNS = (
     "seq",
@@ -250,6 +266,7 @@ class AuditStore:
         self._groups: dict[asyncio.AbstractEventLoop, _Group] = {}
         """Each event loop's records waiting for its next group commit."""
         self._flushes: set[asyncio.Task[None]] = set()
+        """The groups waiting for another process's write lock."""
         file = _plain_sqlite_file(url)
         if file and (conn := _open_set_up(file)):  # a log set up already needs no engine to open
             self.where: str = file
@@ -352,62 +369,76 @@ class AuditStore:
             return self._append(build)
 
     async def aappend(self, build: Callable[[int, str], Row]) -> Row:
-        """:meth:`append` for async callers: on SQLite the record joins this loop turn's group
-        (one transaction for all of them, see the module's docstring) and another process's write
-        lock is waited for with the event loop running; other databases append in a worker thread."""
-        if self._sqlite is not None:
-            loop = asyncio.get_running_loop()
-            group = self._groups.get(loop)
-            if group is None:
-                group = self._groups[loop] = []
-                self._flushes.add(flush := loop.create_task(self._flush(loop, group)))
-                flush.add_done_callback(functools.partial(self._flushed, loop=loop, group=group))
-            done: asyncio.Future[Row | None] = loop.create_future()
+        """:meth:`append` for async callers: see :meth:`aappend_all`."""
+        return (await self.aappend_all([build]))[0]
+
+    async def aappend_all(self, builds: Sequence[Callable[[int, str], Row]]) -> list[Row]:
+        """Append the row of each of ``builds``, in order. On SQLite they join this loop turn's group
+        (one transaction for all of its records, see the module's docstring), all of them before
+        the caller waits: a cancel while they are written loses none of them. Another process's
+        write lock is waited for with the event loop running. Other databases append in a worker
+        thread, one transaction per record."""
+        if not builds:
+            return []
+        if self._sqlite is None:
+            return [await asyncio.to_thread(self.append, build) for build in builds]
+        loop = asyncio.get_running_loop()
+        group = self._groups.get(loop)
+        if group is None:
+            group = self._groups[loop] = []
+            loop.call_soon(self._flush, loop, group)  # a callback: no task a shutdown could cancel before it ran
+        waits: list[asyncio.Future[Row | None]] = []
+        for build in builds:
+            waits.append(done := loop.create_future())
             group.append((build, done))
+        rows = []
+        for build, done in zip(builds, waits, strict=True):
             row = await done
-            if row is not None:
-                return row
-        return await asyncio.to_thread(self.append, build)
+            if row is None:  # the store was closed meanwhile: through the engine, as append does
+                row = await asyncio.to_thread(self.append, build)
+            rows.append(row)
+        return rows
 
-    async def _flush(self, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
-        """Write ``group`` in one transaction and resume each of its callers.
-
-        A caller that was cancelled meanwhile still has its record written: what it records has
-        happened, and before groups its append never waited before its first try either."""
-        self._close_group(loop, group)
-        builds = [build for build, _ in group]
-        try:
-            with self._reported():
-                written = await until_free(lambda: self._attempt(builds), path=self.where, timeout=self.lock_timeout)
-        except BaseException as exc:  # nothing of the group was written: every caller is told why
-            for _, done in group:
-                if not done.done():
-                    done.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        for index, (_, done) in enumerate(group):
-            row = None if written is None else written[index]  # None: closed meanwhile, the caller goes on without
-            if done.done():
-                continue
-            if isinstance(row, Exception):
-                done.set_exception(row)
-            else:
-                done.set_result(row)
-
-    def _close_group(self, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
-        """Let the next append of ``loop`` start a group of its own."""
+    def _flush(self, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
+        """The first try at writing ``group``, the loop turn after it began: every record of it, its
+        callers canceled meanwhile included (what they record has happened, and an append used to
+        make its first try before it ever waited). While another process holds the write lock the
+        group is tried again in a task, without the records whose callers gave up meanwhile."""
         if self._groups.get(loop) is group:
             del self._groups[loop]
+        try:
+            with self._reported():
+                written = self._attempt([build for build, _ in group])
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                _settle(group, exc)
+                return
+            retry = loop.create_task(self._flush_later(group))
+            self._flushes.add(retry)
+            retry.add_done_callback(self._flushes.discard)
+        except Exception as exc:  # nothing of the group was written: every caller is told why
+            _settle(group, exc)
+        else:
+            _settle(group, written)
 
-    def _flushed(self, flush: asyncio.Task[None], *, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
-        """After ``group``'s flush: a flush canceled before it ran (the loop shutting down) cancels
-        the callers still waiting for it, and a later append on ``loop`` starts a new group."""
-        self._flushes.discard(flush)
-        self._close_group(loop, group)
-        for _, done in group:
-            if not done.done():
+    async def _flush_later(self, group: _Group) -> None:
+        """Write what is left of ``group`` once the write lock is free (or fail it past the lock timeout)."""
+
+        def attempt() -> tuple[_Group, list[Row | Exception] | None]:
+            waiting = [(build, done) for build, done in group if not done.cancelled()]
+            return waiting, (self._attempt([build for build, _ in waiting]) if waiting else [])
+
+        try:
+            with self._reported():
+                waiting, written = await until_free(attempt, path=self.where, timeout=self.lock_timeout)
+        except Exception as exc:
+            _settle(group, exc)
+            return
+        except BaseException:  # canceled with the event loop: nothing of it was written
+            for _, done in group:
                 done.cancel()
+            raise
+        _settle(waiting, written)
 
     def _attempt(self, builds: list[Callable[[int, str], Row]]) -> list[Row | Exception] | None:
         """One try at appending ``builds`` in one transaction on the sqlite3 connection; None when it

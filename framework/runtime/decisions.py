@@ -79,22 +79,27 @@ def _timeout(project: Project, agent: str, pause: Pause) -> tuple[float | None, 
 async def answers_of(task: Task, decision: Mapping[str, Any], audit: AuditLog, source: str) -> dict[str, Any]:
     """The resume value of each pending decision of ``task``, by interrupt id, each audited
     (``approval``, from ``source``); ApprovalTimedOut when one expired under ``on_timeout: fail``
-    (:func:`answer_to`)."""
+    (:func:`answer_to`). The records of the decisions answered before one that failed are
+    written, all of them in one group (:meth:`AuditLog.aappend_all`)."""
     answers: dict[str, Any] = {}
-    for pending in task.pending:
-        answer = answer_to(task, pending, decision)
-        await audit.aappend(
-            "approval",
-            source=source,  # type: ignore[arg-type]  # checked by AuditLog.append
-            task_id=task.id,
-            conversation_id=task.conversation,
-            agent=task.agent,
-            data={
-                "interrupt": pending.interrupt_id,
-                "payload_kind": pending.pause.kind,
-                "by": task.decided_by,
-                **answer,
-            },
-        )
-        answers[pending.interrupt_id] = resume_value(pending.pause, answer)
+    records: list[tuple[str, dict[str, Any]]] = []
+    try:
+        for pending in task.pending:
+            answer = answer_to(task, pending, decision)
+            data = {"interrupt": pending.interrupt_id, "payload_kind": pending.pause.kind, "by": task.decided_by}
+            records.append(
+                (
+                    "approval",
+                    {
+                        "source": source,
+                        "task_id": task.id,
+                        "conversation_id": task.conversation,
+                        "agent": task.agent,
+                        "data": {**data, **answer},
+                    },
+                )
+            )
+            answers[pending.interrupt_id] = resume_value(pending.pause, answer)
+    finally:
+        await audit.aappend_all(records)
     return answers

@@ -444,6 +444,60 @@ def test_a_caller_canceled_while_its_record_waits_for_the_group_still_has_it_wri
     assert log.verify().ok
 
 
+def test_appends_pending_when_the_event_loop_shuts_down_are_written(log: AuditLog) -> None:
+    async def background() -> None:
+        await asyncio.sleep(0)
+        try:
+            await log.aappend("task.state", source="cli", task_id="done")
+        except asyncio.CancelledError:  # the loop shuts down: the task records that it was stopped
+            await log.aappend("task.state", source="cli", task_id="canceled")
+            raise
+
+    async def main() -> None:
+        asyncio.get_running_loop().create_task(background())  # left running: the loop shuts down under it
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert [r.task_id for r in log.query()] == ["done", "canceled"]
+    assert log.verify().ok
+
+
+def test_a_caller_that_gives_up_while_another_process_holds_the_lock_has_nothing_written(
+    log: AuditLog, tmp_path: Path
+) -> None:
+    log.append("task.state", source="cli", task_id="first")
+    holder = sqlite3.connect(db_file(tmp_path), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(log.aappend("tool.call", source="a2a-http", task_id="timed-out"), 0.2)
+        holder.execute("COMMIT")
+        await asyncio.sleep(0.2)  # time enough for a write of the abandoned record to land
+        await log.aappend("tool.call", source="a2a-http", task_id="after")
+
+    try:
+        asyncio.run(main())
+    finally:
+        holder.close()
+    assert [r.task_id for r in log.query()] == ["first", "after"]  # no late write, so no duplicate on a retry
+
+
+def test_records_handed_over_together_are_all_written_when_their_caller_is_canceled(log: AuditLog) -> None:
+    async def main() -> None:
+        entries = [(kind, {"source": "a2a-http", "task_id": "t"}) for kind in ("tool.call", "budget", "contract")]
+        append = asyncio.create_task(log.aappend_all(entries))
+        await asyncio.sleep(0)
+        append.cancel()  # while they are written (a tool call's checks audited, then the task canceled)
+        with pytest.raises(asyncio.CancelledError):
+            await append
+        await log.aappend("task.state", source="a2a-http", task_id="t")
+
+    asyncio.run(main())
+    assert [r.kind for r in log.query()] == ["tool.call", "budget", "contract", "task.state"]
+    assert log.verify().ok
+
+
 WRITER = """
 import sys, time
 from pathlib import Path

@@ -28,6 +28,7 @@ conversation: a paused run resumes in another process with the same counters.
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -134,15 +135,16 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
 
     async def _audited(self, hook: Callable[[], _T]) -> _T:
         """``hook()`` (sync checks), then its audit records, appended in order — also when the hook
-        raised (a pause for a decision is an exception too)."""
+        raised (a pause for a decision is an exception too), and all of them even if the task is
+        canceled while they are written (they are handed to the log together)."""
         outbox: list[tuple[Any, str, dict[str, Any]]] = []
         token = _OUTBOX.set(outbox)
         try:
             return hook()
         finally:
             _OUTBOX.reset(token)
-            for log, kind, record in outbox:
-                await log.aappend(kind, **record)
+            for log, entries in itertools.groupby(outbox, key=lambda entry: entry[0]):  # one log per hook, in practice
+                await log.aappend_all([(kind, record) for _, kind, record in entries])
 
     def _usage(self, state: GovernanceState) -> tuple[dict[str, float], dict[str, float], float, str]:
         total = dict(state.get("ca_usage") or {})
