@@ -35,6 +35,7 @@ from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
+from pydantic import PrivateAttr
 
 from framework.compiler.tool_names import model_facing_name, spec_name
 
@@ -92,6 +93,8 @@ class LocalChatModel(BaseChatModel):
     """Model-facing names of the tools bound with :meth:`bind_tools`; None when never bound."""
     tool_labels: tuple[str, ...] = ()
     """The same tools as a person names them in the YAML (``fs.list``, not ``fs_list``)."""
+    _bound: dict[tuple[tuple[str, ...], tuple[str, ...]], LocalChatModel] = PrivateAttr(default_factory=dict)
+    """The copies :meth:`bind_tools` made, by the tools' names and labels."""
 
     @abstractmethod
     def _reply(self, messages: list[BaseMessage]) -> Reply:
@@ -114,9 +117,16 @@ class LocalChatModel(BaseChatModel):
         tool_choice: str | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
-        """A copy of this model that knows the names of ``tools`` (``tool_choice`` is ignored)."""
+        """A copy of this model that knows the names of ``tools`` (``tool_choice`` is ignored); the
+        same copy for the same tools. The agent binds its tools before every model call, and a new
+        copy would describe itself for the call's callbacks each time (``repr`` of every field: for
+        a scripted model, all its replies)."""
         names = tuple(_tool_name(t) for t in tools)
-        return self.model_copy(update={"tool_names": names, "tool_labels": tuple(map(_tool_label, tools, names))})
+        labels = tuple(map(_tool_label, tools, names))
+        bound = self._bound.get((names, labels))
+        if bound is None:
+            bound = self._bound[names, labels] = self.model_copy(update={"tool_names": names, "tool_labels": labels})
+        return bound
 
     def _final_chunk(self, reply: Reply, messages: list[BaseMessage]) -> AIMessageChunk:
         return AIMessageChunk(
