@@ -113,12 +113,19 @@ def confine(root: Path, path: object) -> str:
                 f"path {shown(path)} reads as {shown(decoded)} once decoded; write the path plainly, "
                 "without percent-escapes or look-alike characters"
             )
-    if not Path(os.path.normpath(root / rel)).is_relative_to(root):
+    # In strings, not pathlib: governance and the tool confine every file argument, each time.
+    base = str(root)
+    inside = base if base.endswith("/") else base + "/"
+    joined = inside + rel  # rel is relative (checked above)
+    folded = os.path.normpath(joined)
+    if folded != base and not folded.startswith(inside):
         raise PathRefused(f"path {shown(path)} is outside the project root; '..' may not climb out of it")
-    real = Path(os.path.realpath(root / rel))
-    if not real.is_relative_to(root):
+    real = os.path.realpath(joined)
+    if real == base:
+        return "."
+    if not real.startswith(inside):
         raise PathRefused(f"path {shown(path)} leads outside the project root through a symbolic link")
-    return real.relative_to(root).as_posix()
+    return real[len(inside) :]
 
 
 def open_confined(root: Path, rel: str, flags: int = os.O_RDONLY, *, make_folders: bool = False) -> int:
