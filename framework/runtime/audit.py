@@ -189,8 +189,15 @@ class AuditLog:
     ) -> AuditRecord:
         """:meth:`append` for async code: another process's write lock is waited for with the
         event loop running (:mod:`framework.runtime.store_locks`)."""
-        build, body = self._builder(kind, source, task_id, conversation_id, agent, data)
-        return self._observed(_stored(await self._store.aappend(build), body))
+        fields = {
+            "source": source,
+            "task_id": task_id,
+            "conversation_id": conversation_id,
+            "agent": agent,
+            "data": data,
+        }
+        [record] = await self.aappend_all([(kind, fields)])
+        return record
 
     async def aappend_all(self, entries: Sequence[tuple[str, Mapping[str, Any]]]) -> list[AuditRecord]:
         """Append each ``(kind, fields)`` in order (``fields``: the keyword arguments of :meth:`append`),

@@ -368,10 +368,6 @@ class AuditStore:
         with self._reported():
             return self._append(build)
 
-    async def aappend(self, build: Callable[[int, str], Row]) -> Row:
-        """:meth:`append` for async callers: see :meth:`aappend_all`."""
-        return (await self.aappend_all([build]))[0]
-
     async def aappend_all(self, builds: Sequence[Callable[[int, str], Row]]) -> list[Row]:
         """Append the row of each of ``builds``, in order. On SQLite they join this loop turn's group
         (one transaction for all of its records, see the module's docstring), all of them before

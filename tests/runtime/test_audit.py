@@ -513,11 +513,37 @@ with AuditLog.open(root) as audit:
         time.sleep(0.002)  # let the other process in between appends, so the two really interleave
 """
 
+ASYNC_WRITER = """
+import asyncio, sys, time
+from pathlib import Path
+from framework.runtime.audit import AuditLog
 
-def test_concurrent_appends_from_two_processes_form_one_chain(tmp_path: Path) -> None:
+root, name = Path(sys.argv[1]), sys.argv[2]
+
+
+async def task(audit, n):  # as a server's tasks append: group commits, waiting for the other process's lock
+    for i in range(n, 50, 5):
+        await audit.aappend("tool.call", source="a2a-http", task_id=name, data={"i": i, "task": n})
+        await asyncio.sleep(0.002)
+
+
+async def main(audit):
+    await asyncio.wait_for(asyncio.gather(*(task(audit, n) for n in range(5))), 60)
+
+
+with AuditLog.open(root) as audit:
+    (root / f"ready-{name}").touch()
+    while not (root / "go").exists():
+        time.sleep(0.005)
+    asyncio.run(main(audit))
+"""
+
+
+@pytest.mark.parametrize("writer", [WRITER, ASYNC_WRITER], ids=["append", "aappend-in-groups"])
+def test_concurrent_appends_from_two_processes_form_one_chain(tmp_path: Path, writer: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), f"p{n}"], env=env, stderr=subprocess.PIPE)
+        subprocess.Popen([sys.executable, "-c", writer, str(tmp_path), f"p{n}"], env=env, stderr=subprocess.PIPE)
         for n in range(2)
     ]
     deadline = time.monotonic() + 60
@@ -535,7 +561,12 @@ def test_concurrent_appends_from_two_processes_form_one_chain(tmp_path: Path) ->
     with AuditLog.open(tmp_path) as audit:
         result = audit.verify()
         assert (result.ok, result.checked) == (True, 100)
-        assert [len(audit.query(task_id=f"p{n}")) for n in range(2)] == [50, 50]
+        for n in range(2):
+            mine = [r.data for r in audit.query(task_id=f"p{n}")]
+            assert sorted(d["i"] for d in mine) == list(range(50))  # each once
+            for t in {d.get("task") for d in mine}:  # and each writer's own in the order it appended them
+                order = [d["i"] for d in mine if d.get("task") == t]
+                assert order == sorted(order)
 
 
 def test_a_failed_append_leaves_the_chain_as_it_was(tmp_path: Path) -> None:
