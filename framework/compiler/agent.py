@@ -66,11 +66,6 @@ class RunContext:
     fence: Any = field(default=None, compare=False, repr=False)
     """Asked before each tool runs whether this process still owns the task (``framework.runtime.fence``),
     or None (one machine: nothing to ask)."""
-    held: list[Any] = field(default_factory=list, compare=False, repr=False)
-    """Audit records of this run not written yet: a model turn's that asked for tools waits to be
-    written with the first of those calls' records, before the tool runs (one transaction less
-    per tool call), or when the run ends (``framework.runtime.governance.middleware``). Shared
-    with a callee's context; a new run gets a list of its own."""
 
     def child(self) -> RunContext:
         return replace(self, skill=None, profile=None, source="agent-call", depth=self.depth + 1)

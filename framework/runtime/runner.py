@@ -32,7 +32,7 @@ from framework.runtime.events import (
     UsageUpdate,
 )
 from framework.runtime.governance.contracts import WITHHELD, holds_output
-from framework.runtime.governance.middleware import task_start, write_held
+from framework.runtime.governance.middleware import task_start
 from framework.runtime.pauses import read_pause
 
 _PROVIDER_PACKAGES = {"openai", "anthropic", "httpx", "httpcore", "ollama", "langchain_openai", "langchain_anthropic"}
@@ -361,7 +361,7 @@ class Runner:
         before its record said so — the run goes on from there (a pause pauses again, an end is the
         answer) instead of sending ``text`` a second time."""
         translator = _Translator()
-        context = replace(context or RunContext(), skill=skill, conversation_id=thread_id, held=[])
+        context = replace(context or RunContext(), skill=skill, conversation_id=thread_id)
         try:
             await self.bundle.prepare(agent)  # MCP servers start here, not on the event loop's thread
             graph = self.bundle.graph(agent)
@@ -386,20 +386,17 @@ class Runner:
                 payload = Command(resume=resume)
             elif not goes_on:
                 payload = _message(graph, state.values, text or "", context)
-            try:
-                async for part in graph.astream(
-                    payload,
-                    config,
-                    context=context,
-                    stream_mode=STREAM_MODES if tokens else WHOLE_MODES,
-                    subgraphs=True,
-                    version="v2",
-                    durability="exit",
-                ):
-                    for event in translator.part(part):
-                        yield event
-            finally:  # before the run's end is told: a model turn's records whose tools did not run
-                await write_held(context)
+            async for part in graph.astream(
+                payload,
+                config,
+                context=context,
+                stream_mode=STREAM_MODES if tokens else WHOLE_MODES,
+                subgraphs=True,
+                version="v2",
+                durability="exit",
+            ):
+                for event in translator.part(part):
+                    yield event
             values, interrupted = translator.values, translator.interrupted
             if values is None:  # no step of the root graph ran: what the checkpoint holds
                 state = await graph.aget_state(config)

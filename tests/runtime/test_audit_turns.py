@@ -1,6 +1,6 @@
-"""When a governed run's audit records reach the disk: a model turn that asks for tools is written
-together with the first call's ``tool.call``, before that tool runs; nothing a run held is lost
-when the run ends in between."""
+"""When a governed run's audit records reach the disk: a model turn that asks for tools is
+committed on its own, before any of its tool calls is checked, so neither a sibling call, a
+callee's end nor a cancel in between can come before it; each ``tool.call`` before its tool runs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import re
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,8 @@ from framework.runtime.governance.middleware import GovernanceMiddleware
 from framework.runtime.runtime import Runtime
 from framework.spec import load_project
 from tests.conftest import ProjectFactory
+
+FINAL = ("completed", "failed", "canceled", "rejected")
 
 PEEK = '''
 import json
@@ -76,7 +79,7 @@ def test_a_model_turn_asking_for_a_tool_is_on_disk_with_its_tool_call_before_the
     assert AuditLog.open(root).verify().ok
 
 
-def test_a_model_turn_and_the_tool_call_it_asked_for_commit_in_one_transaction(
+def test_a_model_turn_commits_before_the_transaction_of_the_tool_call_it_asked_for(
     make_project: ProjectFactory, tmp_path: Path
 ) -> None:
     root = peeker(make_project, tmp_path)
@@ -89,13 +92,13 @@ def test_a_model_turn_and_the_tool_call_it_asked_for_commit_in_one_transaction(
         elif found := re.search(r"'(model\.call|tool\.call|tool\.result|task\.state)'", sql):
             transactions[-1].append(found.group(1))
     written = [kinds for kinds in transactions if governed(kinds)]
-    assert written == [["model.call", "tool.call"], ["tool.result"], ["model.call"]]
+    assert written == [["model.call"], ["tool.call"], ["tool.result"], ["model.call"]]
 
 
 def test_a_run_canceled_after_its_model_asked_for_a_tool_still_writes_that_model_turn(
     make_project: ProjectFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The tool node never comes to write the turn (here it waits forever): the run's end does."""
+    """The tool node never comes to its checks (here it waits forever): the turn is on disk already."""
     root = peeker(make_project, tmp_path)
     reached = asyncio.Event()
 
@@ -127,3 +130,58 @@ def test_a_run_canceled_after_its_model_asked_for_a_tool_still_writes_that_model
     kinds = governed([r.kind for r in AuditLog.open(root).query()])
     assert kinds == ["model.call"]
     assert AuditLog.open(root).verify().ok
+
+
+def test_a_callee_canceled_after_its_model_asked_for_a_tool_has_that_turn_before_its_end(
+    make_project: ProjectFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A callee's end is recorded by its caller's runtime, not by the callee's graph: the callee's model
+    turn must be on disk before that record, whatever path writes it."""
+    root = make_project(
+        {
+            "tools/noop.py": 'def noop() -> str:\n    """Nothing."""\n    return "ok"\n',
+            "agents/helper.yaml": """
+                name: helper
+                profile: autonomous
+                model: {provider: scripted, replies: [{tool_calls: [{name: noop, args: {}}]}, done]}
+                tools: [{python: "tools/noop.py:noop"}]
+            """,
+            "agents/manager.yaml": """
+                name: manager
+                model: offline
+                profile: autonomous
+                tools: [{agent: helper}]
+                capabilities: {agents: [helper]}
+            """,
+        }
+    )
+    reached = asyncio.Event()
+    real = GovernanceMiddleware.awrap_tool_call
+
+    async def stuck_in_helper(self: GovernanceMiddleware, request: Any, handler: Any) -> Any:
+        if self.policy.agent.name == "helper":
+            reached.set()
+            await asyncio.Event().wait()
+        return await real(self, request, handler)
+
+    monkeypatch.setattr(GovernanceMiddleware, "awrap_tool_call", stuck_in_helper)
+
+    async def go() -> None:
+        async with AsyncExitStack() as stack:
+            rt = await Runtime.open(load_project(root), stack=stack)
+
+            async def consume() -> None:
+                async for _ in rt.send("manager", '@tool helper {"input": "hi"}', conversation="c1"):
+                    pass
+
+            task = asyncio.create_task(consume())
+            await asyncio.wait_for(reached.wait(), 30)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    asyncio.run(go())
+    helper = [(r.kind, r.data.get("state")) for r in AuditLog.open(root).query() if r.agent == "helper"]
+    assert ("model.call", None) in helper
+    ended = next(i for i, (kind, state) in enumerate(helper) if kind == "task.state" and state in FINAL)
+    assert helper.index(("model.call", None)) < ended

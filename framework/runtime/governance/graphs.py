@@ -64,25 +64,15 @@ class ModelCallGovernance(GovernanceMiddleware):
         handler: Callable[[ModelRequest[RunContext]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
         context, state = context_of(request.runtime), _state(request)
-        gate = await self._audited(context, lambda: self._gate(state, context))
+        gate = await self._audited(lambda: self._gate(state, context))
         if gate is not None and "jump_to" in gate:
             return _stopped(gate)
         response = await handler(request)
-        # A turn that asks for tools: its records go with the first call's, before that tool runs.
-        checked = await self._audited(
-            context, lambda: self._checked(state, context, response), hold=_wants_tools(response)
-        )
-        return _answered(response, gate, checked)
+        return _answered(response, gate, await self._audited(lambda: self._checked(state, context, response)))
 
     def _checked(self, state: GovernanceState, context: RunContext, response: ModelResponse[Any]) -> dict[str, Any]:
         message = response.result[-1] if response.result else None
         return self._account(state, context, message) if isinstance(message, AIMessage) else {}
-
-
-def _wants_tools(response: ModelResponse[Any]) -> bool:
-    """Whether the model's answer asks for tool calls."""
-    message = response.result[-1] if response.result else None
-    return isinstance(message, AIMessage) and bool(message.tool_calls)
 
 
 def _state(request: ModelRequest[RunContext]) -> GovernanceState:
@@ -117,7 +107,7 @@ class ModelNodeGovernance(GovernanceMiddleware):
         return self._gate(state, context_of(runtime))
 
     async def abefore_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return await self._audited(context_of(runtime), lambda: self.before_model(state, runtime))
+        return await self._audited(lambda: self.before_model(state, runtime))
 
     @hook_config(can_jump_to=["model", "end"])
     def after_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
@@ -125,7 +115,7 @@ class ModelNodeGovernance(GovernanceMiddleware):
         return self._account(state, context_of(runtime), message) if isinstance(message, AIMessage) else None
 
     async def aafter_model(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return await self._audited(context_of(runtime), lambda: self.after_model(state, runtime))
+        return await self._audited(lambda: self.after_model(state, runtime))
 
 
 class WorkflowGovernance(GovernanceMiddleware):
@@ -153,7 +143,7 @@ class WorkflowGovernance(GovernanceMiddleware):
         raise ContractViolation("contract violated: " + "; ".join(problems), data={"violations": problems})
 
     async def aafter_agent(self, state: GovernanceState, runtime: Runtime[RunContext]) -> dict[str, Any] | None:
-        return await self._audited(context_of(runtime), lambda: self.after_agent(state, runtime))
+        return await self._audited(lambda: self.after_agent(state, runtime))
 
 
 def governance_middleware(

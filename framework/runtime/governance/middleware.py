@@ -10,8 +10,7 @@ For each tool call, in the order of docs/governance.md, 'The order of checks for
 
 Before each model call the budgets are checked (``on_exceed``: stop / fail / ask for an
 extension); after it, usage and cost are accounted and audited (``model.call``: model, tokens,
-cost or null when its price is unknown — what ``ca usage`` sums; a turn that asks for tools is
-written with its first call's ``tool.call``, see ``RunContext.held``); a final answer is checked
+cost or null when its price is unknown — what ``ca usage`` sums); a final answer is checked
 against the contract (fail, or explain the violation and let the model retry). For an llm agent
 these run inside the model call (in graph nodes around it for one without tools that has a contract
 or a budget that asks), and a workflow's answer when its run ends: :mod:`.graphs` hooks these rules
@@ -64,23 +63,7 @@ from framework.spec.prices import call_cost
 APPROVAL_OPTIONS = ("approve", "reject", "edit", "always")
 _T = TypeVar("_T")
 _OUTBOX: ContextVar[list[tuple[Any, str, dict[str, Any]]] | None] = ContextVar("ca_audit_outbox", default=None)
-"""Where an async hook's sync checks put their audit records: the run's ``RunContext.held``,
-appended (awaited) when the checks end."""
-
-
-def _taken(context: RunContext) -> list[tuple[Any, str, dict[str, Any]]]:
-    """The audit records ``context``'s run holds, no longer held: taken at once, with no await
-    between, so two tool calls of one model turn running side by side never take the same one."""
-    taken = list(context.held)
-    context.held.clear()
-    return taken
-
-
-async def write_held(context: RunContext) -> None:
-    """Append the audit records the run of ``context`` holds, in order; the runner calls it when a
-    run ends, for a model turn's records whose tool calls did not come to run."""
-    for log, entries in itertools.groupby(_taken(context), key=lambda entry: entry[0]):  # one log, in practice
-        await log.aappend_all([(kind, record) for _, kind, record in entries])
+"""The audit records an async hook's sync checks made, appended (awaited) when the checks end."""
 
 
 def context_of(runtime: Any) -> RunContext:
@@ -146,28 +129,22 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         }
         outbox = _OUTBOX.get()
         if outbox is None:
-            for held_log, held_kind, held_record in _taken(context):  # in order: what the run held comes first
-                held_log.append(held_kind, **held_record)
             log.append(kind, **record)
         else:
             outbox.append((log, kind, record))
 
-    async def _audited(self, context: RunContext, hook: Callable[[], _T], *, hold: bool = False) -> _T:
-        """``hook()`` (sync checks), then the run's audit records, appended in order: those it held
-        first, then the hook's — also when the hook raised (a pause for a decision is an exception
-        too), and all of them even if the task is canceled while they are written (they are handed
-        to the log together). ``hold``: keep the hook's records with the run's, for its next hook
-        (see ``RunContext.held``), unless the hook raised."""
-        token = _OUTBOX.set(context.held)
+    async def _audited(self, hook: Callable[[], _T]) -> _T:
+        """``hook()`` (sync checks), then its audit records, appended in order — also when the hook
+        raised (a pause for a decision is an exception too), and all of them even if the task is
+        canceled while they are written (they are handed to the log together)."""
+        outbox: list[tuple[Any, str, dict[str, Any]]] = []
+        token = _OUTBOX.set(outbox)
         try:
             return hook()
-        except BaseException:
-            hold = False
-            raise
         finally:
             _OUTBOX.reset(token)
-            if not hold:
-                await write_held(context)
+            for log, entries in itertools.groupby(outbox, key=lambda entry: entry[0]):  # one log per hook, in practice
+                await log.aappend_all([(kind, record) for _, kind, record in entries])
 
     def _usage(self, state: GovernanceState) -> tuple[dict[str, float], dict[str, float], float, str]:
         total = dict(state.get("ca_usage") or {})
@@ -441,8 +418,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
-        context = context_of(request.runtime)
-        runnable, refused, extra = await self._audited(context, lambda: self._prepare(request))
+        runnable, refused, extra = await self._audited(lambda: self._prepare(request))
         if runnable is None:
             assert refused is not None
             return Command(update={"messages": [refused], **extra})
@@ -452,7 +428,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             result = await handler(runnable)
         finally:
             CALL_CONTEXT.reset(token)
-        return await self._audited(context, lambda: self._finish(runnable, result, extra))
+        return await self._audited(lambda: self._finish(runnable, result, extra))
 
     async def _fenced(self, request: ToolCallRequest) -> None:
         """Raise TaskTakenOver, the tool not run, when another process took this run's task over: its
