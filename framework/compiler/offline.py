@@ -18,7 +18,7 @@ import time
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Self
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
@@ -94,7 +94,19 @@ class LocalChatModel(BaseChatModel):
     tool_labels: tuple[str, ...] = ()
     """The same tools as a person names them in the YAML (``fs.list``, not ``fs_list``)."""
     _bound: dict[tuple[tuple[str, ...], tuple[str, ...]], LocalChatModel] = PrivateAttr(default_factory=dict)
-    """The copies :meth:`bind_tools` made, by the tools' names and labels."""
+    """The copies :meth:`bind_tools` made of this model, by the tools' names and labels."""
+
+    def __copy__(self) -> Self:
+        # pydantic copies private attributes shallowly: a copy (with other callbacks, say) would
+        # share this model's bound copies and be given them. Its bindings are its own.
+        copied = super().__copy__()
+        copied._bound = {}
+        return copied
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Self:
+        copied = super().__deepcopy__(memo)
+        copied._bound = {}
+        return copied
 
     @abstractmethod
     def _reply(self, messages: list[BaseMessage]) -> Reply:

@@ -169,6 +169,28 @@ def test_offline_refuses_a_tool_that_was_not_bound() -> None:
     assert reply.content == "[a] I cannot call 'fs.write': this agent has no such tool (its tools: fs_read)"
 
 
+def test_a_local_model_binds_the_same_tools_to_the_same_copy_and_each_copy_to_its_own() -> None:
+    """Bound once per set of tools (a new copy per model call described itself each time), but a copy
+    of the model (one agent's, with its own callbacks) never gets another copy's bound model."""
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    @tool
+    def fs_read(path: str) -> str:
+        """Read a file."""
+        return path
+
+    shared = ScriptedChatModel(replies=["hi"])
+    first, second = BaseCallbackHandler(), BaseCallbackHandler()
+    mine = shared.model_copy(update={"callbacks": [first]})
+    yours = shared.model_copy(update={"callbacks": [second]})
+    bound = mine.bind_tools([fs_read])
+    assert mine.bind_tools([fs_read]) is bound
+    theirs = yours.bind_tools([fs_read])
+    assert theirs is not bound
+    assert (bound.callbacks, theirs.callbacks) == ([first], [second])  # type: ignore[attr-defined]
+    assert mine.bind_tools([]) is not bound
+
+
 def test_offline_delay_paces_the_stream() -> None:
     model = OfflineChatModel(agent="a", delay=0.01)
     elapsed = asyncio.run(_timed_astream(model))
