@@ -114,18 +114,21 @@ def confine(root: Path, path: object) -> str:
                 "without percent-escapes or look-alike characters"
             )
     # In strings, not pathlib: governance and the tool confine every file argument, each time.
-    base = str(root)
-    inside = base if base.endswith("/") else base + "/"
-    joined = inside + rel  # rel is relative (checked above)
-    folded = os.path.normpath(joined)
+    # normcase: on Windows, as pathlib compared there, without regard to case ('/' becomes '\\').
+    raw = str(root)
+    joined = (raw if raw.endswith(os.sep) else raw + os.sep) + rel  # rel is relative (checked above)
+    base = os.path.normcase(raw)
+    inside = base if base.endswith(os.sep) else base + os.sep
+    folded = os.path.normcase(os.path.normpath(joined))
     if folded != base and not folded.startswith(inside):
         raise PathRefused(f"path {shown(path)} is outside the project root; '..' may not climb out of it")
     real = os.path.realpath(joined)
-    if real == base:
+    within = os.path.normcase(real)
+    if within == base:
         return "."
-    if not real.startswith(inside):
+    if not within.startswith(inside):
         raise PathRefused(f"path {shown(path)} leads outside the project root through a symbolic link")
-    return real[len(inside) :]
+    return real[len(inside) :].replace(os.sep, "/")
 
 
 def open_confined(root: Path, rel: str, flags: int = os.O_RDONLY, *, make_folders: bool = False) -> int:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import Any
 
 import pytest
 
+from framework.errors import PathRefused
 from framework.runtime.events import ToolCallFinished
 from tests.conftest import ProjectFactory
 from tests.driving import drive, results
@@ -178,3 +179,22 @@ def test_the_fs_tools_apply_the_globs_themselves_to_the_file_they_open(project: 
     result = tool.invoke({"type": "tool_call", "id": "c1", "name": tool.name, "args": {"path": "src/link.txt"}})
     assert result.status == "error"
     assert result.content.startswith("denied: path 'secret/s.txt' is not in capabilities.fs.read")
+
+
+def test_confine_on_windows_paths_compares_without_case_and_answers_with_slashes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Windows' path rules (``ntpath``: ``\\`` separators, case-insensitive names) stood in for the
+    machine's: what pathlib's comparison did there, the string comparison does."""
+    import ntpath
+    import types
+
+    from framework.compiler import confine as module
+
+    monkeypatch.setattr(module, "os", types.SimpleNamespace(path=ntpath, sep="\\"))
+    root: Any = PureWindowsPath("C:/Proj")  # confine takes the root as a Path; Windows rules here
+    assert module.confine(root, "sub/b.txt") == module.confine(root, "sub\\b.txt") == "sub/b.txt"
+    assert module.confine(root, "sub/..") == "."
+    assert module.confine(root, "a/../../proj/x") == "x"  # proj is Proj there
+    with pytest.raises(PathRefused, match="outside the project root"):
+        module.confine(root, "../Projx/a")
