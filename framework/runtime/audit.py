@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self, get_args
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Self, get_args
 
+from framework.errors import StoreBusy, StoreError
 from framework.runtime.audit_chain import (
     KEYED,
     UNKEYED,
@@ -58,6 +62,28 @@ SOURCES: frozenset[str] = frozenset(get_args(Source))
 AUDIT_DB = "audit.db"
 
 _BATCH = 1000
+HOLD_S = 0.05
+"""How long :meth:`AuditLog.hold` keeps a record at most before it is written on its own."""
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Batch:
+    """Held records handed to the store together, on ``loop``, and the futures of their rows."""
+
+    loop: asyncio.AbstractEventLoop
+    held: list[_Built]
+    waits: list[asyncio.Future[Row]]
+    settled: bool = False
+
+
+class _Built(NamedTuple):
+    """A record ready to append: its row given the seq and prev_hash it follows, its data as stored."""
+
+    build: Callable[[int, str], Row]
+    body: dict[str, Any]
+    kind: str
+    task_id: str
 
 
 @dataclass(frozen=True)
@@ -112,6 +138,14 @@ class AuditLog:
         """Called with each record once it is stored (masked): the run's trace shows it as an event."""
         self._extendable = False
         """Whether the chain's tail was found to accept this log's records (checked before the first append)."""
+        self._held: dict[asyncio.AbstractEventLoop, list[_Built]] = {}
+        """Records held (:meth:`hold`) on each event loop: written ahead of its next append, at the
+        latest HOLD_S later."""
+        self._held_lock = threading.Lock()
+        self._due: set[asyncio.AbstractEventLoop] = set()
+        """The loops a call of ``_held_due`` is scheduled on."""
+        self._in_flight: list[_Batch] = []
+        """Held records handed to the store, not settled yet."""
 
     def add_secrets(self, secrets: Iterable[str]) -> None:
         """Mask these values too from now on (a reload may bring new ``${VAR}`` secrets)."""
@@ -201,20 +235,154 @@ class AuditLog:
 
     async def aappend_all(self, entries: Sequence[tuple[str, Mapping[str, Any]]]) -> list[AuditRecord]:
         """Append each ``(kind, fields)`` in order (``fields``: the keyword arguments of :meth:`append`),
-        every one of them handed to the store before this waits: a cancel meanwhile loses none."""
-        built = [
-            self._builder(
-                kind,
-                fields["source"],
-                fields["task_id"],
-                fields.get("conversation_id", ""),
-                fields.get("agent", ""),
-                fields.get("data"),
-            )
-            for kind, fields in entries
-        ]
-        rows = await self._store.aappend_all([build for build, _ in built])
-        return [self._observed(_stored(row, body)) for row, (_, body) in zip(rows, built, strict=True)]
+        every one of them handed to the store before this waits: a cancel meanwhile loses none, or,
+        once they wait for another process's write lock, withdraws them all (see
+        :meth:`AuditStore.rows`). The records held (:meth:`hold`) go first, in the same
+        transaction; with no ``entries`` this waits until those are written (or held again)."""
+        own = [self._entry(kind, fields) for kind, fields in entries]
+        if not self._store.groups:  # nothing is ever held there
+            rows = await self._store.aappend_all([built.build for built in own])
+        else:
+            loop = asyncio.get_running_loop()
+            held = self._take_held(loop)
+            if not held and not own:
+                return []
+            waits = self._store.submit([built.build for built in [*held, *own]])
+            if held:
+                self._track(loop, held, waits[: len(held)])
+                if not own:
+                    await asyncio.wait(waits[: len(held)])  # settled by _held_settled, whatever became of them
+            rows = await self._store.rows(waits[len(held) :])
+        return [self._observed(_stored(row, built.body)) for row, built in zip(rows, own, strict=True)]
+
+    def hold(self, entries: Sequence[tuple[str, Mapping[str, Any]]]) -> bool:
+        """Keep these records (as :meth:`aappend_all` takes them) to be written ahead of the next
+        record appended on this event loop, in its transaction, or :data:`HOLD_S` later at the
+        latest, or when the log is closed, whichever comes first; False, nothing held, where appends
+        do not commit in groups (PostgreSQL): the caller appends them itself.
+
+        For records whose next step stays in this process and appends a record of its own before
+        it has consequences (a model turn that asks for tools: the first call's ``tool.call`` or
+        denial, the pause's or the end's ``task.state``), so that both cost one transaction. No
+        caller waits for them or can cancel them: their transaction failing (another process held
+        the lock past the lock timeout) or the loop closing under it holds them again, ahead of
+        what is held since, with a warning; any other failure is logged. A crash of the process
+        before they are written loses them, as a crash before they were made would."""
+        if not self._store.groups:
+            return False
+        built = [self._entry(kind, fields) for kind, fields in entries]
+        loop = asyncio.get_running_loop()
+        with self._held_lock:
+            self._held.setdefault(loop, []).extend(built)
+        self._arm(loop)
+        return True
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Have ``_held_due`` run on ``loop`` (the running one) :data:`HOLD_S` from now, unless it will already."""
+        with self._held_lock:
+            if loop in self._due:
+                return
+            self._due.add(loop)
+        loop.call_later(HOLD_S, self._held_due, loop)
+
+    def _take_held(self, loop: asyncio.AbstractEventLoop) -> list[_Built]:
+        """What ``loop`` holds, no longer held: first those of its failed transactions, held again;
+        before them, what a loop that closed left held or in flight (nothing else can take it)."""
+        self._settle_finished(lambda batch: batch.loop is loop or batch.loop.is_closed())
+        with self._held_lock:
+            gone = [records for other, records in self._held.items() if other is not loop and other.is_closed()]
+            self._held = {other: records for other, records in self._held.items() if not other.is_closed()}
+            self._due = {other for other in self._due if not other.is_closed()}
+            return [*(built for records in gone for built in records), *self._held.pop(loop, [])]
+
+    def _settle_finished(self, which: Callable[[_Batch], bool]) -> None:
+        """Settle now, not in their callbacks' turn (a taker in between would miss what is held
+        again), the batches of ``which`` whose futures are all settled, or whose loop closed
+        with some still pending: a pending future was never committed (a group is settled in the
+        step that writes it)."""
+        with self._held_lock:
+            finished = [
+                batch
+                for batch in self._in_flight
+                if which(batch) and (batch.loop.is_closed() or all(w.done() for w in batch.waits))
+            ]
+        for batch in finished:
+            self._held_settled(batch)
+
+    def _held_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        """:data:`HOLD_S` after a record was held: what no append has taken meanwhile joins the loop's group."""
+        with self._held_lock:
+            self._due.discard(loop)
+        if held := self._take_held(loop):
+            self._track(loop, held, self._store.submit([built.build for built in held]))
+
+    def _track(self, loop: asyncio.AbstractEventLoop, held: list[_Built], waits: list[asyncio.Future[Row]]) -> None:
+        """Follow held records handed to the store: :meth:`_held_settled` once the last is settled
+        (they are settled together, in order)."""
+        batch = _Batch(loop, held, waits)
+        with self._held_lock:
+            self._in_flight.append(batch)
+        waits[-1].add_done_callback(lambda _: self._held_settled(batch))
+
+    def _held_settled(self, batch: _Batch) -> None:
+        """Observe the held records written; hold again those that the database kept out (locked,
+        an I/O error, the loop closing: in their order, ahead of what is held since; the next
+        append takes them along, or the timer, or close); log a record whose own build failed."""
+        with self._held_lock:
+            if batch.settled:
+                return
+            batch.settled = True
+            self._in_flight.remove(batch)
+        again: list[_Built] = []
+        retry = False  # soon, on its own: the lock is given back in time; an I/O error waits for the next append
+        for built, done in zip(batch.held, batch.waits, strict=True):
+            if not done.done() or done.cancelled():
+                again.append(built)  # never committed: its loop closed, or shut down while it waited
+                retry = True
+            elif isinstance(error := done.exception(), (StoreBusy, StoreError, sqlite3.Error, OSError)):
+                again.append(built)
+                retry = retry or isinstance(error, StoreBusy)
+                _log.warning(
+                    "audit record %s of task %s not written yet, held again: %s", built.kind, built.task_id, error
+                )
+            elif error is not None:
+                _log.error("audit record %s of task %s not written: %s", built.kind, built.task_id, error)
+            else:
+                self._observed(_stored(done.result(), built.body))
+        if not again:
+            return
+        with self._held_lock:
+            self._held[batch.loop] = [*again, *self._held.get(batch.loop, [])]
+        try:
+            on_its_loop = asyncio.get_running_loop() is batch.loop
+        except RuntimeError:
+            on_its_loop = False
+        if on_its_loop and retry:  # else a closer (it writes them) or a closed loop's (the next taker does)
+            self._arm(batch.loop)
+
+    def _write_now(self, held: list[_Built]) -> None:
+        """Write ``held`` in order, blocking, waiting the whole lock timeout; log what fails."""
+        try:
+            rows = self._store.append_all([built.build for built in held], closing=True)
+        except Exception as exc:
+            rows = [exc] * len(held)
+        for built, row in zip(held, rows, strict=True):
+            if isinstance(row, Exception):
+                _log.error("audit record %s of task %s not written: %s", built.kind, built.task_id, row)
+            else:
+                self._observed(_stored(row, built.body))
+
+    def _entry(self, kind: str, fields: Mapping[str, Any]) -> _Built:
+        task_id = fields["task_id"]
+        build, body = self._builder(
+            kind,
+            fields["source"],
+            task_id,
+            fields.get("conversation_id", ""),
+            fields.get("agent", ""),
+            fields.get("data"),
+        )
+        return _Built(build, body, kind, task_id)
 
     def _observed(self, record: AuditRecord) -> AuditRecord:
         for observe in self.observers:
@@ -294,8 +462,26 @@ class AuditLog:
         return verify_chain((asdict(record) for record in self.records()), self._store.head(), self._key)
 
     def close(self) -> None:
-        """Release the database connections."""
-        self._store.close()
+        """Write what is handed over and held (:meth:`hold`), in order, then release the database
+        connections. Called on an event loop, its open group comes first; a loop that appends
+        meanwhile on another thread has what it hands over written through the engine."""
+        try:
+            written = self._store.flush_open()  # records handed over before the held ones
+            self._settle_finished(lambda batch: True)  # another loop's still waiting: written once settled
+            with self._held_lock:
+                held = [built for records in self._held.values() for built in records]
+                self._held.clear()
+            if not held:
+                return
+            if written:
+                self._write_now(held)
+            else:  # the database stayed locked the whole lock timeout already: not a second one
+                for built in held:
+                    _log.error(
+                        "audit record %s of task %s not written: the database is locked", built.kind, built.task_id
+                    )
+        finally:
+            self._store.close()
 
     def __enter__(self) -> Self:
         return self

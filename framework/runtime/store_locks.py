@@ -85,7 +85,7 @@ async def until_free(attempt: Callable[[], T], *, path: Path | str, timeout: flo
 
 def retried(attempt: Callable[[], T], *, path: Path | str, timeout: float = LOCK_TIMEOUT_S, opening: bool = False) -> T:
     """``attempt()``, tried again while the database is locked, blocking this thread (see the module doc).
-    ``opening``: a store being opened, before it serves anything, waits the whole ``timeout`` on any thread."""
+    ``opening``: a store being opened (before it serves anything) or closed waits the whole ``timeout`` on any thread."""
     if _on_event_loop() and not opening:
         timeout = min(timeout, LOOP_GRACE_S)
     deadline = time.monotonic() + timeout

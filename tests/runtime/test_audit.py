@@ -12,16 +12,21 @@ import re
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from framework.errors import StoreError, UsageError
-from framework.runtime.audit import AuditLog, AuditRecord, format_record
+from framework.errors import StoreBusy, StoreError, UsageError
+from framework.runtime import store_locks
+from framework.runtime.audit import HOLD_S, AuditLog, AuditRecord, format_record
 from framework.runtime.audit_chain import ChainKey, VerifyResult, chain_key, record_hash
+from framework.runtime.audit_store import AuditStore
 from framework.runtime.restart import needs_restart
 from framework.spec.project import AuditConfig, ProjectConfig
 
@@ -496,6 +501,305 @@ def test_records_handed_over_together_are_all_written_when_their_caller_is_cance
     asyncio.run(main())
     assert [r.kind for r in log.query()] == ["tool.call", "budget", "contract", "task.state"]
     assert log.verify().ok
+
+
+@contextmanager
+def another_writer(root: Path) -> Iterator[sqlite3.Connection]:
+    """A connection holding the audit database's write lock, as another process would; the test
+    lets go with ``COMMIT``."""
+    holder = sqlite3.connect(db_file(root), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        yield holder
+    finally:
+        holder.close()
+
+
+def test_a_group_that_begins_while_an_earlier_one_waits_for_the_lock_commits_after_it(
+    log: AuditLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock is freed just as a second group begins: it must not overtake the first, whose
+    retry is still asleep (a held record would otherwise reach the disk after the call it precedes)."""
+    monkeypatch.setattr(store_locks, "FIRST_PAUSE_S", 0.3)  # the first group's retry sleeps long
+    log.append("task.state", source="cli", task_id="first")
+
+    async def main() -> None:
+        ahead = asyncio.create_task(log.aappend("tool.call", source="a2a-http", task_id="ahead"))
+        await asyncio.sleep(0.05)  # its group met the lock, tried once more and sleeps
+        holder.execute("COMMIT")
+        behind = asyncio.create_task(log.aappend("tool.call", source="a2a-http", task_id="behind"))
+        await asyncio.gather(ahead, behind)
+
+    with another_writer(tmp_path) as holder:
+        asyncio.run(main())
+    assert [r.task_id for r in log.query()] == ["first", "ahead", "behind"]
+    assert log.verify().ok
+
+
+def held(kind: str, task_id: str = "t") -> list[tuple[str, dict[str, Any]]]:
+    return [(kind, {"source": "a2a-http", "task_id": task_id})]
+
+
+def test_held_records_go_in_the_transaction_of_the_next_record_appended_whoever_appends_it(
+    log: AuditLog,
+) -> None:
+    log.append("task.state", source="cli", task_id="first")
+    statements: list[str] = []
+    log._store._sqlite.set_trace_callback(statements.append)  # type: ignore[union-attr]
+
+    async def main() -> None:
+        assert log.hold(held("model.call", "one"))
+        assert log.hold(held("budget", "one"))
+        await log.aappend("tool.call", source="a2a-http", task_id="two")  # another task's record takes them
+
+    asyncio.run(main())
+    assert [(r.kind, r.task_id) for r in log.query()][1:] == [
+        ("model.call", "one"),
+        ("budget", "one"),
+        ("tool.call", "two"),
+    ]
+    assert statements.count("BEGIN IMMEDIATE") == statements.count("COMMIT") == 1
+    assert log.verify().ok
+
+
+def test_a_held_record_is_written_on_its_own_when_nothing_follows_it(log: AuditLog) -> None:
+    seen: list[str] = []
+    log.observers.append(lambda record: seen.append(record.kind))
+
+    async def main() -> list[str]:
+        assert log.hold(held("model.call"))
+        await asyncio.sleep(HOLD_S * 4)
+        return [r.kind for r in await log.aquery()]
+
+    assert asyncio.run(main()) == ["model.call"]
+    assert seen == ["model.call"]  # observed once it is on disk, as every record is
+
+
+def test_a_caller_canceled_while_its_records_wait_for_the_lock_withdraws_all_of_them_but_not_what_it_took(
+    log: AuditLog, tmp_path: Path
+) -> None:
+    """Records handed over together are written together or not at all: a cancel while they wait
+    for another process's lock withdraws every one of them (not all but the one it interrupted).
+    The held record they took along is no one's to withdraw: it is written with the next append."""
+    log.append("task.state", source="cli", task_id="first")
+
+    async def main() -> None:
+        assert log.hold(held("model.call", "A"))
+        entries = [(kind, {"source": "a2a-http", "task_id": "B"}) for kind in ("task.state", "budget")]
+        taker = asyncio.create_task(log.aappend_all(entries))
+        await asyncio.sleep(0.05)  # their group met the lock and waits to try again
+        taker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await taker
+        holder.execute("COMMIT")
+        await log.aappend("tool.call", source="a2a-http", task_id="A")
+
+    with another_writer(tmp_path) as holder:
+        asyncio.run(main())
+    assert [(r.kind, r.task_id) for r in log.query()][1:] == [("model.call", "A"), ("tool.call", "A")]
+
+
+def test_records_that_join_a_group_waiting_for_the_lock_wait_no_longer_than_the_lock_timeout(
+    tmp_path: Path,
+) -> None:
+    """While a group waits for the lock, later records join it: one wait, so each caller's StoreBusy
+    comes within the lock timeout of its own append, not after the groups ahead of it timed out."""
+    audit = AuditLog.open(tmp_path, lock_timeout=0.3)
+    audit.append("task.state", source="cli", task_id="first")
+    waited: list[float] = []
+
+    async def one(name: str) -> None:
+        start = time.monotonic()
+        with pytest.raises(StoreBusy):
+            await audit.aappend("tool.call", source="a2a-http", task_id=name)
+        waited.append(time.monotonic() - start)
+
+    async def main() -> None:
+        appends = []
+        for n in range(4):
+            appends.append(asyncio.create_task(one(f"t{n}")))
+            await asyncio.sleep(0.02)  # each begins in a later loop turn
+        await asyncio.gather(*appends)
+
+    with another_writer(tmp_path), closing(audit):
+        asyncio.run(main())
+    assert len(waited) == 4 and max(waited) < 0.3 + 0.15
+
+
+@pytest.mark.parametrize("taken_by", ["another task's append", "its timer"])
+def test_a_held_record_whose_transaction_found_the_lock_taken_too_long_is_ahead_of_its_tasks_next_record(
+    tmp_path: Path, taken_by: str
+) -> None:
+    """The held record's transaction failed (StoreBusy): it is not lost, and the next record of its
+    own task finds it ahead of itself, even appended in the very turn the failure was settled in
+    (before the callback that holds it again ran)."""
+    audit = AuditLog.open(tmp_path, lock_timeout=0.2)
+    audit.append("task.state", source="cli", task_id="first")
+
+    async def main() -> None:
+        assert audit.hold(held("model.call", "A"))
+        if taken_by == "its timer":
+            while not (audit._in_flight and audit._in_flight[0].waits[-1].done()):
+                await asyncio.sleep(0)
+        else:
+            with pytest.raises(StoreBusy):
+                await audit.aappend("task.state", source="a2a-http", task_id="B")
+        holder.execute("COMMIT")
+        await audit.aappend("tool.call", source="a2a-http", task_id="A")
+
+    with another_writer(tmp_path) as holder, closing(audit):
+        asyncio.run(main())
+    with AuditLog.open(tmp_path) as reopened:
+        assert [(r.kind, r.task_id) for r in reopened.query()][1:] == [("model.call", "A"), ("tool.call", "A")]
+        assert reopened.verify().ok
+
+
+def test_closing_the_log_while_held_records_wait_for_the_lock_keeps_their_order(log: AuditLog, tmp_path: Path) -> None:
+    log.append("task.state", source="cli", task_id="first")
+
+    async def main() -> None:
+        assert log.hold(held("model.call", "M1"))
+        await asyncio.sleep(HOLD_S + 0.05)  # on its own now: its group waits for the lock
+        assert log.hold(held("model.call", "M2"))
+        holder.execute("COMMIT")
+        log.close()  # on the loop, as the runtime's exit stack closes it
+
+    with another_writer(tmp_path) as holder:
+        asyncio.run(main())
+    with AuditLog.open(tmp_path) as reopened:
+        assert [r.task_id for r in reopened.query()] == ["first", "M1", "M2"]
+        assert reopened.verify().ok
+
+
+def test_a_held_record_held_again_is_written_on_its_own_once_the_lock_is_free(tmp_path: Path) -> None:
+    audit = AuditLog.open(tmp_path, lock_timeout=0.2)
+    audit.append("task.state", source="cli", task_id="first")
+
+    async def main() -> list[str]:
+        assert audit.hold(held("model.call", "A"))
+        await asyncio.sleep(HOLD_S + 0.4)  # written on its own, failed past the lock timeout: held again
+        holder.execute("COMMIT")
+        await asyncio.sleep(HOLD_S * 4)  # nothing else is appended: its own timer again
+        with AuditLog.open(tmp_path) as other:
+            return [r.kind for r in other.query()]
+
+    with another_writer(tmp_path) as holder, closing(audit):
+        assert asyncio.run(main()) == ["task.state", "model.call"]
+
+
+def test_two_event_loops_sharing_a_log_each_take_only_their_own_held_records(log: AuditLog) -> None:
+    """Loop 2's append must not carry loop 1's held turn into loop 2's group, where loop 1's own
+    tool.call could commit before it."""
+    log.append("task.state", source="cli", task_id="first")
+    other_loop_appended = threading.Event()
+
+    def loop2() -> None:
+        async def main() -> None:
+            await log.aappend("task.state", source="a2a-http", task_id="B")
+
+        asyncio.run(main())
+        other_loop_appended.set()
+
+    async def main1() -> None:
+        assert log.hold(held("model.call", "A"))
+        thread = threading.Thread(target=loop2)
+        thread.start()
+        await asyncio.to_thread(thread.join)
+        await log.aappend("tool.call", source="a2a-http", task_id="A")
+
+    asyncio.run(main1())
+    assert other_loop_appended.is_set()
+    kinds = [(r.kind, r.task_id) for r in log.query()]
+    assert kinds.index(("model.call", "A")) == kinds.index(("tool.call", "A")) - 1
+
+
+def test_closing_the_log_from_another_thread_while_a_held_record_waits_for_the_lock_writes_it(
+    log: AuditLog, tmp_path: Path
+) -> None:
+    log.append("task.state", source="cli", task_id="first")
+    waiting, stop = threading.Event(), threading.Event()
+
+    def loop() -> None:
+        async def main() -> None:
+            assert log.hold(held("model.call", "A"))
+            await asyncio.sleep(HOLD_S + 0.05)  # handed to the store: its group waits for the lock
+            waiting.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.01)
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=loop)
+    with another_writer(tmp_path) as holder:
+        thread.start()
+        try:
+            assert waiting.wait(10)
+            holder.execute("COMMIT")
+            log.close()  # a server's main thread closing the log
+            time.sleep(0.5)
+        finally:
+            stop.set()
+            thread.join()
+    with AuditLog.open(tmp_path) as reopened:
+        assert [r.kind for r in reopened.query()] == ["task.state", "model.call"]
+
+
+def test_a_held_record_whose_transaction_met_an_io_error_goes_with_the_next_record(
+    log: AuditLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transient failure that is not the lock (SQLITE_IOERR) fails the records' transaction: the
+    held one is not dropped, so the tool call appended next still finds its turn ahead of it."""
+    log.append("task.state", source="cli", task_id="first")
+    real = AuditStore._attempt
+    failures = [sqlite3.OperationalError("disk I/O error")]
+
+    def flaky(self: AuditStore, builds: list[Any]) -> Any:
+        if failures:
+            raise failures.pop()
+        return real(self, builds)
+
+    monkeypatch.setattr(AuditStore, "_attempt", flaky)
+
+    async def main() -> None:
+        assert log.hold(held("model.call", "A"))
+        await asyncio.sleep(HOLD_S * 2)  # on its own: its transaction fails
+        await log.aappend("tool.call", source="a2a-http", task_id="A")
+
+    asyncio.run(main())
+    assert not failures
+    assert [(r.kind, r.task_id) for r in log.query()][1:] == [("model.call", "A"), ("tool.call", "A")]
+
+
+def test_held_records_left_by_a_loop_that_closed_are_written_when_the_log_closes(tmp_path: Path) -> None:
+    """A sync append (a worker thread, a CLI command) does not take held records: it could commit
+    them behind the loop's own group for the call they precede. The log's close writes them."""
+    audit = AuditLog.open(tmp_path)
+
+    async def hold(kind: str) -> None:
+        assert audit.hold(held(kind))
+
+    asyncio.run(hold("model.call"))  # the loop is gone before its timer fires
+    audit.append("decision", source="cli", task_id="t")
+    asyncio.run(hold("budget"))  # a second loop: its own timer, though the first one's never ran
+    audit.close()
+    with AuditLog.open(tmp_path) as reopened:
+        assert [r.kind for r in reopened.query()] == ["decision", "model.call", "budget"]
+        assert reopened.verify().ok
+
+
+def test_a_held_record_on_a_new_loop_gets_its_own_timer(tmp_path: Path) -> None:
+    audit = AuditLog.open(tmp_path)
+
+    async def hold(kind: str, wait: float) -> list[str]:
+        assert audit.hold(held(kind))
+        await asyncio.sleep(wait)
+        return [r.kind for r in await audit.aquery()]
+
+    try:
+        assert asyncio.run(hold("model.call", 0)) == []  # closed before its timer
+        assert asyncio.run(hold("budget", HOLD_S * 4)) == ["model.call", "budget"]
+    finally:
+        audit.close()
 
 
 WRITER = """

@@ -1,12 +1,14 @@
-"""When a governed run's audit records reach the disk: a model turn that asks for tools is
-committed on its own, before any of its tool calls is checked, so neither a sibling call, a
-callee's end nor a cancel in between can come before it; each ``tool.call`` before its tool runs."""
+"""When a governed run's audit records reach the disk: a model turn that asks for tools is held
+(``AuditLog.hold``) and committed in the transaction of its first call's ``tool.call``, before
+that tool runs; neither a sibling call, a callee's end nor a cancel in between comes before it,
+and each ``tool.call`` is on disk before its tool runs."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
+import sqlite3
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from framework.runtime.audit import AuditLog
-from framework.runtime.events import RunEvent, RunFinished, ToolCallFinished, ToolCallStarted
+from framework.runtime.events import Paused, RunEvent, RunFinished, ToolCallFinished, ToolCallStarted
 from framework.runtime.governance.middleware import GovernanceMiddleware
 from framework.runtime.runtime import Runtime
 from framework.spec import load_project
@@ -79,20 +81,85 @@ def test_a_model_turn_asking_for_a_tool_is_on_disk_with_its_tool_call_before_the
     assert AuditLog.open(root).verify().ok
 
 
-def test_a_model_turn_commits_before_the_transaction_of_the_tool_call_it_asked_for(
+def transactions(statements: list[str]) -> list[list[str]]:
+    """The kinds of the records each audit transaction wrote, from its statements."""
+    written: list[list[str]] = []
+    for sql in statements:
+        if sql == "BEGIN IMMEDIATE":
+            written.append([])
+        elif found := re.search(r"'(model\.call|tool\.call|tool\.result|task\.state)'", sql):
+            written[-1].append(found.group(1))
+    return [kinds for kinds in written if governed(kinds)]
+
+
+def test_a_model_turn_that_asks_for_a_tool_commits_with_that_tools_call(
     make_project: ProjectFactory, tmp_path: Path
 ) -> None:
     root = peeker(make_project, tmp_path)
     statements: list[str] = []
     run(root, "look\n@tool peek {}", statements=statements)
-    transactions: list[list[str]] = []
-    for sql in statements:
-        if sql == "BEGIN IMMEDIATE":
-            transactions.append([])
-        elif found := re.search(r"'(model\.call|tool\.call|tool\.result|task\.state)'", sql):
-            transactions[-1].append(found.group(1))
-    written = [kinds for kinds in transactions if governed(kinds)]
-    assert written == [["model.call"], ["tool.call"], ["tool.result"], ["model.call"]]
+    assert transactions(statements) == [["model.call", "tool.call"], ["tool.result"], ["model.call"]]
+
+
+def test_side_by_side_calls_of_one_turn_each_find_the_turn_on_disk_before_they_run(
+    make_project: ProjectFactory, tmp_path: Path
+) -> None:
+    """Three calls of one model turn, run side by side: whichever is checked first takes the turn's
+    record into its transaction, and no call's tool runs before that transaction committed."""
+    calls = ", ".join(["{name: peek, args: {}}"] * 3)
+    root = make_project(
+        {
+            "tools/peek.py": PEEK.format(path=str(tmp_path / ".ca" / "audit.db")),
+            "agents/peeker.yaml": f"""
+                name: peeker
+                model: {{provider: scripted, replies: [{{tool_calls: [{calls}]}}, done]}}
+                profile: autonomous
+                tools: [{{python: "tools/peek.py:peek"}}]
+            """,
+        }
+    )
+    statements: list[str] = []
+    events = run(root, "look three times", statements=statements)
+    assert isinstance(events[-1], RunFinished) and events[-1].state == "completed"
+    seen = [governed(json.loads(e.result)) for e in events if isinstance(e, ToolCallFinished)]
+    assert len(seen) == 3
+    for kinds in seen:
+        assert kinds[0] == "model.call" and "tool.call" in kinds
+    assert transactions(statements)[0][:2] == ["model.call", "tool.call"]
+    assert AuditLog.open(root).verify().ok
+
+
+def test_a_pause_for_approval_is_shown_after_the_turn_that_asked_for_the_tool_is_on_disk(
+    make_project: ProjectFactory, tmp_path: Path
+) -> None:
+    """The call's checks audit nothing before they ask a person: the turn's held record is written
+    then, before the pause leaves the run (ACP asks the person at once)."""
+    root = make_project(
+        {
+            "tools/peek.py": PEEK.format(path=str(tmp_path / ".ca" / "audit.db")),
+            "agents/peeker.yaml": PEEKER.replace("autonomous", "manual"),
+        }
+    )
+    on_disk: list[list[str]] = []
+
+    async def go() -> list[RunEvent]:
+        events: list[RunEvent] = []
+        async with AsyncExitStack() as stack:
+            rt = await Runtime.open(load_project(root), stack=stack)
+            async for event in rt.send("peeker", "look\n@tool peek {}", conversation="c1"):
+                if isinstance(event, Paused):
+                    on_disk.append(governed(json.loads(_peek(tmp_path))))
+                events.append(event)
+        return events
+
+    events = asyncio.run(go())
+    assert isinstance(events[-1], RunFinished) and events[-1].state == "input-required"
+    assert on_disk == [["model.call"]]
+
+
+def _peek(root: Path) -> str:
+    with sqlite3.connect(root / ".ca" / "audit.db") as conn:
+        return json.dumps([kind for (kind,) in conn.execute("SELECT kind FROM audit ORDER BY seq")])
 
 
 def test_a_run_canceled_after_its_model_asked_for_a_tool_still_writes_that_model_turn(

@@ -68,11 +68,19 @@ class ModelCallGovernance(GovernanceMiddleware):
         if gate is not None and "jump_to" in gate:
             return _stopped(gate)
         response = await handler(request)
-        return _answered(response, gate, await self._audited(lambda: self._checked(state, context, response)))
+        # A turn that asks for tools: its records go in the transaction of the first call's.
+        checked = await self._audited(lambda: self._checked(state, context, response), hold=_wants_tools(response))
+        return _answered(response, gate, checked)
 
     def _checked(self, state: GovernanceState, context: RunContext, response: ModelResponse[Any]) -> dict[str, Any]:
         message = response.result[-1] if response.result else None
         return self._account(state, context, message) if isinstance(message, AIMessage) else {}
+
+
+def _wants_tools(response: ModelResponse[Any]) -> bool:
+    """Whether the model's answer asks for tool calls."""
+    message = response.result[-1] if response.result else None
+    return isinstance(message, AIMessage) and bool(message.tool_calls)
 
 
 def _state(request: ModelRequest[RunContext]) -> GovernanceState:

@@ -10,7 +10,8 @@ For each tool call, in the order of docs/governance.md, 'The order of checks for
 
 Before each model call the budgets are checked (``on_exceed``: stop / fail / ask for an
 extension); after it, usage and cost are accounted and audited (``model.call``: model, tokens,
-cost or null when its price is unknown — what ``ca usage`` sums); a final answer is checked
+cost or null when its price is unknown — what ``ca usage`` sums; a turn that asks for tools is
+held for its first call's ``tool.call`` to take along, see :meth:`AuditLog.hold`); a final answer is checked
 against the contract (fail, or explain the violation and let the model retry). For an llm agent
 these run inside the model call (in graph nodes around it for one without tools that has a contract
 or a budget that asks), and a workflow's answer when its run ends: :mod:`.graphs` hooks these rules
@@ -34,7 +35,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain.agents.middleware.types import AgentMiddleware, ToolCallRequest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -59,6 +60,9 @@ from framework.runtime.governance.contracts import WITHHELD, check_call_contract
 from framework.runtime.governance.policy import DEFAULT_MAX_DEPTH, GovernanceState, Policy
 from framework.runtime.governance.profiles import decide
 from framework.spec.prices import call_cost
+
+if TYPE_CHECKING:
+    from framework.runtime.audit import AuditLog
 
 APPROVAL_OPTIONS = ("approve", "reject", "edit", "always")
 _T = TypeVar("_T")
@@ -133,18 +137,31 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         else:
             outbox.append((log, kind, record))
 
-    async def _audited(self, hook: Callable[[], _T]) -> _T:
+    async def _audited(self, hook: Callable[[], _T], *, hold: bool = False, log: AuditLog | None = None) -> _T:
         """``hook()`` (sync checks), then its audit records, appended in order — also when the hook
         raised (a pause for a decision is an exception too), and all of them even if the task is
-        canceled while they are written (they are handed to the log together)."""
+        canceled while they are written (they are handed to the log together). ``hold``: the records
+        of a hook that returned are held (:meth:`AuditLog.hold`) for the next record to take along.
+        ``log``: the run's log, whose held records are written now even if the hook audits nothing
+        (a pause asks a person): a tool call's checks never end with its turn's records held."""
         outbox: list[tuple[Any, str, dict[str, Any]]] = []
         token = _OUTBOX.set(outbox)
         try:
-            return hook()
+            result = hook()
+        except BaseException:
+            hold = False
+            raise
         finally:
             _OUTBOX.reset(token)
-            for log, entries in itertools.groupby(outbox, key=lambda entry: entry[0]):  # one log per hook, in practice
-                await log.aappend_all([(kind, record) for _, kind, record in entries])
+            if not outbox and log is not None:
+                await log.aappend_all([])
+            for audit, entries in itertools.groupby(
+                outbox, key=lambda entry: entry[0]
+            ):  # one log per hook, in practice
+                records = [(kind, record) for _, kind, record in entries]
+                if not (hold and audit.hold(records)):
+                    await audit.aappend_all(records)
+        return result
 
     def _usage(self, state: GovernanceState) -> tuple[dict[str, float], dict[str, float], float, str]:
         total = dict(state.get("ca_usage") or {})
@@ -418,7 +435,8 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
-        runnable, refused, extra = await self._audited(lambda: self._prepare(request))
+        log = context_of(request.runtime).audit
+        runnable, refused, extra = await self._audited(lambda: self._prepare(request), log=log)
         if runnable is None:
             assert refused is not None
             return Command(update={"messages": [refused], **extra})
