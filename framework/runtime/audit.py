@@ -288,6 +288,8 @@ class AuditLog:
     def _take_held(self, loop: asyncio.AbstractEventLoop) -> list[_Built]:
         """What ``loop`` holds, no longer held: first those of its failed transactions, held again;
         before them, what a loop that closed left held or in flight (nothing else can take it)."""
+        if not self._held and not self._in_flight:  # the common case: nothing held anywhere
+            return []
         self._settle_finished(lambda batch: batch.loop is loop or batch.loop.is_closed())
         with self._held_lock:
             gone = [records for other, records in self._held.items() if other is not loop and other.is_closed()]
