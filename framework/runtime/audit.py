@@ -46,7 +46,8 @@ from framework.runtime.audit_chain import (
     record_hash,
     verify_chain,
 )
-from framework.runtime.audit_store import AuditStore, Row
+from framework.runtime.audit_groups import Row
+from framework.runtime.audit_store import AuditStore
 from framework.runtime.governance.secrets import SecretValues
 from framework.runtime.store_locks import LOCK_TIMEOUT_S
 from framework.runtime.store_url import is_postgres, psycopg_url

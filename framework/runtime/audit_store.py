@@ -19,16 +19,7 @@ set up already (WAL, both tables, every column, the head row) is also opened, an
 record read, that way: SQLAlchemy is imported only to create or repair a log, to query it, or
 for another database.
 
-Async appends commit in groups: the records that the event loop's tasks append before the
-loop turns once more are written in one transaction (one ``BEGIN IMMEDIATE``, one read of the
-head, their inserts, one update of the head), and each caller resumes once that transaction
-has committed. A record is never acknowledged before it is on disk; a server's concurrent
-tasks only share the statements around their inserts. The first try is a callback of the
-loop's next turn, not a task, so a loop shutting down cannot cancel it before it ran. While
-another process holds the write lock the group stays open: what the loop's tasks append
-meanwhile joins it, so records commit in the order they were handed over, after one wait for
-the lock (never longer than the lock timeout). A caller that gives up during that wait
-withdraws all the records it handed over together, or none of them if they were written.
+Async appends on SQLite commit in groups: see :mod:`framework.runtime.audit_groups`.
 
 The store knows rows, not hashes: the caller builds each row from the seq and prev_hash it is
 given while the lock is held (see :mod:`framework.runtime.audit`).
@@ -41,7 +32,6 @@ meets it: opening, appending, reading.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import sqlite3
 import threading
@@ -51,7 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from framework.errors import StoreError, UsageError
-from framework.runtime.store_locks import LOCK_TIMEOUT_S, in_wal, is_busy, no_wait, retried, until_free
+from framework.runtime.audit_groups import Group, GroupCommits, Row
+from framework.runtime.store_locks import LOCK_TIMEOUT_S, in_wal, no_wait, retried
 from framework.runtime.store_url import unreachable
 
 if TYPE_CHECKING:
@@ -74,24 +65,6 @@ _SYNC_DRIVERS = {
     "postgresql+asyncpg": "postgresql+psycopg",
     "postgresql+psycopg_async": "postgresql+psycopg",
 }
-
-Row = dict[str, Any]
-_Group = list[tuple[Callable[[int, str], Row], "asyncio.Future[Row]"]]
-"""Records waiting for one group commit: each one's build and the future its caller awaits."""
-
-
-def _settle(group: _Group, written: list[Row | Exception] | Exception) -> None:
-    """Resume the callers of ``group`` still waiting: each with its row or its build's exception,
-    all with ``written`` when it is the exception that failed the whole transaction."""
-    for index, (_, done) in enumerate(group):
-        if done.done():
-            continue
-        outcome = written if isinstance(written, Exception) else written[index]
-        if isinstance(outcome, Exception):
-            done.set_exception(outcome)
-        else:
-            done.set_result(outcome)
-
 
 COLUMNS = (
     "seq",
@@ -258,7 +231,7 @@ def _connect_sqlite(path: str) -> sqlite3.Connection:
     return no_wait(conn)  # another process's write lock is waited for by store_locks, not inside SQLite
 
 
-class AuditStore:
+class AuditStore(GroupCommits):
     """One database holding the ``audit`` and ``audit_head`` tables; safe to share between threads."""
 
     def __init__(self, url: str, *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
@@ -267,12 +240,8 @@ class AuditStore:
         self._url = url
         self._lock = threading.Lock()
         self._sqlite: sqlite3.Connection | None = None
-        self._groups: dict[asyncio.AbstractEventLoop, _Group] = {}
-        """Each event loop's records waiting for its next group commit."""
+        self._groups: dict[asyncio.AbstractEventLoop, Group] = {}
         self._flushes: set[asyncio.Task[None]] = set()
-        """The groups waiting for another process's write lock."""
-        self._retrying: set[int] = set()
-        """The ids of the groups whose first try met the lock (a cancel withdraws records from those only)."""
         file = _plain_sqlite_file(url)
         if file and (conn := _open_set_up(file)):  # a log set up already needs no engine to open
             self.where: str = file
@@ -379,44 +348,6 @@ class AuditStore:
         """Whether async appends commit in groups on the event loop (SQLite): :meth:`submit` takes records."""
         return self._sqlite is not None
 
-    def submit(self, builds: Sequence[Callable[[int, str], Row]]) -> list[asyncio.Future[Row]]:
-        """Hand the row of each of ``builds``, in order, to this loop's open group (SQLite:
-        :attr:`groups`) without waiting: each future is its row once committed (through the engine,
-        in a thread, when the store was closed meanwhile).
-
-        A loop has one open group at a time: it is written the loop turn after it began, and while
-        another process holds the write lock it stays open, so what is appended meanwhile joins it
-        and commits with it, never before it (one wait for the lock, bounded by the lock timeout)."""
-        loop = asyncio.get_running_loop()
-        group = self._groups.get(loop)
-        if group is None:
-            group = self._groups[loop] = []
-            loop.call_soon(self._flush, loop, group)  # a callback: no task a shutdown could cancel before it ran
-        waits: list[asyncio.Future[Row]] = []
-        for build in builds:
-            waits.append(done := loop.create_future())
-            group.append((build, done))
-        return waits
-
-    async def rows(self, waits: Sequence[asyncio.Future[Row]]) -> list[Row]:
-        """The rows of records handed over with :meth:`submit`, once committed: the first failure
-        is raised. A cancel while they wait for another process's lock withdraws all of them, a
-        cancel before their first try none: a caller's records are written together or not at all."""
-        outcomes: list[Row | BaseException]
-        if len(waits) == 1:  # the common case, without gather's own future: a cancel cancels it as well
-            try:
-                outcomes = [await waits[0]]
-            except Exception as exc:
-                outcomes = [exc]
-        else:
-            outcomes = await asyncio.gather(*waits, return_exceptions=True)
-        rows = []
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-            rows.append(outcome)
-        return rows
-
     async def aappend_all(self, builds: Sequence[Callable[[int, str], Row]]) -> list[Row]:
         """Append the row of each of ``builds``, in order. On SQLite they join this loop's open group
         (one transaction for all of its records, see :meth:`submit`), all of them before the caller
@@ -450,111 +381,6 @@ class AuditStore:
                 except Exception as exc:  # that record's own fault, as in a group: given in its place
                     rows.append(exc)
             return rows
-
-    def _closed_group(self, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
-        """``group`` takes no more records: it was written, or failed."""
-        if self._groups.get(loop) is group:
-            del self._groups[loop]
-
-    def _flush(self, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
-        """The first try at writing ``group``, the loop turn after it began: every record of it, its
-        callers canceled meanwhile included (what they record has happened, and an append used to
-        make its first try before it ever waited). While another process holds the write lock the
-        group stays the loop's open one and is tried again in a task, without the records whose
-        callers gave up meanwhile."""
-        if self._groups.get(loop) is not group:  # written already, by flush_open
-            return
-        try:
-            with self._reported():
-                written = self._attempt([build for build, _ in group])
-        except sqlite3.OperationalError as exc:
-            if is_busy(exc):
-                self._retrying.add(id(group))
-                retry = loop.create_task(self._flush_later(loop, group))
-                self._flushes.add(retry)
-                retry.add_done_callback(self._flushes.discard)
-                return
-            self._closed_group(loop, group)
-            _settle(group, exc)
-        except Exception as exc:  # nothing of the group was written: every caller is told why
-            self._closed_group(loop, group)
-            _settle(group, exc)
-        else:
-            self._closed_group(loop, group)
-            self._settle_written(loop, group, written)
-
-    def _settle_written(
-        self, loop: asyncio.AbstractEventLoop, group: _Group, written: list[Row | Exception] | None
-    ) -> None:
-        """Settle ``group`` with what its transaction wrote; None, the store was closed meanwhile: its
-        records are written through the engine, in order, in a thread of their own (the loop's
-        executor may be shut down already), and settled from there."""
-        self._retrying.discard(id(group))
-        if written is not None:
-            _settle(group, written)
-            return
-        builds = [build for build, _ in group]
-
-        def write() -> None:
-            outcome: list[Row | Exception] | Exception
-            try:
-                outcome = self.append_all(builds, closing=True)
-            except Exception as exc:
-                outcome = exc
-            with contextlib.suppress(RuntimeError):  # the loop is closed: written, and no one waits any more
-                loop.call_soon_threadsafe(_settle, group, outcome)
-
-        threading.Thread(target=write, name="ca-audit-closed", daemon=False).start()
-
-    async def _flush_later(self, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
-        """Write what is left of ``group`` (and what joined it meanwhile) once the write lock is free,
-        or fail it past the lock timeout."""
-
-        def attempt() -> tuple[_Group, list[Row | Exception] | None]:
-            waiting = [(build, done) for build, done in group if not done.done()]
-            written = self._attempt([build for build, _ in waiting]) if waiting else []
-            self._closed_group(loop, group)  # written, with no await since the snapshot: nothing joined
-            return waiting, written
-
-        try:
-            with self._reported():
-                waiting, written = await until_free(attempt, path=self.where, timeout=self.lock_timeout)
-        except Exception as exc:
-            self._closed_group(loop, group)
-            self._retrying.discard(id(group))
-            _settle(group, exc)
-            return
-        except BaseException:  # canceled with the event loop: nothing of it was written
-            self._closed_group(loop, group)
-            self._retrying.discard(id(group))
-            for _, done in group:
-                done.cancel()
-            raise
-        self._settle_written(loop, waiting, written)
-
-    def flush_open(self) -> bool:
-        """Write this loop's open group now, blocking (a log being closed on its event loop): what
-        was handed over before the close is written in order, before what the closer writes.
-        Whether it was written (or there was none)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return True
-        group = self._groups.get(loop)
-        if group is None:
-            return True
-        self._closed_group(loop, group)
-        # Not tried yet: every record of it, its callers canceled meanwhile included (as its first try would).
-        tried = id(group) in self._retrying
-        self._retrying.discard(id(group))
-        waiting = [(build, done) for build, done in group if not (tried and done.done())]
-        try:
-            written = self.append_all([build for build, _ in waiting], closing=True)
-        except Exception as exc:
-            _settle(waiting, exc)
-            return False
-        _settle(waiting, written)
-        return True
 
     def _attempt(self, builds: list[Callable[[int, str], Row]]) -> list[Row | Exception] | None:
         """One try at appending ``builds`` in one transaction on the sqlite3 connection; None when it

@@ -843,25 +843,46 @@ with AuditLog.open(root) as audit:
 """
 
 
-@pytest.mark.parametrize("writer", [WRITER, ASYNC_WRITER], ids=["append", "aappend-in-groups"])
-def test_concurrent_appends_from_two_processes_form_one_chain(tmp_path: Path, writer: str) -> None:
+HOLDING_WRITER = ASYNC_WRITER.replace(
+    """async def task(audit, n):  # as a server's tasks append: group commits, waiting for the other process's lock
+    for i in range(n, 50, 5):
+        await audit.aappend("tool.call", source="a2a-http", task_id=name, data={"i": i, "task": n})
+        await asyncio.sleep(0.002)
+""",
+    """async def task(audit, n):  # a governed run's turns: the model turn held, then its tool call appended
+    for i in range(n, 50, 5):
+        assert audit.hold([("model.call", {"source": "a2a-http", "task_id": name, "data": {"i": i, "task": n}})])
+        await asyncio.sleep(0.001 * (i % 3))  # sometimes another task's append takes it along, sometimes not
+        await audit.aappend("tool.call", source="a2a-http", task_id=name, data={"i": i, "task": n})
+""",
+)
+assert HOLDING_WRITER != ASYNC_WRITER
+
+
+def run_writers(root: Path, writer: str) -> None:
+    """Two processes running ``writer`` on the log in ``root`` at the same instant, to their end."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [
-        subprocess.Popen([sys.executable, "-c", writer, str(tmp_path), f"p{n}"], env=env, stderr=subprocess.PIPE)
+        subprocess.Popen([sys.executable, "-c", writer, str(root), f"p{n}"], env=env, stderr=subprocess.PIPE)
         for n in range(2)
     ]
     deadline = time.monotonic() + 60
-    while not all((tmp_path / f"ready-p{n}").exists() for n in range(2)):
+    while not all((root / f"ready-p{n}").exists() for n in range(2)):
         if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
             for p in procs:  # stop the other one, or reading its stderr would wait for it forever
                 if p.poll() is None:
                     p.kill()
             pytest.fail(f"a writer exited before starting: {[(p.returncode, p.communicate()[1]) for p in procs]}")
         time.sleep(0.01)
-    (tmp_path / "go").touch()
+    (root / "go").touch()
     for proc in procs:
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err.decode()
+
+
+@pytest.mark.parametrize("writer", [WRITER, ASYNC_WRITER], ids=["append", "aappend-in-groups"])
+def test_concurrent_appends_from_two_processes_form_one_chain(tmp_path: Path, writer: str) -> None:
+    run_writers(tmp_path, writer)
     with AuditLog.open(tmp_path) as audit:
         result = audit.verify()
         assert (result.ok, result.checked) == (True, 100)
@@ -871,6 +892,18 @@ def test_concurrent_appends_from_two_processes_form_one_chain(tmp_path: Path, wr
             for t in {d.get("task") for d in mine}:  # and each writer's own in the order it appended them
                 order = [d["i"] for d in mine if d.get("task") == t]
                 assert order == sorted(order)
+
+
+def test_held_turns_of_two_processes_each_come_before_their_tool_call_and_once(tmp_path: Path) -> None:
+    run_writers(tmp_path, HOLDING_WRITER)
+    with AuditLog.open(tmp_path) as audit:
+        result = audit.verify()
+        assert (result.ok, result.checked) == (True, 200)
+        for n in range(2):
+            mine = [(r.kind, r.data["i"]) for r in audit.query(task_id=f"p{n}")]
+            assert sorted(mine) == sorted((kind, i) for kind in ("model.call", "tool.call") for i in range(50))
+            for i in range(50):  # each turn on disk before the call it asked for
+                assert mine.index(("model.call", i)) < mine.index(("tool.call", i))
 
 
 def test_a_failed_append_leaves_the_chain_as_it_was(tmp_path: Path) -> None:
