@@ -36,6 +36,9 @@ _PACKAGES: dict[str, str] = {"azure_openai": "langchain-openai"}
 _MAX_TOKENS_PARAM: dict[str, str] = {"ollama": "num_predict"}
 """Providers whose output-length limit is not called ``max_tokens``."""
 
+_OPENAI_SDK = frozenset({"openai", "azure_openai"})
+"""Providers whose integration runs on the OpenAI SDK: their async HTTP client is aiohttp (:mod:`.model_http`)."""
+
 _NO_KEY_NEEDED = "not-needed"
 """Placeholder key for an OpenAI-compatible local server, whose client still insists on one."""
 
@@ -85,6 +88,10 @@ def _provider_model(config: ModelConfig, environ: Mapping[str, str]) -> BaseChat
     if config.max_output_tokens is not None:
         kwargs[_MAX_TOKENS_PARAM.get(config.provider, "max_tokens")] = config.max_output_tokens
     kwargs.update(config.params)
+    if config.provider in _OPENAI_SDK:
+        from framework.compiler.model_http import openai_arguments
+
+        kwargs = openai_arguments() | kwargs  # what the user's params say wins
 
     from langchain.chat_models import init_chat_model
 

@@ -116,6 +116,31 @@ def test_openai_compatible_server_streams_through_ca_run(
     assert sent["model"] == "fake-model"
     assert sent["messages"][0] == {"role": "system", "content": "Be brief."}
     assert sent["messages"][-1]["content"] == "hi there"
+    assert "Unclosed" not in result.stderr  # the model's aiohttp session and connector were closed
+
+
+def test_one_compiled_model_answers_on_each_event_loop(fake_openai: tuple[str, list[dict[str, object]]]) -> None:
+    """The model's HTTP client is aiohttp, whose sessions belong to one event loop: a model compiled
+    once answers on every loop that uses it (each test, each ``asyncio.run``), and each loop's
+    client is closed with it."""
+    import asyncio
+
+    from framework.compiler.model_http import aclose_loop_clients
+    from framework.compiler.models import build_model
+    from framework.spec.model import ModelConfig
+
+    url, requests = fake_openai
+    config = ModelConfig(provider="openai", name="fake-model", base_url=url, params={"max_retries": 0, "timeout": 5})
+    model = build_model(config, agent="remote", environ={})
+
+    async def ask(text: str) -> str:
+        try:
+            return str((await model.ainvoke(text)).content).strip()
+        finally:
+            await aclose_loop_clients()
+
+    assert [asyncio.run(ask("one")), asyncio.run(ask("two"))] == [REPLY, REPLY]
+    assert [sent["messages"][-1]["content"] for sent in requests] == ["one", "two"]
 
 
 def test_unreachable_model_server_is_one_clear_error(make_project: ProjectFactory) -> None:
