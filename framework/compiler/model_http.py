@@ -11,22 +11,27 @@ An aiohttp session belongs to the event loop it was opened on, and a compiled mo
 loops (a test, ``ca eval``, each ``asyncio.run``). So a model is given :func:`openai_arguments`'s
 client: an httpx client of the SDK's whose requests go through the running loop's aiohttp client,
 opened on first use and shared by every model of that loop (the pool is per host, as the SDK's
-own). :func:`aclose_loop_clients` closes the running loop's; the runtime's exit stack calls it
-after its runs have ended. Without aiohttp (or with an SDK that has no such transport) models
-keep the SDK's default client.
+own). Code that runs models holds :func:`loop_clients` meanwhile (a runtime, from its opening to
+its close; ``ca test``'s judge): the loop's client is closed when the last holder lets go, never
+under another one's call in flight. Without aiohttp (or with an SDK that has no such transport)
+models keep the SDK's default client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib.util
 import sys
 import weakref
+from collections.abc import AsyncIterator
 from typing import Any
 
 _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 """The running loop -> its aiohttp-backed client of the OpenAI SDK."""
+_HOLDERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = weakref.WeakKeyDictionary()
+"""The running loop -> how many :func:`loop_clients` scopes are open on it."""
 
 
 def openai_arguments() -> dict[str, Any]:
@@ -68,6 +73,20 @@ def _loop_client_class() -> type[Any] | None:
 
     httpx = sys.modules[openai.DefaultAsyncHttpxClient.__bases__[0].__module__.partition(".")[0]]  # the SDK's
 
+    def retyped(exc: Exception, request: Any) -> Exception:
+        """The transport calls every broken connection a ConnectTimeout; one that did not time out is
+        an error of its own, as the SDK's default client types it: the user is told the server cannot
+        be reached (refused, unknown host) or dropped the connection, not that it is slow."""
+        cause = exc.__cause__
+        if cause is None or isinstance(cause, TimeoutError):  # a timeout indeed
+            return exc
+        error: Exception
+        if isinstance(cause, aiohttp.ClientConnectorError):
+            error = httpx.ConnectError(str(cause), request=request)
+        else:
+            error = httpx.ReadError(str(cause) or type(cause).__name__, request=request)
+        return error
+
     class LoopClient(openai.DefaultAsyncHttpxClient):
         async def send(self, request: Any, **kwargs: Any) -> Any:
             loop = asyncio.get_running_loop()
@@ -76,18 +95,24 @@ def _loop_client_class() -> type[Any] | None:
                 client = _BY_LOOP[loop] = aiohttp_client()
             try:
                 return await client.send(request, **kwargs)
-            except httpx.ConnectTimeout as exc:
-                # The transport calls every failed connection a timeout; a refused or unresolvable one
-                # is an error of its own (the user is told the server cannot be reached, not that it is slow).
-                if isinstance(exc.__cause__, aiohttp.ClientConnectorError):
-                    raise httpx.ConnectError(str(exc.__cause__), request=request) from exc.__cause__
-                raise
+            except httpx.ConnectTimeout as exc:  # a body cut off later is the transport's ReadError already
+                raise retyped(exc, request) from exc.__cause__
 
     return LoopClient
 
 
-async def aclose_loop_clients() -> None:
-    """Close the running loop's aiohttp client, if a model opened one (the next call opens another)."""
-    client = _BY_LOOP.pop(asyncio.get_running_loop(), None)
-    if client is not None:
-        await client.aclose()
+@contextlib.asynccontextmanager
+async def loop_clients() -> AsyncIterator[None]:
+    """While models run on this loop: when the last of these scopes ends, the loop's aiohttp client
+    (if a model opened one) is closed; a later call opens another."""
+    loop = asyncio.get_running_loop()
+    _HOLDERS[loop] = _HOLDERS.get(loop, 0) + 1
+    try:
+        yield
+    finally:
+        _HOLDERS[loop] -= 1
+        if not _HOLDERS[loop]:
+            del _HOLDERS[loop]
+            client = _BY_LOOP.pop(loop, None)
+            if client is not None:
+                await client.aclose()

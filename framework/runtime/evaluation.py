@@ -290,6 +290,7 @@ async def _judge(project: Project, case: EvalCase, output: str, cassette: Casset
     """Ask the project's judge model about each criterion (through the cassette: recorded, replayed)."""
     from langchain_core.messages import HumanMessage, SystemMessage
 
+    from framework.compiler.model_http import loop_clients
     from framework.compiler.models import build_model
     from framework.spec.interpolate import load_dotenv
 
@@ -298,10 +299,11 @@ async def _judge(project: Project, case: EvalCase, output: str, cassette: Casset
     model = build_model(config, agent=JUDGE, environ=environ, hook=cassette.hook)
     asked = "\n\n".join(case.messages)
     verdicts = []
-    for criterion in case.expect.judged:
-        question = f"Criterion: {criterion}\n\nThe user said:\n{asked}\n\nThe agent answered:\n{output}"
-        reply = await model.ainvoke([SystemMessage(JUDGE_PROMPT), HumanMessage(question)])
-        verdicts.append(read_verdict(criterion, str(reply.text)))
+    async with loop_clients():  # the judge runs after the case's runtime closed
+        for criterion in case.expect.judged:
+            question = f"Criterion: {criterion}\n\nThe user said:\n{asked}\n\nThe agent answered:\n{output}"
+            reply = await model.ainvoke([SystemMessage(JUDGE_PROMPT), HumanMessage(question)])
+            verdicts.append(read_verdict(criterion, str(reply.text)))
     return verdicts
 
 

@@ -20,7 +20,7 @@ from typing import Any, cast
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle, build_bundle
 from framework.compiler.mcp_tools import McpServers
-from framework.compiler.model_http import aclose_loop_clients
+from framework.compiler.model_http import loop_clients
 from framework.compiler.models import ModelHook
 from framework.compiler.tools import ToolHook
 from framework.errors import RunError
@@ -72,7 +72,7 @@ async def wire(
     key = chain_key(project.config.audit, project.root)  # a missing key stops us before anything opens
     lock_timeout = project.config.store.lock_timeout
     store_url = project.config.store.url
-    stack.push_async_callback(aclose_loop_clients)  # last: the models' HTTP clients, once the runs are over
+    await stack.enter_async_context(loop_clients())  # closed last: the models' HTTP client, once the runs are over
     saver = await stack.enter_async_context(open_checkpointer(project.root, lock_timeout=lock_timeout, url=store_url))
     database = connect(project.root, store_url, lock_timeout=lock_timeout)  # one per process, for every store
     stack.callback(database.close)

@@ -6,12 +6,15 @@ Starlette app on loopback that streams a chat completion the way OpenAI does.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import uvicorn
@@ -20,7 +23,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from framework.compiler.model_http import loop_clients
+from framework.compiler.models import build_model
+from framework.spec.model import ModelConfig
 from tests.conftest import ProjectFactory, events, run_ca
+from tests.fake_openai import FakeOpenAI
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
 
 REPLY = "Hello from the fake provider"
 
@@ -119,28 +129,65 @@ def test_openai_compatible_server_streams_through_ca_run(
     assert "Unclosed" not in result.stderr  # the model's aiohttp session and connector were closed
 
 
+def test_a_model_server_that_drops_the_connection_is_a_connection_error(make_project: ProjectFactory) -> None:
+    """A server that reads the request and closes the connection without an answer: the user is told
+    the connection failed, as with the SDK's default client, not that the server was slow."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def drop() -> None:
+        with contextlib.suppress(OSError):  # accept fails once the test closes the listener: the end
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(65536)
+
+    threading.Thread(target=drop, daemon=True).start()
+    with listener:
+        root = _project(make_project, f"http://127.0.0.1:{listener.getsockname()[1]}/v1")
+        result = run_ca("run", "remote", "hi", cwd=root, env={"FAKE_PROVIDER_KEY": "sk-test"})
+    assert result.returncode == 1
+    assert "ConnectionError: Connection error." in result.stderr
+    assert "timed out" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def _openai_model(url: str) -> BaseChatModel:
+    config = ModelConfig(provider="openai", name="fake-model", base_url=url, params={"max_retries": 0, "timeout": 5})
+    return build_model(config, agent="remote", environ={})
+
+
 def test_one_compiled_model_answers_on_each_event_loop(fake_openai: tuple[str, list[dict[str, object]]]) -> None:
     """The model's HTTP client is aiohttp, whose sessions belong to one event loop: a model compiled
     once answers on every loop that uses it (each test, each ``asyncio.run``), and each loop's
     client is closed with it."""
-    import asyncio
-
-    from framework.compiler.model_http import aclose_loop_clients
-    from framework.compiler.models import build_model
-    from framework.spec.model import ModelConfig
-
     url, requests = fake_openai
-    config = ModelConfig(provider="openai", name="fake-model", base_url=url, params={"max_retries": 0, "timeout": 5})
-    model = build_model(config, agent="remote", environ={})
+    model = _openai_model(url)
 
     async def ask(text: str) -> str:
-        try:
+        async with loop_clients():
             return str((await model.ainvoke(text)).content).strip()
-        finally:
-            await aclose_loop_clients()
 
     assert [asyncio.run(ask("one")), asyncio.run(ask("two"))] == [REPLY, REPLY]
     assert [sent["messages"][-1]["content"] for sent in requests] == ["one", "two"]
+
+
+def test_a_runtime_closing_leaves_the_calls_of_another_on_the_same_loop_going() -> None:
+    """Every model of a loop shares its HTTP client: one runtime (or judge) ending while another's
+    call is in flight must not close the client under that call."""
+
+    async def both(model: BaseChatModel) -> tuple[str, str]:
+        async def asks(text: str) -> str:
+            async with loop_clients():
+                return str((await model.ainvoke(text)).content).strip()
+
+        slow = asyncio.create_task(asks("slow"))  # the first request: its answer starts after 1 s
+        await asyncio.sleep(0.3)
+        quick = await asks("quick")  # its scope ends while the slow call is in flight
+        return await slow, quick
+
+    with FakeOpenAI(stalls=[1.0]) as server:
+        slow, quick = asyncio.run(both(_openai_model(server.url)))
+    assert (slow, quick) == ("The tool said: you said slow", "The tool said: you said quick")
 
 
 def test_unreachable_model_server_is_one_clear_error(make_project: ProjectFactory) -> None:
