@@ -1,20 +1,26 @@
-"""The HTTP client of models on the OpenAI SDK (``openai``, ``azure_openai``): aiohttp, one per event loop.
+"""The HTTP client of models on the OpenAI SDK (``openai``, ``azure_openai``): aiohttp, per event loop and server.
 
 The SDK's default transport is httpx's connection pool, which looks at every connection it holds
 on each request and each response it closes: with many model calls in flight most of a call's CPU
 went there (``bench/slow_model.py``, 1000 calls in flight: 6.2 ms of ``ca serve``'s CPU per task
 with it, 4.6–4.8 ms over aiohttp). The SDK ships an aiohttp transport of its own (the
 ``openai[aiohttp]`` extra, ``openai.DefaultAioHttpClient``), with the SDK's defaults (timeouts,
-connection limits, redirects, proxies from the environment); ``cleveragents[openai]`` installs it.
+connection limits, redirects, HTTP proxies from the environment); ``cleveragents[openai]`` installs it.
 
 An aiohttp session belongs to the event loop it was opened on, and a compiled model outlives
-loops (a test, ``ca eval``, each ``asyncio.run``). So a model is given :func:`openai_arguments`'s
-client: an httpx client of the SDK's whose requests go through the running loop's aiohttp client,
-opened on first use and shared by every model of that loop (the pool is per host, as the SDK's
-own). Code that runs models holds :func:`loop_clients` meanwhile (a runtime, from its opening to
-its close; ``ca test``'s judge): the loop's client is closed when the last holder lets go, never
-under another one's call in flight. Without aiohttp (or with an SDK that has no such transport)
-models keep the SDK's default client.
+loops (a test, ``ca eval``, each ``asyncio.run``). So a model is given a client of the SDK's
+(:func:`openai_arguments`) whose requests go through an aiohttp client of the running loop, one per
+server (scheme, host, port): the models that call one server share its pool, as they shared the
+client langchain-openai caches, and a server that is slow cannot take the connections another
+needs. Code that runs models holds :func:`loop_clients` meanwhile (a runtime, from its opening
+to its close; ``ca test``'s judge); the loop's clients are closed when the last holder lets go,
+never under another one's call in flight. A call outside any such scope (a model used from
+other code) goes through the SDK's default httpx client, made on first use, as without this module.
+
+A model keeps the SDK's default client as before where the transport cannot do what the user
+asked: without aiohttp, with an ``openai_proxy`` (params or ``OPENAI_PROXY``, which
+langchain-openai applies itself), or with a SOCKS proxy in the environment (aiohttp speaks only
+HTTP to a proxy).
 """
 
 from __future__ import annotations
@@ -24,38 +30,52 @@ import contextlib
 import functools
 import importlib.util
 import sys
+import urllib.request
 import weakref
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-_BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
-"""The running loop -> its aiohttp-backed client of the OpenAI SDK."""
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+_BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str, int | None], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The running loop -> its aiohttp-backed clients of the OpenAI SDK, by server."""
 _HOLDERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = weakref.WeakKeyDictionary()
 """The running loop -> how many :func:`loop_clients` scopes are open on it."""
 
 
-def openai_arguments() -> dict[str, Any]:
-    """What langchain-openai's chat models are given: the ``http_async_client`` (none when the
-    SDK's aiohttp transport is not installed: the SDK's default httpx client is used)."""
-    client_class = _loop_client_class()
-    if client_class is None or importlib.util.find_spec("langchain_openai") is None:
-        return {}  # without the integration, building the model says which package to install
-    from langchain_openai.chat_models.base import BaseChatOpenAI
+def openai_arguments(model: BaseChatModel) -> dict[str, Any]:
+    """What to build langchain-openai's ``model`` with again, so that it calls over aiohttp; empty
+    when it keeps the SDK's default client (see the module doc).
 
-    arguments: dict[str, Any] = {"http_async_client": client_class()}
-    if "http_socket_options" in BaseChatOpenAI.model_fields:
+    Given a client, langchain-openai no longer decides ``stream_usage`` itself (it asks OpenAI for
+    the usage of a streamed answer only with its own client): its decision for ``model`` is kept."""
+    if getattr(model, "openai_proxy", None) or _socks_proxy():
+        return {}
+    client_class = _loop_client_class()
+    if client_class is None:
+        return {}
+    arguments: dict[str, Any] = {"http_async_client": client_class(), "stream_usage": model.stream_usage}  # type: ignore[attr-defined]
+    if "http_socket_options" in type(model).model_fields:
         # langchain-openai's TCP options are for transports of its own; with the async client given they
         # would reach only its sync client, where a custom transport turns off httpx's proxies from the
-        # environment (and it warns so): that client stays the SDK's default, as without this module.
+        # environment (and it warns so): that client stays the SDK's default.
         arguments["http_socket_options"] = ()
     return arguments
+
+
+def _socks_proxy() -> bool:
+    """Whether the environment names a SOCKS proxy (``ALL_PROXY=socks5://…``), which httpx speaks."""
+    return any(url.lower().startswith("socks") for url in urllib.request.getproxies().values())
 
 
 @functools.cache
 def _loop_client_class() -> type[Any] | None:
     """A subclass of the SDK's httpx client (the SDK accepts nothing else) that sends through the
-    running loop's aiohttp client; requests are built as the SDK builds them. None without the
-    SDK's aiohttp transport."""
+    running loop's aiohttp client of the request's server; requests are built as the SDK builds
+    them. None without the SDK's aiohttp transport."""
     if importlib.util.find_spec("aiohttp") is None or importlib.util.find_spec("openai") is None:
         return None
     import openai
@@ -74,37 +94,66 @@ def _loop_client_class() -> type[Any] | None:
     httpx = sys.modules[openai.DefaultAsyncHttpxClient.__bases__[0].__module__.partition(".")[0]]  # the SDK's
 
     def retyped(exc: Exception, request: Any) -> Exception:
-        """The transport calls every broken connection a ConnectTimeout; one that did not time out is
-        an error of its own, as the SDK's default client types it: the user is told the server cannot
-        be reached (refused, unknown host) or dropped the connection, not that it is slow."""
-        cause = exc.__cause__
+        """The transport calls every broken connection a ConnectTimeout, and lets a malformed answer
+        through as aiohttp's own error: each is typed as the SDK's default client types it, so the
+        user is told the server cannot be reached (refused, unknown host), dropped the connection or
+        answered no HTTP, not that it is slow, and the SDK retries it as it would."""
+        cause = exc if isinstance(exc, aiohttp.ClientResponseError) else exc.__cause__
         if cause is None or isinstance(cause, TimeoutError):  # a timeout indeed
             return exc
         error: Exception
         if isinstance(cause, aiohttp.ClientConnectorError):
             error = httpx.ConnectError(str(cause), request=request)
+        elif isinstance(cause, aiohttp.ClientResponseError):
+            error = httpx.RemoteProtocolError(cause.message or str(cause), request=request)
         else:
             error = httpx.ReadError(str(cause) or type(cause).__name__, request=request)
         return error
 
+    class Unused(httpx.AsyncBaseTransport):  # type: ignore[misc, name-defined]
+        """The transport of the SDK's client itself, which sends nothing (``send`` is the loop's):
+        given, the client builds no connection pool and loads no certificates of its own."""
+
+        async def handle_async_request(self, request: Any) -> Any:
+            raise RuntimeError("requests of this client are sent by its loop's aiohttp client")
+
     class LoopClient(openai.DefaultAsyncHttpxClient):
+        def __init__(self) -> None:
+            super().__init__(transport=Unused(), trust_env=False)
+            self.outside: Any = None
+            """The SDK's default client, for calls outside any :func:`loop_clients` scope."""
+
         async def send(self, request: Any, **kwargs: Any) -> Any:
+            if self.is_closed:
+                raise RuntimeError("Cannot send a request, as the client has been closed.")
             loop = asyncio.get_running_loop()
-            client = _BY_LOOP.get(loop)
+            if not _HOLDERS.get(loop):
+                if self.outside is None:
+                    self.outside = openai.DefaultAsyncHttpxClient()
+                return await self.outside.send(request, **kwargs)
+            clients = _BY_LOOP.setdefault(loop, {})
+            server = (request.url.scheme, request.url.host, request.url.port)
+            client = clients.get(server)
             if client is None or client.is_closed:
-                client = _BY_LOOP[loop] = aiohttp_client()
+                client = clients[server] = aiohttp_client()
             try:
                 return await client.send(request, **kwargs)
-            except httpx.ConnectTimeout as exc:  # a body cut off later is the transport's ReadError already
-                raise retyped(exc, request) from exc.__cause__
+            except (httpx.ConnectTimeout, aiohttp.ClientResponseError) as exc:
+                # (A body cut off later is the transport's ReadError already.)
+                raise retyped(exc, request) from (exc.__cause__ or exc)
+
+        async def aclose(self) -> None:
+            if self.outside is not None:
+                await self.outside.aclose()
+            await super().aclose()
 
     return LoopClient
 
 
 @contextlib.asynccontextmanager
 async def loop_clients() -> AsyncIterator[None]:
-    """While models run on this loop: when the last of these scopes ends, the loop's aiohttp client
-    (if a model opened one) is closed; a later call opens another."""
+    """While models run on this loop: their calls go over aiohttp, whose clients are closed when the
+    last of these scopes on the loop ends (a later scope opens others)."""
     loop = asyncio.get_running_loop()
     _HOLDERS[loop] = _HOLDERS.get(loop, 0) + 1
     try:
@@ -113,6 +162,5 @@ async def loop_clients() -> AsyncIterator[None]:
         _HOLDERS[loop] -= 1
         if not _HOLDERS[loop]:
             del _HOLDERS[loop]
-            client = _BY_LOOP.pop(loop, None)
-            if client is not None:
+            for client in _BY_LOOP.pop(loop, {}).values():
                 await client.aclose()

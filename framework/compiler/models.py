@@ -88,15 +88,16 @@ def _provider_model(config: ModelConfig, environ: Mapping[str, str]) -> BaseChat
     if config.max_output_tokens is not None:
         kwargs[_MAX_TOKENS_PARAM.get(config.provider, "max_tokens")] = config.max_output_tokens
     kwargs.update(config.params)
-    if config.provider in _OPENAI_SDK:
-        from framework.compiler.model_http import openai_arguments
-
-        kwargs = openai_arguments() | kwargs  # what the user's params say wins
 
     from langchain.chat_models import init_chat_model
 
     try:
         model: BaseChatModel = init_chat_model(f"{config.provider}:{config.name}", **kwargs)
+        if config.provider in _OPENAI_SDK:
+            from framework.compiler.model_http import openai_arguments
+
+            if faster := openai_arguments(model):  # again, calling over aiohttp (what the params say wins)
+                model = init_chat_model(f"{config.provider}:{config.name}", **(faster | kwargs))
     except Exception as exc:
         if isinstance(exc, ImportError) and _missing_integration(exc):
             raise ModelError(_missing_package_message(config.provider, label)) from exc

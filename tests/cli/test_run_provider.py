@@ -129,26 +129,95 @@ def test_openai_compatible_server_streams_through_ca_run(
     assert "Unclosed" not in result.stderr  # the model's aiohttp session and connector were closed
 
 
-def test_a_model_server_that_drops_the_connection_is_a_connection_error(make_project: ProjectFactory) -> None:
-    """A server that reads the request and closes the connection without an answer: the user is told
-    the connection failed, as with the SDK's default client, not that the server was slow."""
+@pytest.mark.parametrize("answer", [b"", b"HELLO THERE\r\n\r\n"], ids=["drops", "answers-no-http"])
+def test_a_model_server_that_breaks_the_exchange_is_a_connection_error(
+    make_project: ProjectFactory, answer: bytes
+) -> None:
+    """A server that reads the request and closes the connection without an answer, or answers
+    something that is not HTTP: the user is told the connection failed, as with the SDK's default
+    client, not that the server was slow (nor an HTTP status that nobody sent)."""
     listener = socket.create_server(("127.0.0.1", 0))
 
-    def drop() -> None:
+    def serve() -> None:
         with contextlib.suppress(OSError):  # accept fails once the test closes the listener: the end
             while True:
                 conn, _ = listener.accept()
                 with conn:
                     conn.recv(65536)
+                    conn.sendall(answer)
 
-    threading.Thread(target=drop, daemon=True).start()
+    threading.Thread(target=serve, daemon=True).start()
     with listener:
         root = _project(make_project, f"http://127.0.0.1:{listener.getsockname()[1]}/v1")
         result = run_ca("run", "remote", "hi", cwd=root, env={"FAKE_PROVIDER_KEY": "sk-test"})
     assert result.returncode == 1
+    assert "(openai:fake-model at http://127.0.0.1:" in result.stderr
     assert "ConnectionError: Connection error." in result.stderr
     assert "timed out" not in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_model_of_the_official_api_still_asks_for_the_usage_of_its_streamed_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """langchain-openai asks OpenAI for a streamed answer's usage (tokens: budgets, cost, ``ca usage``)
+    only with its own HTTP client; with the aiohttp one the model still asks."""
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    model = build_model(ModelConfig(provider="openai", name="gpt-4o-mini"), agent="a", environ={"OPENAI_API_KEY": "k"})
+    assert type(model.http_async_client).__name__ == "LoopClient"  # type: ignore[attr-defined]
+    assert model.stream_usage is True  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("where", ["environment", "params"])
+def test_a_model_with_an_openai_proxy_is_built_and_calls_through_it(
+    monkeypatch: pytest.MonkeyPatch, where: str, fake_openai: tuple[str, list[dict[str, object]]]
+) -> None:
+    """``openai_proxy`` (params, or ``OPENAI_PROXY``) is langchain-openai's own, which refuses any
+    other HTTP client: such a model keeps the SDK's client, and its calls go through the proxy."""
+    seen: list[bytes] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    proxy = f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+    def forward() -> None:  # a plain HTTP proxy for one request: note its request line, relay it
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                request = conn.recv(65536)
+                while b"\r\n\r\n" not in request:
+                    request += conn.recv(65536)
+                head, _, body = request.partition(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
+                while len(body) < length:
+                    body += conn.recv(65536)
+                seen.append(head.split(b"\r\n", 1)[0])
+                lines = [line for line in head.split(b"\r\n") if not line.lower().startswith(b"connection:")]
+                host, port = fake_openai[0].removeprefix("http://").split("/")[0].split(":")
+                with socket.create_connection((host, int(port))) as upstream:
+                    upstream.sendall(b"\r\n".join([*lines, b"Connection: close"]) + b"\r\n\r\n" + body)
+                    while data := upstream.recv(65536):
+                        conn.sendall(data)
+
+    threading.Thread(target=forward, daemon=True).start()
+    params: dict[str, object] = {"max_retries": 0, "timeout": 5}
+    if where == "params":
+        params["openai_proxy"] = proxy
+    else:
+        monkeypatch.setenv("OPENAI_PROXY", proxy)
+    model = build_model(
+        ModelConfig(provider="openai", name="fake-model", base_url=fake_openai[0], params=params), agent="a", environ={}
+    )
+
+    async def ask() -> str:
+        async with loop_clients():
+            return str((await model.ainvoke("hi")).content).strip()
+
+    with listener:
+        assert asyncio.run(ask()) == REPLY
+    assert seen == [f"POST {fake_openai[0]}/chat/completions HTTP/1.1".encode()]
 
 
 def _openai_model(url: str) -> BaseChatModel:
