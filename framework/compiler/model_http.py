@@ -18,9 +18,9 @@ never under another one's call in flight. A call outside any such scope (a model
 other code) goes through the SDK's default httpx client, made on first use, as without this module.
 
 A model keeps the SDK's default client as before where the transport cannot do what the user
-asked: without aiohttp, with an ``openai_proxy`` (params or ``OPENAI_PROXY``, which
-langchain-openai applies itself), or with a SOCKS proxy in the environment (aiohttp speaks only
-HTTP to a proxy).
+asked: without aiohttp, with an ``openai_proxy`` (params or ``OPENAI_PROXY``) or
+``http_socket_options`` in params (langchain-openai applies both itself), or with a SOCKS proxy
+in the environment (aiohttp speaks only HTTP to a proxy).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import functools
 import importlib.util
+import logging
 import sys
 import urllib.request
 import weakref
@@ -37,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
+
+logger = logging.getLogger(__name__)
 
 _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str, int | None], Any]] = (
     weakref.WeakKeyDictionary()
@@ -52,8 +55,8 @@ def openai_arguments(model: BaseChatModel) -> dict[str, Any]:
 
     Given a client, langchain-openai no longer decides ``stream_usage`` itself (it asks OpenAI for
     the usage of a streamed answer only with its own client): its decision for ``model`` is kept."""
-    if getattr(model, "openai_proxy", None) or _socks_proxy():
-        return {}
+    if getattr(model, "openai_proxy", None) or getattr(model, "http_socket_options", None) or _socks_proxy():
+        return {}  # asked of langchain-openai's own transports (a proxy, TCP options): they stay
     client_class = _loop_client_class()
     if client_class is None:
         return {}
@@ -67,8 +70,10 @@ def openai_arguments(model: BaseChatModel) -> dict[str, Any]:
 
 
 def _socks_proxy() -> bool:
-    """Whether the environment names a SOCKS proxy (``ALL_PROXY=socks5://…``), which httpx speaks."""
-    return any(url.lower().startswith("socks") for url in urllib.request.getproxies().values())
+    """Whether a proxy variable httpx reads (``HTTP(S)_PROXY``, ``ALL_PROXY``) names a SOCKS proxy,
+    which httpx speaks."""
+    proxies = urllib.request.getproxies()
+    return any(proxies.get(scheme, "").lower().startswith("socks") for scheme in ("http", "https", "all"))
 
 
 @functools.cache
@@ -162,5 +167,18 @@ async def loop_clients() -> AsyncIterator[None]:
         _HOLDERS[loop] -= 1
         if not _HOLDERS[loop]:
             del _HOLDERS[loop]
-            for client in _BY_LOOP.pop(loop, {}).values():
-                await client.aclose()
+            await _close(list(_BY_LOOP.pop(loop, {}).values()))
+
+
+async def _close(clients: list[Any]) -> None:
+    """Close every one of ``clients``, even when the scope is canceled meanwhile (a server stopping)
+    or one of them fails to close: no longer in :data:`_BY_LOOP`, nothing else would close the rest."""
+    closing = asyncio.gather(*(client.aclose() for client in clients), return_exceptions=True)
+    try:
+        closed = await asyncio.shield(closing)
+    except asyncio.CancelledError:
+        await closing
+        raise
+    for outcome in closed:
+        if isinstance(outcome, Exception):
+            logger.warning("a model's HTTP client did not close cleanly: %s", outcome)

@@ -270,3 +270,45 @@ def test_unreachable_model_server_is_one_clear_error(make_project: ProjectFactor
     assert "ConnectionError: Connection error." in result.stderr
     assert "Traceback" not in result.stderr
     assert "sk-test" not in result.stderr
+
+
+def test_a_model_with_tcp_options_of_its_own_keeps_langchains_client() -> None:
+    """``http_socket_options`` in params are applied by langchain-openai's own transports, which
+    the aiohttp one is not: such a model keeps them (the SDK's default client)."""
+    config = ModelConfig(
+        provider="openai", name="m", base_url="http://127.0.0.1:9/v1", params={"http_socket_options": [[1, 9, 1]]}
+    )
+    model = build_model(config, agent="a", environ={})
+    assert type(model.http_async_client).__name__ != "LoopClient"  # type: ignore[attr-defined]
+    assert model.http_socket_options == [(1, 9, 1)]  # type: ignore[attr-defined]
+
+
+def test_a_scope_canceled_while_its_clients_close_closes_every_one() -> None:
+    """The last scope of a loop takes its clients out and closes them: canceled meanwhile (a server
+    stopping), it still closes all of them, since nothing else would."""
+    import framework.compiler.model_http as model_http
+
+    class Slow:
+        def __init__(self) -> None:
+            self.closed = False
+
+        async def aclose(self) -> None:
+            await asyncio.sleep(0.2)
+            self.closed = True
+
+    clients = [Slow(), Slow()]
+
+    async def main() -> None:
+        async def scope() -> None:
+            async with loop_clients():
+                loop = asyncio.get_running_loop()
+                model_http._BY_LOOP[loop] = {("http", "a", None): clients[0], ("http", "b", None): clients[1]}
+
+        closing = asyncio.create_task(scope())
+        await asyncio.sleep(0.05)  # the scope has ended and is closing its clients
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+
+    asyncio.run(main())
+    assert [client.closed for client in clients] == [True, True]
