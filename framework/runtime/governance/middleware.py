@@ -33,7 +33,7 @@ import itertools
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -397,6 +397,13 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             return Command(update={"messages": [result], "ca_usage": delta, **extra})
         return result
 
+    def _enter_callee(self, request: ToolCallRequest) -> Token[RunContext | None] | None:
+        """Set :data:`CALL_CONTEXT` for a tool that runs an agent (capability ``agent``, local or
+        remote: the only tools that read it); None for any other tool, which runs without it."""
+        if _capability(request) != "agent":
+            return None
+        return CALL_CONTEXT.set(self._callee_context(request))
+
     def _callee_context(self, request: ToolCallRequest) -> RunContext:
         """What an agent called by this tool gets: depth + 1 and at most what this task and conversation have left."""
         context = context_of(request.runtime)
@@ -423,11 +430,12 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         if runnable is None:
             assert refused is not None
             return Command(update={"messages": [refused], **extra})
-        token = CALL_CONTEXT.set(self._callee_context(runnable))
+        token = self._enter_callee(runnable)
         try:
             result = handler(runnable)
         finally:
-            CALL_CONTEXT.reset(token)
+            if token is not None:
+                CALL_CONTEXT.reset(token)
         return self._finish(runnable, result, extra)
 
     async def awrap_tool_call(
@@ -441,11 +449,12 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
             assert refused is not None
             return Command(update={"messages": [refused], **extra})
         await self._fenced(runnable)
-        token = CALL_CONTEXT.set(self._callee_context(runnable))
+        token = self._enter_callee(runnable)
         try:
             result = await handler(runnable)
         finally:
-            CALL_CONTEXT.reset(token)
+            if token is not None:
+                CALL_CONTEXT.reset(token)
         return await self._audited(lambda: self._finish(runnable, result, extra))
 
     async def _fenced(self, request: ToolCallRequest) -> None:
@@ -486,10 +495,16 @@ def _spec_name(request: ToolCallRequest) -> str:
     return str(request.tool_call["name"])
 
 
+def _capability(request: ToolCallRequest) -> str:
+    """What the requested tool touches, as its builder declared (a tool that declares nothing is ``python``)."""
+    tool = request.tool
+    return str(((tool.metadata or {}) if tool is not None else {}).get("capability", "python"))
+
+
 def _tool_call(request: ToolCallRequest) -> ToolCall:
     tool = request.tool
     meta = (tool.metadata or {}) if tool is not None else {}
-    capability = str(meta.get("capability", "python"))
+    capability = _capability(request)
     args = request.tool_call.get("args") or {}
     hints = meta.get("annotations")
     annotations: dict[str, Any] = hints if isinstance(hints, dict) else {}
