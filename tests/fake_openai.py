@@ -3,7 +3,8 @@ trap that proves nothing connects to a port any more.
 
 :class:`FakeOpenAI` streams chat completions the way OpenAI does: asked with tools and a
 user message last, it calls the first tool with ``tool_args``; once a tool answered, it
-replies ``The tool said: <result>``. Every request body is kept in ``requests``.
+replies ``The tool said: <result>``; asked without tools, it says ``says`` when given (a judge's
+verdict, say), else echoes the message. Every request body is kept in ``requests``.
 """
 
 from __future__ import annotations
@@ -43,9 +44,14 @@ class FakeOpenAI:
     the first requests wait before their answer starts, one each (a model call still in flight)."""
 
     def __init__(
-        self, tool_args: dict[str, Any] | None = None, port: int | None = None, stalls: Sequence[float] = ()
+        self,
+        tool_args: dict[str, Any] | None = None,
+        port: int | None = None,
+        stalls: Sequence[float] = (),
+        says: str | None = None,
     ) -> None:
         self.tool_args = tool_args or {}
+        self.says = says
         self.stalls = list(stalls)
         self.port = port or free_port()
         self.requests: list[dict[str, Any]] = []
@@ -93,7 +99,8 @@ class FakeOpenAI:
                 yield _chunk({}, "tool_calls")
             else:
                 said = last["content"] if last["role"] == "tool" else f"you said {last['content']}"
-                for word in f"The tool said: {said}".split(" "):
+                text = self.says if self.says is not None and not tools else f"The tool said: {said}"
+                for word in text.split(" "):
                     yield _chunk({"content": word + " "})
                 yield _chunk({}, "stop")
             tail = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "fake-model"}

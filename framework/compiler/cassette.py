@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.language_models.chat_models import agenerate_from_stream, generate_from_stream
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
@@ -303,6 +304,14 @@ class _Recording(BaseChatModel):
     def _llm_type(self) -> str:
         return f"recording-{self.inner._llm_type}"
 
+    @property
+    def _streams(self) -> bool:
+        """Whether the provider's model is set to stream (``build_model`` sets it): it is then called
+        through its streaming API even when nobody follows the tokens (a judge's verdict, a blocking
+        request), as it would be unrecorded; its own ``_generate`` would ask for a stream and
+        refuse the stream it got back."""
+        return bool(getattr(self.inner, "streaming", False))
+
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
         bound = self.inner.bind_tools(tools, **kwargs)
         if isinstance(bound, RunnableBinding) and isinstance(bound.bound, BaseChatModel):
@@ -320,6 +329,8 @@ class _Recording(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        if self._streams:
+            return generate_from_stream(self._stream(messages, stop, run_manager, **kwargs))
         result = self.inner._generate(messages, stop, None, **self.call_kwargs, **kwargs)
         self._keep(messages, result.generations[0].message)
         return result
@@ -331,6 +342,8 @@ class _Recording(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        if self._streams:
+            return await agenerate_from_stream(self._astream(messages, stop, run_manager, **kwargs))
         result = await self.inner._agenerate(messages, stop, None, **self.call_kwargs, **kwargs)
         self._keep(messages, result.generations[0].message)
         return result

@@ -87,6 +87,35 @@ def test_record_then_replay_with_no_network(make_project: ProjectFactory) -> Non
         assert trap.connections == 0
 
 
+def test_a_provider_judge_is_recorded_then_replayed(make_project: ProjectFactory) -> None:
+    verdict = '{"pass": true, "reason": "it quotes the notes"}'
+    with FakeOpenAI({"path": "notes.txt"}, says=verdict) as server:
+        root = _project(make_project, server.url)
+        (root / "ca.yaml").write_text(
+            "evals:\n"
+            "  judge:\n"
+            "    provider: openai\n"
+            "    name: fake-judge\n"
+            f"    base_url: {server.url}\n"
+            "    api_key_env: FAKE_PROVIDER_KEY\n"
+            "    params: {max_retries: 0, timeout: 5}\n"
+        )
+        evals = root / "evals" / "notes.yaml"
+        evals.write_text(evals.read_text() + '      judged: ["the answer says what the notes say"]\n')
+        recorded = run_ca("test", "--record", cwd=root, env={"FAKE_PROVIDER_KEY": "sk-live-key-0123456789"})
+        assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+        assert len(server.requests) == 3
+        assert server.requests[2]["model"] == "fake-judge" and server.requests[2]["stream"]
+    text = (root / "evals" / "cassettes" / "notes" / "reads-notes.yaml").read_text()
+    assert "agent: ca-test-judge" in text and "it quotes the notes" in text
+
+    with ConnectionTrap(server.port) as trap:
+        replayed = run_ca("test", "--json", cwd=root, env={"FAKE_PROVIDER_KEY": ""})
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+        [case] = json.loads(replayed.stdout)["cases"]
+        assert case["passed"] and trap.connections == 0
+
+
 def test_update_re_records_only_the_failing_case(make_project: ProjectFactory) -> None:
     with FakeOpenAI({"path": "notes.txt"}) as server:
         root = _project(make_project, server.url)
