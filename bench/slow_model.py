@@ -125,7 +125,7 @@ async def one(http: Any, url: str, streaming: bool) -> tuple[float, str | None]:
                 async for line in response.content:
                     if line.startswith(b"data:"):
                         last = line
-            problem = None if b"TASK_STATE_COMPLETED" in last else f"last event {last[:200]!r}"
+            problem = None if b"TASK_STATE_COMPLETED" in last else f"last event {last[:200]!r}" + (os.environ.get("SLOW_FULL") and repr(last[-600:]) or "")
     except Exception as exc:  # a bench reports every failure and goes on
         problem = f"{type(exc).__name__}: {exc}"
     return time.perf_counter() - start, problem

@@ -445,6 +445,8 @@ class Runner:
         package = type(exc).__module__.split(".")[0]
         if package not in _PROVIDER_PACKAGES:
             return RunError(text, data={"exception": type(exc).__name__})
+        if (cause := _root_cause(exc)) is not None:
+            text = f"{text} ({cause})"
         spec = self.bundle.project.agents.get(agent)
         model = getattr(spec, "model", None) or self.bundle.project.config.defaults.model
         data: dict[str, Any] = {"agent": agent, "exception": type(exc).__name__}
@@ -455,6 +457,24 @@ class Runner:
             data["server"] = model.base_url
         where = f" at {model.base_url}" if model.base_url else ""
         return ProviderError(f"model call failed for agent {agent!r} ({model.label()}{where}): {text}", data=data)
+
+
+def _root_cause(exc: BaseException) -> str | None:
+    """What lies under a provider's error, when it says more: the SDKs answer every network failure
+    "Connection error." and keep the reason (refused, unknown host, reset) in the exceptions it
+    was raised from. The deepest of those whose text is not already said, on one line and at most
+    300 characters; None when none is."""
+    said = str(exc)
+    found: str | None = None
+    seen = {id(exc)}
+    current = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    while current is not None and id(current) not in seen and len(seen) < 10:
+        seen.add(id(current))
+        text = " ".join(str(current).split())
+        if text and text not in said:
+            found = text if len(text) <= 300 else text[:299] + "…"
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return found
 
 
 def _message(graph: Any, values: Mapping[str, Any], text: str, context: RunContext) -> dict[str, Any]:

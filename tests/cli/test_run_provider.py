@@ -129,13 +129,17 @@ def test_openai_compatible_server_streams_through_ca_run(
     assert "Unclosed" not in result.stderr  # the model's aiohttp session and connector were closed
 
 
-@pytest.mark.parametrize("answer", [b"", b"HELLO THERE\r\n\r\n"], ids=["drops", "answers-no-http"])
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [(b"", "(Server disconnected)"), (b"HELLO THERE\r\n\r\n", "(400, message: Bad status line: ")],
+    ids=["drops", "answers-no-http"],
+)
 def test_a_model_server_that_breaks_the_exchange_is_a_connection_error(
-    make_project: ProjectFactory, answer: bytes
+    make_project: ProjectFactory, answer: bytes, reason: str
 ) -> None:
     """A server that reads the request and closes the connection without an answer, or answers
     something that is not HTTP: the user is told the connection failed, as with the SDK's default
-    client, not that the server was slow (nor an HTTP status that nobody sent)."""
+    client, and how, not that the server was slow (nor an HTTP status that nobody sent)."""
     listener = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
@@ -152,7 +156,7 @@ def test_a_model_server_that_breaks_the_exchange_is_a_connection_error(
         result = run_ca("run", "remote", "hi", cwd=root, env={"FAKE_PROVIDER_KEY": "sk-test"})
     assert result.returncode == 1
     assert "(openai:fake-model at http://127.0.0.1:" in result.stderr
-    assert "ConnectionError: Connection error." in result.stderr
+    assert "ConnectionError: Connection error. " + reason in result.stderr, result.stderr  # what broke, said
     assert "timed out" not in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -267,7 +271,7 @@ def test_unreachable_model_server_is_one_clear_error(make_project: ProjectFactor
     assert time.monotonic() - started < 30
     assert result.returncode == 1
     assert f"model call failed for agent 'remote' (openai:fake-model at {url}): " in result.stderr
-    assert "ConnectionError: Connection error." in result.stderr
+    assert "ConnectionError: Connection error. ([Errno 111] Connect call failed" in result.stderr  # refused, said so
     assert "Traceback" not in result.stderr
     assert "sk-test" not in result.stderr
 
