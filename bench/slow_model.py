@@ -125,10 +125,20 @@ async def one(http: Any, url: str, streaming: bool) -> tuple[float, str | None]:
                 async for line in response.content:
                     if line.startswith(b"data:"):
                         last = line
-            problem = None if b"TASK_STATE_COMPLETED" in last else f"last event {last[:200]!r}" + (os.environ.get("SLOW_FULL") and repr(last[-600:]) or "")
+            problem = None if b"TASK_STATE_COMPLETED" in last else f"last event: {_said(last)}"
     except Exception as exc:  # a bench reports every failure and goes on
         problem = f"{type(exc).__name__}: {exc}"
     return time.perf_counter() - start, problem
+
+
+def _said(event: bytes) -> str:
+    """A stream's last event, shortly: its state and the first text of its message (a failure's reason)."""
+    try:
+        status = json.loads(event.removeprefix(b"data:"))["result"]["statusUpdate"]["status"]
+        text = next((p["text"] for p in status.get("message", {}).get("parts", []) if "text" in p), "")
+        return f"{status['state']}: {text[:300]}"
+    except (ValueError, KeyError, TypeError):
+        return repr(event[:300])
 
 
 async def load(url: str, tasks: int, streaming: bool, pid: int) -> dict[str, Any]:
