@@ -462,18 +462,19 @@ class Runner:
 def _root_cause(exc: BaseException) -> str | None:
     """What lies under a provider's error, when it says more: the SDKs answer every network failure
     "Connection error." and keep the reason (refused, unknown host, reset) in the exceptions it
-    was raised from. The deepest of those whose text is not already said, on one line and at most
-    300 characters; None when none is."""
+    was raised ``from``. The deepest of those whose text is not already said, on one line and at
+    most 300 characters; None when none is. Only explicit causes are followed: an exception that
+    was merely being handled meanwhile says nothing about this one."""
     said = str(exc)
     found: str | None = None
     seen = {id(exc)}
-    current = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    current = exc.__cause__
     while current is not None and id(current) not in seen and len(seen) < 10:
         seen.add(id(current))
         text = " ".join(str(current).split())
         if text and text not in said:
             found = text if len(text) <= 300 else text[:299] + "…"
-        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+        current = current.__cause__
     return found
 
 
