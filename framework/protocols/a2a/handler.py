@@ -129,11 +129,16 @@ class ServingRequestHandler(RelayingRequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
         await self._after_direct(params)
-        earlier = await self._claim(params, context) if self._agent_card.capabilities.streaming else None
+        streams = self._agent_card.capabilities.streaming
+        earlier = await self._claim(params, context) if streams else None
         if earlier is None:
             try:
                 with self._new(context):
-                    async for event in super().on_message_send_stream(params, context):
+                    if streams and not params.message.task_id and self._runs_directly(params):
+                        events = self._stream_direct(params, context)
+                    else:
+                        events = super().on_message_send_stream(params, context)
+                    async for event in events:
                         yield event
             except A2AError:
                 await self._release_refused(context)
@@ -163,13 +168,24 @@ class ServingRequestHandler(RelayingRequestHandler):
 
     async def _run_direct(self, params: SendMessageRequest, context: ServerCallContext) -> Message | Task:
         """A new task's blocking message, run without a2a-sdk's active task (:mod:`.direct`)."""
+        answer = await (await self._direct(params, context)).answer()
+        return _with_history(answer, params) if isinstance(answer, Task) else answer
+
+    async def _stream_direct(self, params: SendMessageRequest, context: ServerCallContext) -> AsyncGenerator[Event]:
+        """A new task's streaming message, run without a2a-sdk's active task (:mod:`.direct`)."""
+        async for event in (await self._direct(params, context, streams=True)).events():
+            yield _with_history(event, params) if isinstance(event, Task) else event
+
+    async def _direct(
+        self, params: SendMessageRequest, context: ServerCallContext, *, streams: bool = False
+    ) -> DirectRun:
+        """The run of a new task's message, checked as a2a-sdk checks it (its id is the claimed one)."""
         validate_proto_required_fields(params)
         validate_history_length(params.configuration)
         request = await self._request_context_builder.build(
             params=params, task_id=None, context_id=params.message.context_id or None, task=None, context=context
         )
-        answer = await DirectRun(self.agent_executor, self.agent_rows, request, self.direct).answer()
-        return _with_history(answer, params) if isinstance(answer, Task) else answer
+        return DirectRun(self.agent_executor, self.agent_rows, request, self.direct, streams=streams)
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
         run = self.direct.get(params.id)

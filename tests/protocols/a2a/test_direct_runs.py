@@ -1,5 +1,6 @@
-"""A blocking SendMessage that starts a task runs without a2a-sdk's active task (framework.protocols.a2a.direct):
-what a2a-sdk gives every other run — cancel, subscribe, a client that goes away, a failing executor — holds for it."""
+"""A SendMessage or SendStreamingMessage that starts a task runs without a2a-sdk's active task
+(framework.protocols.a2a.direct): what a2a-sdk gives every other run — cancel, subscribe, a client that goes
+away, a failing executor — holds for it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
@@ -78,6 +79,12 @@ async def blocking_send(client: Client, message: Message) -> Task:
     [response] = [r async for r in client.send_message(request)]
     assert response.HasField("task"), response
     return response.task
+
+
+async def streamed(client: Client, message: Message) -> AsyncIterator[StreamResponse]:
+    """The events of a SendStreamingMessage (``client`` made with streaming=True)."""
+    async for response in client.send_message(SendMessageRequest(message=message)):
+        yield response
 
 
 async def napping(client: Client, context_id: str) -> Task:
@@ -296,3 +303,115 @@ def test_a_cancel_that_comes_as_the_run_ends_leaves_the_task_completed() -> None
     assert canceled.status.state == TaskState.TASK_STATE_COMPLETED
     assert isinstance(answered, Task) and answered.status.state == TaskState.TASK_STATE_COMPLETED
     assert stored is not None and stored.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+def states(events: list[StreamResponse]) -> list[str]:
+    """What each event of a stream is: the task's state, a status update's, or "artifact"."""
+    said = []
+    for event in events:
+        if event.HasField("task"):
+            said.append(TaskState.Name(event.task.status.state))
+        elif event.HasField("status_update"):
+            said.append(TaskState.Name(event.status_update.status.state))
+        else:
+            said.append(event.WhichOneof("payload") or "?")
+    return said
+
+
+@pytest.mark.e2e
+def test_a_streaming_send_and_a_second_subscriber_both_follow_it_to_its_end(server: ServerProcess) -> None:
+    async def main() -> tuple[list[StreamResponse], list[StreamResponse], Task]:
+        async with (
+            a2a_client(server.url, "dozer", streaming=True) as sender,
+            a2a_client(server.url, "dozer", streaming=True) as watcher,
+        ):
+            events: list[StreamResponse] = []
+            async for event in streamed(sender, user_message("doze", uuid.uuid4().hex)):
+                events.append(event)
+                if len(events) == 1:  # it has told the task's id: another client follows it
+                    task_id = event.task.id
+                    watching = asyncio.create_task(_subscribed(watcher, task_id))
+            return events, await asyncio.wait_for(watching, 20), await sender.get_task(GetTaskRequest(id=task_id))
+
+    events, watched, stored = asyncio.run(main())
+    said = states(events)
+    assert said[0] == "TASK_STATE_SUBMITTED" and events[0].task.history[0].parts[0].text == "doze", said
+    assert "TASK_STATE_WORKING" in said and said[-1] == "TASK_STATE_COMPLETED", said
+    assert "artifact_update" in said, f"the reply was not streamed: {said}"
+    assert states(watched)[-1] == "TASK_STATE_COMPLETED", states(watched)
+    assert stored.status.state == TaskState.TASK_STATE_COMPLETED
+    assert [get_artifact_text(a) for a in stored.artifacts] == ["awake again"]
+
+
+async def _subscribed(client: Client, task_id: str) -> list[StreamResponse]:
+    return [e async for e in client.subscribe(SubscribeToTaskRequest(id=task_id))]
+
+
+@pytest.mark.e2e
+def test_a_streaming_send_whose_client_went_away_runs_to_its_end(server: ServerProcess) -> None:
+    async def main() -> Task:
+        async with a2a_client(server.url, "dozer", streaming=True) as client:
+            async for event in streamed(client, user_message("doze", uuid.uuid4().hex)):
+                task_id = event.task.id
+                break  # the client stops reading after the first event, and its stream is closed
+            deadline = time.monotonic() + 20
+            while (task := await client.get_task(GetTaskRequest(id=task_id))).status.state not in (
+                TaskState.TASK_STATE_COMPLETED,
+                TaskState.TASK_STATE_FAILED,
+            ):
+                assert time.monotonic() < deadline, task
+                await asyncio.sleep(0.1)
+            return task
+
+    done = asyncio.run(main())
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert [get_artifact_text(a) for a in done.artifacts] == ["awake again"]
+
+
+@pytest.mark.e2e
+def test_cancel_task_stops_a_streaming_send_and_its_stream_ends_canceled(server: ServerProcess) -> None:
+    (server.root / "nap-interrupted").unlink(missing_ok=True)
+
+    async def main() -> tuple[list[StreamResponse], Task, float]:
+        async with (
+            a2a_client(server.url, "napper", streaming=True) as sender,
+            a2a_client(server.url, "napper") as canceler,
+        ):
+            context = uuid.uuid4().hex
+            events: list[StreamResponse] = []
+
+            async def read() -> None:
+                async for event in streamed(sender, user_message("nap", context)):
+                    events.append(event)
+
+            reading = asyncio.create_task(read())
+            started = await napping(canceler, context)
+            t0 = time.monotonic()
+            canceled = await canceler.cancel_task(CancelTaskRequest(id=started.id))
+            await asyncio.wait_for(reading, 10)
+            return events, canceled, time.monotonic() - t0
+
+    events, canceled, elapsed = asyncio.run(main())
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    assert states(events)[-1] == "TASK_STATE_CANCELED", states(events)
+    assert elapsed < 5, f"the 20 s nap was not stopped: the stream ended {elapsed:.1f} s after the cancel"
+    assert (server.root / "nap-interrupted").exists(), "the tool was not stopped: the graph still runs"
+    assert recorded_state(server, canceled.id) == "canceled"
+
+
+def test_a_streamed_executor_that_raises_sends_its_events_then_the_error_and_its_task_fails() -> None:
+    async def main() -> tuple[list[object], Task | None]:
+        rows = InMemoryTaskStore()
+        call = ServerCallContext()
+        request = RequestContext(call_context=call, task_id="t-3", context_id="c-3")
+        runs: dict[str, DirectRun] = {}
+        seen: list[object] = []
+        with pytest.raises(RuntimeError, match="the executor broke"):
+            async for event in DirectRun(Breaks(), rows, request, runs, streams=True).events():
+                seen.append(event)
+        assert runs == {}, "an ended run is still listed for CancelTask"
+        return seen, await rows.get("t-3", call)
+
+    seen, stored = asyncio.run(main())
+    assert [type(e).__name__ for e in seen] == ["Task", "TaskStatusUpdateEvent"]
+    assert stored is not None and stored.status.state == TaskState.TASK_STATE_FAILED
