@@ -134,8 +134,8 @@ class DirectRun(EventQueue):
     def _ended(self, run: asyncio.Task[None]) -> None:
         self.runs.pop(self.task_id, None)
         self._tell(None)
-        if self.streams and not run.cancelled():
-            run.exception()  # read here too: a stream's client may have gone (_execute logged it, the task failed)
+        if not run.cancelled():
+            run.exception()  # read here too: its client may have gone (_execute logged it, the task failed)
 
     async def events(self) -> AsyncIterator[Event]:
         """Run the executor (``streams=True``), sending each event once it is applied and saved; the
@@ -209,8 +209,12 @@ class DirectRun(EventQueue):
                 await asyncio.wait([run])  # it recorded its end first: its run writes that end, as it was
                 raise
             except Exception:
-                # As a2a-sdk: the task fails, its run is stopped, and the caller gets the error.
+                # As a2a-sdk: the task fails (a stream ends with that status), its run is stopped,
+                # and the caller gets the error.
                 await self._fail()
+                status = self._current().status
+                if status.state == TaskState.TASK_STATE_FAILED:
+                    self._tell(TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id, status=status))
                 run.cancel()
                 raise
             run.cancel()

@@ -415,3 +415,48 @@ def test_a_streamed_executor_that_raises_sends_its_events_then_the_error_and_its
     seen, stored = asyncio.run(main())
     assert [type(e).__name__ for e in seen] == ["Task", "TaskStatusUpdateEvent"]
     assert stored is not None and stored.status.state == TaskState.TASK_STATE_FAILED
+
+
+class CancelBreaks(AgentExecutor):
+    """Works until canceled, and its cancel fails (its store cannot be written, say)."""
+
+    def __init__(self) -> None:
+        self.working = asyncio.Event()
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id, context_id = context.task_id or "", context.context_id or ""
+        await event_queue.enqueue_event(
+            Task(id=task_id, context_id=context_id, status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED))
+        )
+        await TaskUpdater(event_queue, task_id, context_id).start_work()
+        self.working.set()
+        await asyncio.sleep(30)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        raise RuntimeError("the cancel broke")
+
+
+def test_a_stream_whose_cancel_fails_ends_with_its_task_failed() -> None:
+    async def main() -> tuple[list[TaskState], Task | None]:
+        rows = InMemoryTaskStore()
+        call = ServerCallContext()
+        executor = CancelBreaks()
+        run = DirectRun(
+            executor, rows, RequestContext(call_context=call, task_id="t-4", context_id="c-4"), {}, streams=True
+        )
+        seen: list[TaskState] = []
+
+        async def read() -> None:
+            async for event in run.events():
+                seen.append(event.status.state)  # type: ignore[union-attr]
+
+        reading = asyncio.create_task(read())
+        await executor.working.wait()
+        with pytest.raises(RuntimeError, match="the cancel broke"):
+            await run.cancel(call)
+        await asyncio.wait_for(reading, 5)
+        return seen, await rows.get("t-4", call)
+
+    seen, stored = asyncio.run(main())
+    assert seen[-1] == TaskState.TASK_STATE_FAILED, f"the stream ended without the task's end: {seen}"
+    assert stored is not None and stored.status.state == TaskState.TASK_STATE_FAILED
