@@ -181,15 +181,20 @@ def test_another_client_follows_a_blocking_send_to_its_end(server: ServerProcess
     assert get_artifact_text(artifact) == "awake again"
 
 
+async def announced(context: RequestContext, event_queue: EventQueue) -> TaskUpdater:
+    """Announce the request's task (submitted); its updater."""
+    task_id, context_id = context.task_id or "", context.context_id or ""
+    await event_queue.enqueue_event(
+        Task(id=task_id, context_id=context_id, status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED))
+    )
+    return TaskUpdater(event_queue, task_id, context_id)
+
+
 class Breaks(AgentExecutor):
     """Announces its task, then fails in a way no one handled (a bug in an executor)."""
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        task_id, context_id = context.task_id or "", context.context_id or ""
-        await event_queue.enqueue_event(
-            Task(id=task_id, context_id=context_id, status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED))
-        )
-        await TaskUpdater(event_queue, task_id, context_id).start_work()
+        await (await announced(context, event_queue)).start_work()
         raise RuntimeError("the executor broke")
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -275,11 +280,7 @@ class EndsThenLingers(AgentExecutor):
         self.release = asyncio.Event()
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        task_id, context_id = context.task_id or "", context.context_id or ""
-        await event_queue.enqueue_event(
-            Task(id=task_id, context_id=context_id, status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED))
-        )
-        await TaskUpdater(event_queue, task_id, context_id).complete()
+        await (await announced(context, event_queue)).complete()
         self.done.set()
         await self.release.wait()
 
@@ -424,11 +425,7 @@ class CancelBreaks(AgentExecutor):
         self.working = asyncio.Event()
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        task_id, context_id = context.task_id or "", context.context_id or ""
-        await event_queue.enqueue_event(
-            Task(id=task_id, context_id=context_id, status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED))
-        )
-        await TaskUpdater(event_queue, task_id, context_id).start_work()
+        await (await announced(context, event_queue)).start_work()
         self.working.set()
         await asyncio.sleep(30)
 
