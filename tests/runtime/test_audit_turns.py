@@ -98,7 +98,8 @@ def test_a_model_turn_that_asks_for_a_tool_commits_with_that_tools_call(
     root = peeker(make_project, tmp_path)
     statements: list[str] = []
     run(root, "look\n@tool peek {}", statements=statements)
-    assert transactions(statements) == [["model.call", "tool.call"], ["tool.result"], ["model.call"]]
+    # the tool's result and the answer's turn go with the task's end
+    assert transactions(statements) == [["model.call", "tool.call"], ["tool.result", "model.call"]]
 
 
 def test_side_by_side_calls_of_one_turn_each_find_the_turn_on_disk_before_they_run(
