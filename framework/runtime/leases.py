@@ -46,8 +46,16 @@ RUNNING = ("submitted", "working")
 
 
 def this_process() -> tuple[int, str]:
-    """The pid and host a task run by this process records as its owner."""
-    return os.getpid(), socket.gethostname()
+    """The pid and host a task run by this process records as its owner: the host as it was named
+    when the process first asked (one name for all its rows; a fork asks again)."""
+    global _ME
+    pid = os.getpid()
+    if _ME is None or _ME[0] != pid:
+        _ME = (pid, socket.gethostname())
+    return _ME
+
+
+_ME: tuple[int, str] | None = None
 
 
 def process_alive(pid: int) -> bool:

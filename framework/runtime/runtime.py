@@ -402,7 +402,7 @@ class Runtime:
 
     async def _failed_before_run(self, task: Task, failure: Failure) -> RunFinished:
         """End ``task`` failed before its run started (recorded, audited); the event that says so."""
-        await self.tasks.aupdate(task.id, state="failed", error=failure.message, pending=(), failure=failure)
+        await self.tasks.aset(task.id, state="failed", error=failure.message, pending=(), failure=failure)
         await self._audit_task(task, "failed", error=failure.message, code=failure.code)
         usage = Usage(**{k: int(v) for k, v in task.usage.items() if k in _USAGE_FIELDS})
         return dataclasses.replace(RunFinished.failed(failure, usage), task_id=task.id)
@@ -552,15 +552,15 @@ class Runtime:
         usage = dataclasses.asdict(event.usage)
         if event.state == "input-required":
             pending = tuple(pending_of(self.bundle.project, task.agent, p) for p in pauses)
-            await self.tasks.aupdate(task.id, state="input-required", pending=pending, usage=usage)
+            await self.tasks.aset(task.id, state="input-required", pending=pending, usage=usage)
             tracing = telemetry.tracing()
             traced = {"traceparent": tracing.traceparent(task.id)} if tracing is not None else {}
             await self._audit_task(task, "input-required", waiting=[p.pause.kind for p in pauses], **traced)
         elif event.state == "completed":
-            await self.tasks.aupdate(task.id, state="completed", output=event.output, pending=(), usage=usage)
+            await self.tasks.aset(task.id, state="completed", output=event.output, pending=(), usage=usage)
             await self._audit_task(task, "completed", stop_reason=event.stop_reason, usage=usage)
         else:
-            await self.tasks.aupdate(
+            await self.tasks.aset(
                 task.id, state=event.state, error=event.error, pending=(), usage=usage, failure=event.failure
             )
             code = event.failure.code if event.failure is not None else None

@@ -3,6 +3,7 @@ or, when ``store.url`` is PostgreSQL, in LangGraph's Postgres saver (:mod:`frame
 
 from __future__ import annotations
 
+import inspect
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -123,6 +124,11 @@ class LoopSqliteSaver(SqliteSaver):
 
     async def aget_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, Any]:
         return await self._free(lambda: self.get_delta_channel_history(config=config, channels=channels))
+
+
+# LangGraph asks inspect.signature whether ``aput_writes`` takes ``task_path`` at the start of every
+# run; inspect reads ``__signature__`` first, so it is worked out once, here.
+LoopSqliteSaver.aput_writes.__signature__ = inspect.signature(LoopSqliteSaver.aput_writes)  # type: ignore[attr-defined]
 
 
 def _rebuilt(item: Any, mask: Callable[[Any], Any]) -> Any:

@@ -235,6 +235,25 @@ class TaskStore:
         updated = (await self.db.aexecute(sql + _RETURNING, values)).records()
         return row_to_task(updated[0]) if updated else await self.aget(task_id)
 
+    async def aset(
+        self,
+        task_id: str,
+        *,
+        state: TaskState,
+        output: str | None = None,
+        error: str | None = None,
+        pending: tuple[Pending, ...] | None = None,
+        usage: dict[str, Any] | None = None,
+        failure: Failure | None = None,
+    ) -> None:
+        """:meth:`aupdate` for a caller that does not need the task back (its end): RunError, as there,
+        when there is no such task."""
+        sql, values = self._updating(
+            task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
+        )
+        if (await self.db.aexecute(sql, values)).rowcount == 0:
+            await self.aget(task_id)
+
     async def aend(self, task_id: str, *, state: TaskState, error: str | None = None) -> bool:
         """Move a task that is not final yet to ``state`` (pending decisions dropped), as one
         compare-and-set: of an ending and a decision or another ending at the same moment, one wins.

@@ -181,7 +181,7 @@ class ChildTasks:
         tracing = telemetry.tracing()
         if tracing is not None and context.task_id:
             tracing.alias(task.id, context.task_id)
-        await self.tasks.aupdate(task.id, state="working")
+        await self.tasks.aset(task.id, state="working")
         self.tasks.calls.add(task.id)
         await self._record(task.id, context, agent, "working")
         return dataclasses.replace(context, task_id=task.id)

@@ -243,7 +243,7 @@ def test_a_cancel_that_comes_as_the_run_writes_its_end_leaves_the_end_standing(m
         async with AsyncExitStack() as stack:
             runtime = await Runtime.open(load_project(root), stack=stack)
             stopped: list[bool] = []
-            write = runtime.tasks.aupdate
+            write = runtime.tasks.aset
 
             async def ending(task_id: str, **fields: Any) -> Any:
                 if fields.get("state") == "completed":  # the end's first write: a stop comes now
@@ -251,7 +251,7 @@ def test_a_cancel_that_comes_as_the_run_writes_its_end_leaves_the_end_standing(m
                     await asyncio.sleep(0)
                 return await write(task_id, **fields)
 
-            runtime.tasks.aupdate = ending  # type: ignore[method-assign]
+            runtime.tasks.aset = ending  # type: ignore[method-assign]
             seen = [event async for event in runtime.send("echo", "hi", conversation="c1", task_id="t-end")]
             await asyncio.sleep(0.01)  # anything pending of a stop would land now
             record = await runtime.tasks.aget("t-end")

@@ -82,7 +82,7 @@ def test_a_cancel_of_a_direct_run_that_recorded_its_end_leaves_that_end_in_its_r
             )
             direct = DirectRun(CleverAgentExecutor(runtime, "echo", rows), rows, request, {})
             cancels: list[asyncio.Task[Task]] = []
-            update = runtime.tasks.aupdate
+            update = runtime.tasks.aset
 
             async def recorded(task_id: str, **fields: Any) -> Any:
                 written = await update(task_id, **fields)
@@ -91,7 +91,7 @@ def test_a_cancel_of_a_direct_run_that_recorded_its_end_leaves_that_end_in_its_r
                     await asyncio.sleep(0.05)  # the cancel runs now, while the run has sent nothing of its end
                 return written
 
-            runtime.tasks.aupdate = recorded  # type: ignore[method-assign]
+            runtime.tasks.aset = recorded  # type: ignore[method-assign]
             answer = await direct.answer()
             assert isinstance(answer, Task), answer
             assert answer.status.state == TaskState.TASK_STATE_COMPLETED, answer

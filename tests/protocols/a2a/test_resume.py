@@ -287,7 +287,7 @@ from framework.runtime.tasks import TaskStore
 from framework.spec import load_project
 
 state, agent = sys.argv[1:]
-update = TaskStore.aupdate
+update = TaskStore.aset  # the record's end (a pause or an answer)
 
 
 async def dies(self, task_id, **fields):
@@ -297,7 +297,7 @@ async def dies(self, task_id, **fields):
 
 
 async def main():
-    TaskStore.aupdate = dies
+    TaskStore.aset = dies
     async with AsyncExitStack() as stack:
         runtime = await Runtime.open(load_project(Path.cwd()), source="a2a-http", stack=stack)
         async for event in runtime.send(agent, "go", conversation="c1", task_id="t1"):
