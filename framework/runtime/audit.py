@@ -264,8 +264,7 @@ class AuditLog:
 
         For records whose next step stays in this process and appends a record of its own before
         it has consequences (a model turn that asks for tools: the first call's ``tool.call`` or
-        denial, the pause's or the end's ``task.state``; a tool's result: the next model turn's,
-        then that turn's), so that they cost one transaction. No
+        denial, the pause's or the end's ``task.state``), so that both cost one transaction. No
         caller waits for them or can cancel them: their transaction failing (another process held
         the lock past the lock timeout) or the loop closing under it holds them again, ahead of
         what is held since, with a warning; any other failure is logged. A crash of the process

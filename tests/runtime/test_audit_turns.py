@@ -98,8 +98,7 @@ def test_a_model_turn_that_asks_for_a_tool_commits_with_that_tools_call(
     root = peeker(make_project, tmp_path)
     statements: list[str] = []
     run(root, "look\n@tool peek {}", statements=statements)
-    # the tool's result and the answer's turn go with the task's end
-    assert transactions(statements) == [["model.call", "tool.call"], ["tool.result", "model.call"]]
+    assert transactions(statements) == [["model.call", "tool.call"], ["tool.result"], ["model.call"]]
 
 
 def test_side_by_side_calls_of_one_turn_each_find_the_turn_on_disk_before_they_run(
@@ -253,3 +252,23 @@ def test_a_callee_canceled_after_its_model_asked_for_a_tool_has_that_turn_before
     assert ("model.call", None) in helper
     ended = next(i for i, (kind, state) in enumerate(helper) if kind == "task.state" and state in FINAL)
     assert helper.index(("model.call", None)) < ended
+
+
+def test_a_tools_result_is_on_disk_before_any_client_is_shown_it(make_project: ProjectFactory, tmp_path: Path) -> None:
+    """The result goes out (streamed, stored with the task) the moment the run reports it: its
+    ``tool.result`` record must be on disk by then, not held for the next record."""
+    root = peeker(make_project, tmp_path)
+    on_disk: list[list[str]] = []
+
+    async def go() -> None:
+        async with AsyncExitStack() as stack:
+            rt = await Runtime.open(load_project(root), stack=stack)
+            async for event in rt.send("peeker", "look\n@tool peek {}", conversation="c1"):
+                if isinstance(event, ToolCallFinished):
+                    with sqlite3.connect(tmp_path / ".ca" / "audit.db") as conn:
+                        on_disk.append(
+                            governed([kind for (kind,) in conn.execute("SELECT kind FROM audit ORDER BY seq")])
+                        )
+
+    asyncio.run(go())
+    assert on_disk == [["model.call", "tool.call", "tool.result"]]

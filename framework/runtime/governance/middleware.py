@@ -455,9 +455,7 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         finally:
             if token is not None:
                 CALL_CONTEXT.reset(token)
-        # Held: its consequences are what the model makes of the result, which the next model turn's
-        # records (held too) and that turn's next call or the task's end take to disk first.
-        return await self._audited(lambda: self._finish(runnable, result, extra), hold=True)
+        return await self._audited(lambda: self._finish(runnable, result, extra))
 
     async def _fenced(self, request: ToolCallRequest) -> None:
         """Raise TaskTakenOver, the tool not run, when another process took this run's task over: its
