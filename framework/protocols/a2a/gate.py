@@ -14,6 +14,10 @@ reaches a2a-sdk, the platform methods or the stores:
   (``{"error": {"code", "status", "message", "details"}}``, as a2a-sdk's REST errors are); a
   call without ``A2A-Version`` is taken as 1.0, the version of the card's HTTP+JSON interface.
 
+A message that passes (JSON-RPC ``SendMessage``, ``SendStreamingMessage`` and their 0.3 names; REST
+``message:send``, ``message:stream``) then waits for its place in the server's intake
+(:mod:`framework.protocols.a2a.intake`): a burst of messages starts in the order it came.
+
 Every refusal is logged on one line (logger ``framework.protocols.a2a.gate``), never with a traceback.
 """
 
@@ -22,11 +26,13 @@ from __future__ import annotations
 import json
 import logging
 import re
+from contextlib import nullcontext
 from typing import Any
 
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from framework.protocols.a2a.intake import MESSAGE_METHODS, MESSAGE_PATHS, Intake
 from framework.protocols.jsonrpc import Code, JsonRpcError, Request, answer_id, error, parse_request, read_message
 from framework.protocols.jsontext import JsonTextError, decode, unrepresentable
 
@@ -68,9 +74,10 @@ def rest_error(status: int, grpc_status: str, reason: str, message: str) -> dict
 class RequestGate:
     """ASGI middleware: the size limit and the parse gate (see the module's docstring)."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, max_bytes: int, intake: Intake | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.intake = Intake() if intake is None else intake
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -141,11 +148,12 @@ class RequestGate:
                 return
             await self._refuse(scope, send, answer_id(obj), exc)  # null when the id is what is invalid
             return
-        if request.notification:
-            await self.app(scope, _replay(raw, receive), _discard)
-            await _no_content(send)
-            return
-        await self.app(scope, _replay(raw, receive), send)
+        async with self.intake.place() if request.method in MESSAGE_METHODS else nullcontext():
+            if request.notification:
+                await self.app(scope, _replay(raw, receive), _discard)
+                await _no_content(send)
+                return
+            await self.app(scope, _replay(raw, receive), send)
 
     async def _refuse(self, scope: Scope, send: Send, request_id: str | int | None, exc: JsonRpcError) -> None:
         logger.warning("refused a JSON-RPC request on %s: %s %s", scope["path"], exc.code, exc.message)
@@ -157,7 +165,8 @@ class RequestGate:
         except JsonTextError as exc:
             problem = str(exc)
         if problem is None:
-            await self.app(scope, _replay(raw, receive), send)
+            async with self.intake.place() if scope["path"].endswith(MESSAGE_PATHS) else nullcontext():
+                await self.app(scope, _replay(raw, receive), send)
             return
         logger.warning("refused %s %s: %s", scope["method"], scope["path"], problem)
         await _json(send, 400, rest_error(400, "INVALID_ARGUMENT", "INVALID_REQUEST", problem))
