@@ -13,7 +13,7 @@ import json
 import uuid
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from framework.errors import Failure, RunError, TaskNotWaiting
 from framework.runtime.database import Database, SqliteDatabase
@@ -39,6 +39,16 @@ from framework.runtime.pauses import all_questions
 from framework.runtime.schema import connect
 from framework.runtime.store_locks import LOCK_TIMEOUT_S
 from framework.runtime.task_record import FINAL_STATES, Held, Pending, Task, TaskState, row_to_task
+
+
+class Changes(TypedDict, total=False):
+    """What an update of a task record may change besides its state (None, or left out: unchanged)."""
+
+    output: str | None
+    error: str | None
+    pending: tuple[Pending, ...] | None
+    usage: dict[str, Any] | None
+    failure: Failure | None
 
 
 class TaskStore:
@@ -168,22 +178,15 @@ class TaskStore:
         return task
 
     def _updating(
-        self,
-        task_id: str,
-        *,
-        state: TaskState,
-        output: str | None = None,
-        error: str | None = None,
-        pending: tuple[Pending, ...] | None = None,
-        usage: dict[str, Any] | None = None,
-        failure: Failure | None = None,
-        unless_final: bool = False,
+        self, task_id: str, *, state: TaskState, unless_final: bool = False, **changes: Unpack[Changes]
     ) -> Statement:
         sets = ["state = ?", "updated_at = ?"]
         values: list[Any] = [state, now().isoformat()]
         if state in RUNNING:  # whoever runs it owns it: a crash of this process leaves an orphan
             sets.append("owner_pid = ?, owner_host = ?, lease_until = ?")
             values.extend((*this_process(), lease_end(self.lease)))
+        output, error, pending = changes.get("output"), changes.get("error"), changes.get("pending")
+        usage, failure = changes.get("usage"), changes.get("failure")
         for column, value in (("output", output), ("error", error)):
             if value is not None:
                 sets.append(f"{column} = ?")
@@ -200,57 +203,21 @@ class TaskStore:
         where = "id = ?" + (f" AND state NOT IN {FINAL_STATES!r}" if unless_final else "")
         return f"UPDATE tasks SET {', '.join(sets)} WHERE {where}", (*values, task_id)  # noqa: S608
 
-    def update(
-        self,
-        task_id: str,
-        *,
-        state: TaskState,
-        output: str | None = None,
-        error: str | None = None,
-        pending: tuple[Pending, ...] | None = None,
-        usage: dict[str, Any] | None = None,
-        failure: Failure | None = None,
-    ) -> Task:
-        sql, values = self._updating(
-            task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
-        )
+    def update(self, task_id: str, *, state: TaskState, **changes: Unpack[Changes]) -> Task:
+        sql, values = self._updating(task_id, state=state, **changes)
         updated = self.db.execute(sql + _RETURNING, values).records()
         return row_to_task(updated[0]) if updated else self.get(task_id)
 
-    async def aupdate(
-        self,
-        task_id: str,
-        *,
-        state: TaskState,
-        output: str | None = None,
-        error: str | None = None,
-        pending: tuple[Pending, ...] | None = None,
-        usage: dict[str, Any] | None = None,
-        failure: Failure | None = None,
-    ) -> Task:
+    async def aupdate(self, task_id: str, *, state: TaskState, **changes: Unpack[Changes]) -> Task:
         """:meth:`update`, waiting with the event loop running."""
-        sql, values = self._updating(
-            task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
-        )
+        sql, values = self._updating(task_id, state=state, **changes)
         updated = (await self.db.aexecute(sql + _RETURNING, values)).records()
         return row_to_task(updated[0]) if updated else await self.aget(task_id)
 
-    async def aset(
-        self,
-        task_id: str,
-        *,
-        state: TaskState,
-        output: str | None = None,
-        error: str | None = None,
-        pending: tuple[Pending, ...] | None = None,
-        usage: dict[str, Any] | None = None,
-        failure: Failure | None = None,
-    ) -> None:
+    async def aset(self, task_id: str, *, state: TaskState, **changes: Unpack[Changes]) -> None:
         """:meth:`aupdate` for a caller that does not need the task back (its end): RunError, as there,
         when there is no such task."""
-        sql, values = self._updating(
-            task_id, state=state, output=output, error=error, pending=pending, usage=usage, failure=failure
-        )
+        sql, values = self._updating(task_id, state=state, **changes)
         if (await self.db.aexecute(sql, values)).rowcount == 0:
             await self.aget(task_id)
 
