@@ -17,6 +17,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -125,15 +126,23 @@ def test_command(options: TestOptions) -> int:
     # (a case runs in its scratch copy as the working directory).
     context = multiprocessing.get_context("fork")
     workers = min(options.jobs, len(chosen))
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_signals)
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_worker_signals, initargs=(os.getpid(),)
+    )
+    stopped = signal.signal(signal.SIGTERM, _stopped)  # a SIGTERM stops the run as Ctrl-C does
     try:
         return _run_all(pool, chosen, options, progress, started)
     except KeyboardInterrupt:
         _stop_workers(pool)
         raise
     finally:
+        signal.signal(signal.SIGTERM, stopped)
         if not options.keep:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stopped(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _run_all(
@@ -164,9 +173,24 @@ def _run_all(
     return 0 if all(o.passed for o in done) else 1
 
 
-def _worker_signals() -> None:
-    """In each worker: Ctrl-C is the parent's to handle (it stops the workers with SIGTERM)."""
+def _worker_signals(parent: int) -> None:
+    """In each worker: Ctrl-C is the parent's to handle (it stops the workers with SIGTERM). A parent
+    that died without stopping them (SIGKILL) is noticed within a second: the worker stops its case
+    as on SIGTERM (its scratch copy removed), and is gone 5 s later at the latest."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ca-test-parent", daemon=True).start()
+
+
+ORPHAN_POLL_S = 1.0
+"""How often a worker looks whether the ``ca test`` that started it is still there."""
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:

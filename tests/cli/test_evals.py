@@ -6,6 +6,7 @@ the events around it); approvals come from the eval file; cases run in parallel,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -444,6 +445,77 @@ def test_ctrl_c_stops_the_cases_and_leaves_no_scratch_copy(make_project: Project
     assert proc.returncode == 130, f"{out}{err}"
     assert "interrupted" in err and "Traceback" not in err
     assert list(scratch.iterdir()) == []
+
+
+def _napping_cases(make_project: ProjectFactory, tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
+    """``ca test`` running two cases that nap 20 s, each in its scratch copy (in its own process group)."""
+    root = make_project(
+        {
+            "agents/napper.yaml": NAPPER,
+            "tools/nap.py": NAP,
+            "evals/slow.yaml": "cases:\n  - {name: one, agent: napper, input: go}\n  - {name: two, agent: napper, input: go}\n",
+        }
+    )
+    scratch = tmp_path / "scratch"  # inside the project: never copied into the copies
+    scratch.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CA_TEST_TMPDIR": str(scratch)}
+    proc = subprocess.Popen(
+        [*CA, "test"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while len(list(scratch.glob("*/*"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return root, scratch, proc
+
+
+def _group_gone(pgid: int, within: float) -> bool:
+    """Whether every process of group ``pgid`` has exited within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_sigterm_stops_the_cases_as_ctrl_c_does(make_project: ProjectFactory, tmp_path: Path) -> None:
+    _, scratch, proc = _napping_cases(make_project, tmp_path)
+    try:
+        running = len(list(scratch.glob("*/*")))
+        proc.send_signal(signal.SIGTERM)  # to ca test alone, as a supervisor stops it
+        out, err = proc.communicate(timeout=30)
+        gone = _group_gone(proc.pid, 10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert running == 2, f"the cases never ran together: {out}{err}"
+    assert proc.returncode == 130, f"{out}{err}"
+    assert "interrupted" in err and "Traceback" not in err
+    assert gone, "a worker outlived ca test"
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_killed_ca_test_leaves_no_worker_running(make_project: ProjectFactory, tmp_path: Path) -> None:
+    _, scratch, proc = _napping_cases(make_project, tmp_path)
+    try:
+        running = len(list(scratch.glob("*/*")))
+        proc.kill()  # nothing of ca test runs after this: its workers must notice
+        proc.communicate(timeout=30)
+        gone = _group_gone(proc.pid, 15)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert running == 2
+    assert gone, "ca test's workers kept running after it was killed"
+    assert list(scratch.glob("*/*")) == []  # each case removed its own copy as it stopped
 
 
 def test_cases_keep_their_state_in_the_scratch_copy_whatever_store_url_names(make_project: ProjectFactory) -> None:
