@@ -463,8 +463,10 @@ class GovernanceMiddleware(AgentMiddleware[GovernanceState, RunContext]):
         context = context_of(request.runtime)
         if context.fence is None or await context.fence():
             return
-        self.audit(
-            context, "denial", tool=_spec_name(request), reason="another process took the task over", rule="lease"
+        await self._audited(  # the async append: a round trip to PostgreSQL (fences are replicas') off the loop
+            lambda: self.audit(
+                context, "denial", tool=_spec_name(request), reason="another process took the task over", rule="lease"
+            )
         )
         raise TaskTakenOver(
             f"task {context.task_id[:12]} was taken over by another process after this one missed its lease"
