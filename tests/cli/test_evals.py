@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+import pytest
+
 from tests.conftest import CA, NAP, NAPPER, REPO, SIDE_EFFECT, ProjectFactory, run_ca
 
 HELPER = """
@@ -413,40 +415,6 @@ def test_judged_criteria_are_checked_by_the_judge_model_of_ca_yaml(make_project:
     )
 
 
-def test_ctrl_c_stops_the_cases_and_leaves_no_scratch_copy(make_project: ProjectFactory, tmp_path: Path) -> None:
-    root = make_project(
-        {
-            "agents/napper.yaml": NAPPER,
-            "tools/nap.py": NAP,
-            "evals/slow.yaml": "cases:\n  - {name: one, agent: napper, input: go}\n  - {name: two, agent: napper, input: go}\n",
-        }
-    )
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CA_TEST_TMPDIR": str(scratch)}
-    with subprocess.Popen(
-        [*CA, "test"],
-        cwd=root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    ) as proc:
-        deadline = time.monotonic() + 60
-        while len(list(scratch.glob("*/*"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)  # until both cases run, each in its scratch copy
-        running = len(list(scratch.glob("*/*")))
-        time.sleep(1)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole process group
-        out, err = proc.communicate(timeout=30)
-    assert running == 2, f"the cases never ran together: {out}{err}"
-    assert proc.returncode == 130, f"{out}{err}"
-    assert "interrupted" in err and "Traceback" not in err
-    assert list(scratch.iterdir()) == []
-
-
 def _napping_cases(make_project: ProjectFactory, tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
     """``ca test`` running two cases that nap 20 s, each in its scratch copy (in its own process group)."""
     root = make_project(
@@ -486,11 +454,18 @@ def _group_gone(pgid: int, within: float) -> bool:
     return False
 
 
-def test_a_sigterm_stops_the_cases_as_ctrl_c_does(make_project: ProjectFactory, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_ctrl_c_or_a_sigterm_stops_the_cases_and_leaves_no_scratch_copy(
+    stop: str, make_project: ProjectFactory, tmp_path: Path
+) -> None:
     _, scratch, proc = _napping_cases(make_project, tmp_path)
     try:
         running = len(list(scratch.glob("*/*")))
-        proc.send_signal(signal.SIGTERM)  # to ca test alone, as a supervisor stops it
+        time.sleep(1)
+        if proc.poll() is None and stop == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole process group
+        elif proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # to ca test alone, as a supervisor stops it
         out, err = proc.communicate(timeout=30)
         gone = _group_gone(proc.pid, 10)
     finally:
