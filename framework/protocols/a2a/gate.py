@@ -74,10 +74,10 @@ def rest_error(status: int, grpc_status: str, reason: str, message: str) -> dict
 class RequestGate:
     """ASGI middleware: the size limit and the parse gate (see the module's docstring)."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int, intake: Intake | None = None) -> None:
+    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
-        self.intake = Intake() if intake is None else intake
+        self.intake = Intake()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
