@@ -173,6 +173,10 @@ def _run_all(
     return 0 if all(o.passed for o in done) else 1
 
 
+ORPHAN_POLL_S = 1.0
+"""How often a worker looks whether the ``ca test`` that started it is still there."""
+
+
 def _worker_signals(parent: int) -> None:
     """In each worker: Ctrl-C is the parent's to handle (it stops the workers with SIGTERM). A parent
     that died without stopping them (SIGKILL) is noticed within a second: the worker stops its case
@@ -187,10 +191,6 @@ def _worker_signals(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="ca-test-parent", daemon=True).start()
-
-
-ORPHAN_POLL_S = 1.0
-"""How often a worker looks whether the ``ca test`` that started it is still there."""
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:

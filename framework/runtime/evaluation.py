@@ -179,16 +179,16 @@ def scratch_copy(root: Path, exclude: Sequence[str], into: Path) -> Path:
     """A copy of the project at ``root`` under ``into`` (without state, VCS, caches, evals or ``exclude``;
     nor the scratch folder ``into`` is in, when that lies inside the project: ``CA_TEST_TMPDIR`` there)."""
     target = into / "project"
-    scratch = into.resolve()
+    real_root, scratch = root.resolve(), into.resolve()
+    inside = scratch.relative_to(real_root).parts[0] if scratch.is_relative_to(real_root) else None
 
     def ignored(folder: str, names: list[str]) -> set[str]:
         here = Path(folder).relative_to(root)
         out = {n for n in names if n in NOT_COPIED}
         if here == Path():
             out.add("evals")
-        real = Path(folder).resolve()
-        if scratch.is_relative_to(real) and scratch != real:  # the copy would hold itself, without end
-            out.add(scratch.relative_to(real).parts[0])
+            if inside is not None:  # the entry that leads to the scratch: the copy would hold itself, without end
+                out.add(inside)
         for name in names:
             rel = (here / name).as_posix()
             if any(fnmatch.fnmatchcase(rel, pattern) or fnmatch.fnmatchcase(rel + "/", pattern) for pattern in exclude):
