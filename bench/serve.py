@@ -60,7 +60,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,9 +267,11 @@ class Load:
         return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000 if ordered else float("nan")
 
 
-async def run_load(urls: list[str], requests: int, concurrency: int) -> Load:
-    """``requests`` SendMessage from ``concurrency`` workers, request i to ``urls[i % len(urls)]``
-    (round-robin, as a load balancer would spread them); bounded by LOAD_TIMEOUT in all."""
+async def run_load(
+    urls: list[str], requests: int, concurrency: int, body: Callable[[str], dict[str, Any]] = send_body
+) -> Load:
+    """``requests`` SendMessage (``body`` of their text) from ``concurrency`` workers, request i to
+    ``urls[i % len(urls)]`` (round-robin, as a load balancer would spread them); bounded by LOAD_TIMEOUT in all."""
     import httpx
 
     result = Load(requests)
@@ -287,7 +289,7 @@ async def run_load(urls: list[str], requests: int, concurrency: int) -> Load:
                 text = f"load {i} {uuid.uuid4().hex[:8]}"
                 start = time.perf_counter()
                 try:
-                    response = await http.post(urls[i % len(urls)], json=send_body(text))
+                    response = await http.post(urls[i % len(urls)], json=body(text))
                     problem = f"HTTP {response.status_code}" if response.status_code != 200 else None
                     problem = problem or check(response.json(), text)
                 except (httpx.HTTPError, ValueError) as exc:

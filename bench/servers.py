@@ -92,13 +92,13 @@ def spawn_ca(project: Path, env: dict[str, str] | None = None) -> Server:
     return spawn("ca serve", command, project, port, env)
 
 
-def wait_ready(server: Server) -> float:
+def wait_ready(server: Server, timeout: float = READY_TIMEOUT) -> float:
     """Seconds from spawn until the agent card answers 200 (polled every 5 ms; once, then remembered)."""
     import httpx
 
     if server.ready is not None:
         return server.ready
-    deadline = server.started + READY_TIMEOUT
+    deadline = server.started + timeout
     with httpx.Client(timeout=2) as http:
         while time.perf_counter() < deadline:
             if server.proc.poll() is not None:
@@ -110,7 +110,7 @@ def wait_ready(server: Server) -> float:
             except httpx.TransportError:
                 pass
             time.sleep(0.005)
-    sys.exit(f"{server.name} did not answer its card within {READY_TIMEOUT:.0f} s:\n{stop(server)}")
+    sys.exit(f"{server.name} did not answer its card within {timeout:.0f} s:\n{stop(server)}")
 
 
 def stop(server: Server) -> str:

@@ -1,0 +1,109 @@
+"""What one request costs `ca serve`, counted in instructions: the same on a quiet or a busy machine.
+
+    python bench/instructions.py [--requests 150] [--concurrency 16] [--no-context] [--against CHECKOUT]
+
+CPU time per request on this machine moves by ±10 % from one run of bench/serve.py to the next (the
+host's other guests), so a change worth 2 % needs many interleaved rounds to show there. valgrind's
+callgrind counts the instructions the server's process executes instead: Python, SQLite and the C
+extensions, not the kernel. Two runs of the same code on the same load agree to about 0.2 %.
+
+The server starts under callgrind with counting off; after 30 warm-up requests counting is switched on
+(``callgrind_control -i on``) for --requests non-streaming SendMessage at --concurrency (bench/serve.py's
+load: raw JSON-RPC, each message a new context), then off again, and the total is divided by the
+requests. Everything runs about 50× slower than natively: 150 requests take about a minute per server.
+
+``--no-context``: the messages name no ``contextId`` (what a2a-sdk's clients send to start a
+conversation) instead of a new one each. ``--against CHECKOUT``: also measure the ``ca serve`` of another
+checkout of this repository (e.g. ``git worktree add /tmp/base main``) under the same load, and print
+the difference. Needs valgrind (Debian: ``apt-get install valgrind``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.*
+from bench import serve
+from bench.servers import REPO, free_port, server_env, spawn, stop, wait_ready, write_project
+
+WARMUP = 30
+READY_TIMEOUT = 600.0  # seconds a server under valgrind may take to answer its card
+
+
+def without_context(text: str, method: str = "SendMessage") -> dict[str, Any]:
+    body = serve.send_body(text, method)
+    del body["params"]["message"]["contextId"]
+    return body
+
+
+def total_instructions(profile: Path) -> int:
+    """The ``totals:`` (or ``summary:``) line of a callgrind output file and of its parts."""
+    total = 0
+    for part in profile.parent.glob(profile.name + "*"):
+        for line in part.read_text(errors="replace").splitlines():
+            if line.startswith(("totals:", "summary:")):
+                total = max(total, int(line.split()[1]))
+    return total
+
+
+def measure(checkout: Path, args: argparse.Namespace, work: Path) -> float:
+    """Millions of instructions per request of the ``ca serve`` of ``checkout``."""
+    project = Path(tempfile.mkdtemp(dir=work))
+    write_project(project)
+    port = free_port()
+    profile = work / f"callgrind.{port}.out"
+    command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={profile}"]
+    command += [sys.executable, "-m", "framework", "serve", "--port", str(port)]
+    server = spawn(f"ca serve of {checkout}", command, project, port, {**server_env(), "PYTHONPATH": str(checkout)})
+    try:
+        wait_ready(server, timeout=READY_TIMEOUT)
+        body = without_context if args.no_context else serve.send_body
+        asyncio.run(serve.run_load([server.url], WARMUP, args.concurrency, body))
+        subprocess.run(["callgrind_control", "-i", "on", str(server.proc.pid)], check=True, capture_output=True)
+        load = asyncio.run(serve.run_load([server.url], args.requests, args.concurrency, body))
+        subprocess.run(["callgrind_control", "-i", "off", str(server.proc.pid)], check=True, capture_output=True)
+    finally:
+        output = stop(server)
+    if load.failures:
+        sys.exit(f"{len(load.failures)} of {args.requests} requests failed, e.g. {load.failures[0]}:\n{output}")
+    total = total_instructions(profile)
+    if not total:
+        sys.exit(f"callgrind wrote no totals to {profile}:\n{output}")
+    return total / args.requests / 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=150)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--no-context", action="store_true", help="messages name no contextId")
+    parser.add_argument("--against", type=Path, metavar="CHECKOUT", help="another checkout to compare with")
+    args = parser.parse_args()
+    if not (1 <= args.requests <= 10_000 and 1 <= args.concurrency <= 256):
+        sys.exit("--requests must be 1..10000, --concurrency 1..256")
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        sys.exit("this bench needs valgrind and its callgrind_control (Debian: apt-get install valgrind)")
+    if args.against is not None and not (args.against / "framework" / "__main__.py").is_file():
+        sys.exit(f"--against {args.against}: not a checkout of this repository (no framework/__main__.py)")
+    shape = "no contextId" if args.no_context else "a new contextId each"
+    print(f"{args.requests} SendMessage at concurrency {args.concurrency}, {shape}, after {WARMUP} warm-up requests")
+    with tempfile.TemporaryDirectory() as tmp:
+        here = measure(REPO, args, Path(tmp))
+        print(f"{REPO}: {here:.3f} M instructions per request", flush=True)
+        if args.against is not None:
+            there = measure(args.against.resolve(), args, Path(tmp))
+            print(f"{args.against}: {there:.3f} M instructions per request")
+            print(f"this checkout: {here - there:+.3f} M ({(here / there - 1) * 100:+.1f} %)")
+    print(f"machine: load average {os.getloadavg()[0]:.2f} (does not change the counts)")
+
+
+if __name__ == "__main__":
+    main()
