@@ -520,7 +520,7 @@ class Runtime:
     async def _recorded(
         self, task: Task, events: AsyncIterator[RunEvent], note: Mapping[str, Any] | None = None
     ) -> AsyncIterator[RunEvent]:
-        working = await self.tasks.aupdate(task.id, state="working")
+        await self.tasks.aset(task.id, state="working")
         await self._audit_task(task, "working", **(note or {}))
         pauses: list[Paused] = []
         async for raw in events:
@@ -533,8 +533,8 @@ class Runtime:
                 return
             if isinstance(event, RunFinished):
                 # A task resumed after a pause reports (and stores) its whole usage, not the last part
-                # (only its own run writes it: as it was when the run began).
-                before = working.usage
+                # (only its own run writes it: ``task`` was read, or made, just before the run began).
+                before = task.usage
                 total = event.usage + Usage(**{k: int(v) for k, v in before.items() if k in _USAGE_FIELDS})
                 event = dataclasses.replace(event, task_id=task.id, usage=total)
                 self.watch.finishing(task.id)  # a cancel request that comes now is too late: the end stands
