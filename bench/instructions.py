@@ -1,6 +1,6 @@
 """What one request costs `ca serve`, counted in instructions: the same on a quiet or a busy machine.
 
-    python bench/instructions.py [--requests 150] [--concurrency 16] [--no-context] [--against CHECKOUT]
+    python bench/instructions.py [--requests 150] [--concurrency 16] [--no-context] [--against CHECKOUT] [--echo]
 
 CPU time per request on this machine moves by ±10 % from one run of bench/serve.py to the next (the
 host's other guests), so a change worth 2 % needs many interleaved rounds to show there. valgrind's
@@ -15,7 +15,10 @@ requests. Everything runs about 50× slower than natively: 150 requests take abo
 ``--no-context``: the messages name no ``contextId`` (what a2a-sdk's clients send to start a
 conversation) instead of a new one each. ``--against CHECKOUT``: also measure the ``ca serve`` of another
 checkout of this repository (e.g. ``git worktree add /tmp/base main``) under the same load, and print
-the difference. Needs valgrind (Debian: ``apt-get install valgrind``).
+the difference. ``--echo``: also count bench/serve.py's bare a2a-sdk echo with its in-memory task store
+under the same load, and print how many times its instructions ``ca serve`` executes (bench/serve.py's
+headline ratio, as a count that does not depend on the machine). Needs valgrind (Debian: ``apt-get
+install valgrind``).
 """
 
 from __future__ import annotations
@@ -54,15 +57,20 @@ def total_instructions(profile: Path) -> int:
     return total
 
 
-def measure(checkout: Path, args: argparse.Namespace, work: Path) -> float:
-    """Millions of instructions per request of the ``ca serve`` of ``checkout``."""
+def measure(checkout: Path | None, args: argparse.Namespace, work: Path) -> float:
+    """Millions of instructions per request of the ``ca serve`` of ``checkout``, or (None) of the bare echo."""
     project = Path(tempfile.mkdtemp(dir=work))
     write_project(project)
     port = free_port()
     profile = work / f"callgrind.{port}.out"
     command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={profile}"]
-    command += [sys.executable, "-m", "framework", "serve", "--port", str(port)]
-    server = spawn(f"ca serve of {checkout}", command, project, port, {**server_env(), "PYTHONPATH": str(checkout)})
+    if checkout is None:
+        command += [sys.executable, serve.__file__, "--bare-server", str(port), "--store-url", "memory"]
+        server = spawn("the bare a2a-sdk echo", command, REPO, port)
+    else:
+        command += [sys.executable, "-m", "framework", "serve", "--port", str(port)]
+        env = {**server_env(), "PYTHONPATH": str(checkout)}
+        server = spawn(f"ca serve of {checkout}", command, project, port, env)
     try:
         wait_ready(server, timeout=READY_TIMEOUT)
         body = without_context if args.no_context else serve.send_body
@@ -86,6 +94,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--no-context", action="store_true", help="messages name no contextId")
     parser.add_argument("--against", type=Path, metavar="CHECKOUT", help="another checkout to compare with")
+    parser.add_argument("--echo", action="store_true", help="also count the bare a2a-sdk echo (in memory)")
     args = parser.parse_args()
     if not (1 <= args.requests <= 10_000 and 1 <= args.concurrency <= 256):
         sys.exit("--requests must be 1..10000, --concurrency 1..256")
@@ -102,6 +111,10 @@ def main() -> None:
             there = measure(args.against.resolve(), args, Path(tmp))
             print(f"{args.against}: {there:.3f} M instructions per request")
             print(f"this checkout: {here - there:+.3f} M ({(here / there - 1) * 100:+.1f} %)")
+        if args.echo:
+            echo = measure(None, args, Path(tmp))
+            print(f"the bare a2a-sdk echo, in memory: {echo:.3f} M instructions per request")
+            print(f"{REPO} executes {here / echo:.2f}× the echo's instructions per request")
     print(f"machine: load average {os.getloadavg()[0]:.2f} (does not change the counts)")
 
 
