@@ -1,6 +1,7 @@
 """What one request costs `ca serve`, counted in instructions: the same on a quiet or a busy machine.
 
-    python bench/instructions.py [--requests 150] [--concurrency 16] [--no-context] [--against CHECKOUT] [--echo]
+    python bench/instructions.py [--requests 150] [--concurrency 16] [--no-context | --conversations]
+                                 [--against CHECKOUT] [--echo]
 
 CPU time per request on this machine moves by ±10 % from one run of bench/serve.py to the next (the
 host's other guests), so a change worth 2 % needs many interleaved rounds to show there. valgrind's
@@ -13,7 +14,10 @@ load: raw JSON-RPC, each message a new context), then off again, and the total i
 requests. Everything runs about 50× slower than natively: 150 requests take about a minute per server.
 
 ``--no-context``: the messages name no ``contextId`` (what a2a-sdk's clients send to start a
-conversation) instead of a new one each. ``--against CHECKOUT``: also measure the ``ca serve`` of another
+conversation) instead of a new one each. ``--conversations``: each of the --concurrency clients keeps
+one conversation, its messages one at a time, so each turn runs on the history of the ones before
+(150 requests at concurrency 16: about 10 turns per conversation; a new set of conversations for the
+warm-up). ``--against CHECKOUT``: also measure the ``ca serve`` of another
 checkout of this repository (e.g. ``git worktree add /tmp/base main``) under the same load, and print
 the difference. ``--echo``: also count bench/serve.py's bare a2a-sdk echo with its in-memory task store
 under the same load, and print how many times its instructions ``ca serve`` executes (bench/serve.py's
@@ -73,9 +77,11 @@ def measure(checkout: Path | None, args: argparse.Namespace, work: Path) -> floa
     try:
         wait_ready(server, timeout=READY_TIMEOUT)
         body = without_context if args.no_context else serve.send_body
-        asyncio.run(serve.run_load([server.url], WARMUP, args.concurrency, body))
+        asyncio.run(serve.run_load([server.url], WARMUP, args.concurrency, body, conversations=args.conversations))
         subprocess.run(["callgrind_control", "-i", "on", str(server.proc.pid)], check=True, capture_output=True)
-        load = asyncio.run(serve.run_load([server.url], args.requests, args.concurrency, body))
+        load = asyncio.run(
+            serve.run_load([server.url], args.requests, args.concurrency, body, conversations=args.conversations)
+        )
         subprocess.run(["callgrind_control", "-i", "off", str(server.proc.pid)], check=True, capture_output=True)
     finally:
         output = stop(server)
@@ -91,7 +97,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=150)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--no-context", action="store_true", help="messages name no contextId")
+    shapes = parser.add_mutually_exclusive_group()
+    shapes.add_argument("--no-context", action="store_true", help="messages name no contextId")
+    shapes.add_argument("--conversations", action="store_true", help="each client keeps one conversation")
     parser.add_argument("--against", type=Path, metavar="CHECKOUT", help="another checkout to compare with")
     parser.add_argument("--echo", action="store_true", help="also count the bare a2a-sdk echo (in memory)")
     args = parser.parse_args()
@@ -102,6 +110,8 @@ def main() -> None:
     if args.against is not None and not (args.against / "framework" / "__main__.py").is_file():
         sys.exit(f"--against {args.against}: not a checkout of this repository (no framework/__main__.py)")
     shape = "no contextId" if args.no_context else "a new contextId each"
+    if args.conversations:
+        shape = f"one conversation per client ({args.concurrency} conversations)"
     print(f"{args.requests} SendMessage at concurrency {args.concurrency}, {shape}, after {WARMUP} warm-up requests")
     with tempfile.TemporaryDirectory() as tmp:
         here = measure(REPO, args, Path(tmp))

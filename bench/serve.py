@@ -268,10 +268,17 @@ class Load:
 
 
 async def run_load(
-    urls: list[str], requests: int, concurrency: int, body: Callable[[str], dict[str, Any]] = send_body
+    urls: list[str],
+    requests: int,
+    concurrency: int,
+    body: Callable[[str], dict[str, Any]] = send_body,
+    *,
+    conversations: bool = False,
 ) -> Load:
     """``requests`` SendMessage (``body`` of their text) from ``concurrency`` workers, request i to
-    ``urls[i % len(urls)]`` (round-robin, as a load balancer would spread them); bounded by LOAD_TIMEOUT in all."""
+    ``urls[i % len(urls)]`` (round-robin, as a load balancer would spread them); bounded by LOAD_TIMEOUT in all.
+    ``conversations``: each worker's messages name one contextId of its own, one message at a time (a
+    conversation whose history grows), instead of what ``body`` names."""
     import httpx
 
     result = Load(requests)
@@ -282,14 +289,18 @@ async def run_load(
     async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT, limits=limits, headers=HEADERS) as http:
 
         async def worker() -> None:
+            context = uuid.uuid4().hex
             for i in counter:
                 if time.perf_counter() > deadline:
                     result.failures.append("not sent: load deadline passed")
                     continue
                 text = f"load {i} {uuid.uuid4().hex[:8]}"
+                payload = body(text)
+                if conversations:
+                    payload["params"]["message"]["contextId"] = context
                 start = time.perf_counter()
                 try:
-                    response = await http.post(urls[i % len(urls)], json=body(text))
+                    response = await http.post(urls[i % len(urls)], json=payload)
                     problem = f"HTTP {response.status_code}" if response.status_code != 200 else None
                     problem = problem or check(response.json(), text)
                 except (httpx.HTTPError, ValueError) as exc:
