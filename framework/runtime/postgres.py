@@ -35,11 +35,12 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from framework.errors import StoreBusy
 from framework.runtime import fence
 from framework.runtime.governance.secrets import KNOWN
+from framework.runtime.held_reads import HeldReads
 from framework.runtime.store_url import libpq_url, unreachable
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
-    from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+    from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
     from langgraph.checkpoint.serde.base import SerializerProtocol
 
 POOL_SIZE = 10
@@ -53,7 +54,20 @@ _POLL_S = 0.1
 
 
 class MaskedPostgresSaver(AsyncPostgresSaver):
-    """AsyncPostgresSaver with the strings it stores inline masked (see the module docstring)."""
+    """AsyncPostgresSaver with the strings it stores inline masked (see the module docstring), and a
+    run's two reads of its conversation's latest checkpoint made once (:class:`~framework.runtime.held_reads.HeldReads`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.held = HeldReads()
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        read = super().aget_tuple
+        return await self.held.read(config, lambda: read(config))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        self.held.written(thread_id)
+        await super().adelete_thread(thread_id)
 
     async def aput(
         self,
@@ -62,6 +76,7 @@ class MaskedPostgresSaver(AsyncPostgresSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        self.held.written(config)
         if await fence.lost(config):  # another replica runs the task now: its checkpoints are the conversation's
             return config
         if KNOWN:
@@ -73,6 +88,7 @@ class MaskedPostgresSaver(AsyncPostgresSaver):
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        self.held.written(config)
         if not await fence.lost(config):
             await super().aput_writes(config, writes, task_id, task_path)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +34,7 @@ from framework.runtime.events import (
 )
 from framework.runtime.governance.contracts import WITHHELD, holds_output
 from framework.runtime.governance.middleware import task_start
+from framework.runtime.held_reads import HeldReads
 from framework.runtime.pauses import read_pause
 
 _PROVIDER_PACKAGES = {"openai", "anthropic", "httpx", "httpcore", "ollama", "langchain_openai", "langchain_anthropic"}
@@ -376,27 +378,30 @@ class Runner:
             }
             if callbacks:
                 config["callbacks"] = callbacks
-            state = await graph.aget_state(config)
-            goes_on = again and bool(context.task_id) and (state.metadata or {}).get(TASK_KEY) == context.task_id
-            self._check_thread(state, agent, thread_id, resuming=resume is not None, goes_on=goes_on)
-            if skill is not None:
-                self.bundle.check_skill(agent, skill)
-            payload: Any = None  # goes on: the graph continues from its checkpoint
-            if resume is not None:
-                payload = Command(resume=resume)
-            elif not goes_on:
-                payload = _message(graph, state.values, text or "", context)
-            async for part in graph.astream(
-                payload,
-                config,
-                context=context,
-                stream_mode=STREAM_MODES if tokens else WHOLE_MODES,
-                subgraphs=True,
-                version="v2",
-                durability="exit",
-            ):
-                for event in translator.part(part):
-                    yield event
+            held = getattr(self.bundle.checkpointer, "held", None)
+            # The conversation's checkpoint is read once for the checks here and the graph's start.
+            with held.holding(thread_id) if isinstance(held, HeldReads) else nullcontext():
+                state = await graph.aget_state(config)
+                goes_on = again and bool(context.task_id) and (state.metadata or {}).get(TASK_KEY) == context.task_id
+                self._check_thread(state, agent, thread_id, resuming=resume is not None, goes_on=goes_on)
+                if skill is not None:
+                    self.bundle.check_skill(agent, skill)
+                payload: Any = None  # goes on: the graph continues from its checkpoint
+                if resume is not None:
+                    payload = Command(resume=resume)
+                elif not goes_on:
+                    payload = _message(graph, state.values, text or "", context)
+                async for part in graph.astream(
+                    payload,
+                    config,
+                    context=context,
+                    stream_mode=STREAM_MODES if tokens else WHOLE_MODES,
+                    subgraphs=True,
+                    version="v2",
+                    durability="exit",
+                ):
+                    for event in translator.part(part):
+                        yield event
             values, interrupted = translator.values, translator.interrupted
             if values is None:  # no step of the root graph ran: what the checkpoint holds
                 state = await graph.aget_state(config)

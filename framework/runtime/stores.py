@@ -18,6 +18,7 @@ from langgraph.types import Send
 
 from framework.errors import StoreError, StoreUnreachable
 from framework.runtime.governance.secrets import KNOWN
+from framework.runtime.held_reads import HeldReads
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, in_wal, no_wait, retried, until_free
 from framework.runtime.store_url import is_postgres
 
@@ -85,11 +86,15 @@ class LoopSqliteSaver(SqliteSaver):
     """Seconds a statement waits for another process's write lock before StoreBusy."""
     path: Path | str = CONVERSATIONS_DB
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.held = HeldReads()
+
     async def _free(self, attempt: Callable[[], _T]) -> _T:
         return await until_free(attempt, path=self.path, timeout=self.lock_timeout)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._free(lambda: self.get_tuple(config))
+        return await self.held.read(config, lambda: self._free(lambda: self.get_tuple(config)))
 
     async def alist(
         self,
@@ -112,14 +117,17 @@ class LoopSqliteSaver(SqliteSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        self.held.written(config)
         return await self._free(lambda: self.put(config, checkpoint, metadata, new_versions))
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        self.held.written(config)
         await self._free(lambda: self.put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
+        self.held.written(thread_id)
         await self._free(lambda: self.delete_thread(thread_id))
 
     async def aget_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, Any]:

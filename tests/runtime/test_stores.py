@@ -1,5 +1,6 @@
 """The conversation store: one conformance suite that SQLite and PostgreSQL both pass; LoopSqliteSaver
-keeps AsyncSqliteSaver's file format and never blocks itself; replicas set PostgreSQL up together.
+keeps AsyncSqliteSaver's file format and never blocks itself; replicas set PostgreSQL up together; a
+run reads its conversation's checkpoint once, and never a copy older than the store's.
 
 The PostgreSQL cases run against the real server in a database of this module's own
 (:mod:`tests.postgres_db`), and skip saying why where none answers.
@@ -15,6 +16,7 @@ from typing import Any
 import aiosqlite
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import create_checkpoint
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
 
@@ -163,7 +165,61 @@ def test_an_unreachable_server_is_one_line_saying_what_to_check(tmp_path: Path) 
     assert message.endswith("check store.url in ca.yaml, that the server runs and that the database exists")
 
 
+def test_a_held_read_is_given_once_as_a_copy_and_dropped_by_a_write(tmp_path: Path, store_url: str | None) -> None:
+    """A run's two readers share one read of the latest checkpoint (the second gets a copy the first
+    cannot change); a write to the conversation in between, or the end of the hold, means reading again."""
+
+    async def main() -> None:
+        async with open_checkpointer(tmp_path, url=store_url) as saver:
+            await turn(echo_graph(saver), "held", "one")
+            with saver.held.holding("held"):
+                first = await saver.aget_tuple(config("held"))
+                first.checkpoint["channel_versions"]["changed by the first reader"] = "9"
+                second = await saver.aget_tuple(config("held"))
+            assert first is not None and second is not None
+            assert second.checkpoint["id"] == first.checkpoint["id"]
+            assert "changed by the first reader" not in second.checkpoint["channel_versions"]
+
+            with saver.held.holding("held"):
+                first = await saver.aget_tuple(config("held"))
+                assert first is not None
+                newer = create_checkpoint(second.checkpoint, None, 5)
+                written = await saver.aput(first.config, newer, {"source": "update", "step": 5}, {})
+                after = await saver.aget_tuple(config("held"))
+            assert after is not None and after.checkpoint["id"] == newer["id"]
+            assert written["configurable"]["checkpoint_id"] == newer["id"]
+
+    asyncio.run(main())
+
+
 # -- SQLite -------------------------------------------------------------------------------------
+
+
+def test_a_turn_reads_its_conversation_once(tmp_path: Path) -> None:
+    """The checks before a run and the graph's start share the read of a conversation with a history;
+    without the hold both read it, and a turn still answers on the whole history."""
+
+    def reads(statements: list[str]) -> int:
+        return sum(s.startswith("SELECT") and "FROM checkpoints" in s for s in statements)
+
+    async def main() -> tuple[int, int, list[str]]:
+        async with open_checkpointer(tmp_path) as saver:
+            graph = echo_graph(saver)
+            await turn(graph, "c1", "one")
+            statements: list[str] = []
+            saver.conn.set_trace_callback(statements.append)
+            await graph.aget_state(config("c1"))
+            await turn(graph, "c1", "two")
+            unheld = reads(statements)
+            statements.clear()
+            with saver.held.holding("c1"):
+                await graph.aget_state(config("c1"))
+                await turn(graph, "c1", "three")
+            return unheld, reads(statements), await texts(graph, "c1")
+
+    unheld, held, seen = asyncio.run(main())
+    assert (unheld, held) == (2, 1)
+    assert seen == ["one", "echo: one", "two", "echo: two", "three", "echo: three"]
 
 
 def test_a_conversation_continues_across_the_two_savers(tmp_path: Path) -> None:
