@@ -10,6 +10,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,19 @@ def test_the_image_checks_health_installs_the_lock_and_runs_as_a_user() -> None:
     ignored = (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()
     for source in copied:  # each file the image copies is let through .dockerignore
         assert f"!{source}" in ignored or f"!{source}/" in ignored, source
+
+
+def test_every_locked_package_installs_from_a_wheel() -> None:
+    """Nothing is compiled where the project is installed: a package built there is built for that
+    CPU (ruamel.yaml.clibz, which Zig compiles with AVX-512 where the CPU has it), and the venv or
+    image then dies with SIGILL on a machine whose CPU lacks it."""
+    lock = tomllib.loads((REPO / "uv.lock").read_text(encoding="utf-8"))
+    built_here = [
+        f"{package['name']} {package['version']}"
+        for package in lock["package"]
+        if "registry" in package.get("source", {}) and not package.get("wheels")
+    ]
+    assert built_here == []
 
 
 def test_the_image_project_is_valid_and_requires_auth(tmp_path: Path) -> None:
