@@ -20,7 +20,7 @@ import asyncio
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from framework.errors import RunError, StoreBusy, StoreError, StoreUnreachable, UsageError
 from framework.runtime.audit import AuditLog, Source
@@ -224,29 +224,3 @@ class CancelWatch:
             for task_id, who in asked.items():
                 if task_id not in self.requesters:
                     self.stop(task_id, who)
-
-
-async def answer_held_calls(graph: Any, conversation: str, *, unless: str = "") -> None:
-    """Close the pause a canceled (or failed) task left in ``conversation``'s thread of ``graph``: the
-    tool calls it held are answered "cancelled by the user" (as if the tools ran), so the history
-    stays valid for every provider and the next message starts a new turn. A pause task ``unless``
-    checkpointed is left: that task still runs (an orphan taken over goes on from it)."""
-    from langchain_core.messages import AIMessage, ToolMessage
-
-    from framework.runtime.runner import TASK_KEY
-
-    config: Any = {"configurable": {"thread_id": conversation}}
-    state = await graph.aget_state(config)
-    if not state.interrupts or (unless and (state.metadata or {}).get(TASK_KEY) == unless):
-        return
-    messages = (state.values or {}).get("messages", [])
-    last = messages[-1] if messages else None
-    if not isinstance(last, AIMessage) or not last.tool_calls:
-        return
-    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    closing = [
-        ToolMessage("cancelled by the user", tool_call_id=call["id"] or "", name=call["name"], status="error")
-        for call in last.tool_calls
-        if call.get("id") not in answered
-    ]
-    await graph.aupdate_state(config, {"messages": closing}, as_node="tools")

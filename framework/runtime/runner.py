@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
@@ -352,6 +352,7 @@ class Runner:
         callbacks: list[Any] | None = None,
         tokens: bool = True,
         again: bool = False,
+        abandoned: Callable[[], Awaitable[bool]] | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Stream the events of one turn: a new message (``text``) or decisions for a pause (``resume``).
 
@@ -361,7 +362,11 @@ class Runner:
         ``again``: the task's run (``context.task_id``) was cut off in a process that died. When the
         conversation's last checkpoint is that run's — it got to its end or pause, and was stopped
         before its record said so — the run goes on from there (a pause pauses again, an end is the
-        answer) instead of sending ``text`` a second time."""
+        answer) instead of sending ``text`` a second time.
+        ``abandoned``: asked when a new message finds its conversation paused, whether a task that
+        ended (canceled, failed) left that pause (the task store knows); if so, the tool calls it held
+        are answered "cancelled by the user" (:func:`_answer_held_calls`) and the message goes on, else
+        the conversation waits for its decision."""
         translator = _Translator()
         context = replace(context or RunContext(), skill=skill, conversation_id=thread_id)
         try:
@@ -383,6 +388,16 @@ class Runner:
             with held.holding(thread_id) if isinstance(held, HeldReads) else nullcontext():
                 state = await graph.aget_state(config)
                 goes_on = again and bool(context.task_id) and (state.metadata or {}).get(TASK_KEY) == context.task_id
+                if (
+                    state.interrupts
+                    and resume is None
+                    and not goes_on
+                    and _owner(state) in (None, agent)
+                    and abandoned is not None
+                    and await abandoned()
+                ):
+                    await _answer_held_calls(graph, thread_id, agent, state)
+                    state = await graph.aget_state(config)
                 self._check_thread(state, agent, thread_id, resuming=resume is not None, goes_on=goes_on)
                 if skill is not None:
                     self.bundle.check_skill(agent, skill)
@@ -433,7 +448,7 @@ class Runner:
         """That the conversation (its ``state``) is ``agent``'s and waiting (or not) as it should:
         waiting for the decision a run resumes with, and for none when a new message comes (a run that
         ``goes_on`` from its own checkpoint may find its own pause there)."""
-        owner = (state.metadata or {}).get("agent") if state.metadata else None
+        owner = _owner(state)
         if owner and owner != agent:
             raise RunError(f"conversation {thread_id!r} belongs to agent {owner!r}, not {agent!r}")
         if resuming and not state.interrupts:
@@ -462,6 +477,31 @@ class Runner:
             data["server"] = model.base_url
         where = f" at {model.base_url}" if model.base_url else ""
         return ProviderError(f"model call failed for agent {agent!r} ({model.label()}{where}): {text}", data=data)
+
+
+async def _answer_held_calls(graph: Any, thread_id: str, agent: str, state: Any) -> None:
+    """Close the pause a canceled (or failed) task left in the conversation (its ``state``): the tool
+    calls it held are answered "cancelled by the user" (as if the tools ran), so the history stays valid
+    for every provider and the next message starts a new turn. The update names the conversation's
+    agent, as every checkpoint of it does, and no task (a run that goes on from its own checkpoint
+    must not take it for its own)."""
+    messages = (state.values or {}).get("messages", [])
+    last = messages[-1] if messages else None
+    if not isinstance(last, AIMessage) or not last.tool_calls:
+        return
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    closing = [
+        ToolMessage("cancelled by the user", tool_call_id=call["id"] or "", name=call["name"], status="error")
+        for call in last.tool_calls
+        if call.get("id") not in answered
+    ]
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}, "metadata": {"agent": agent}}
+    await graph.aupdate_state(config, {"messages": closing}, as_node="tools")
+
+
+def _owner(state: Any) -> str | None:
+    """The agent whose conversation a graph state is (its checkpoints name it); None for a new one."""
+    return (state.metadata or {}).get("agent") or None
 
 
 def _root_cause(exc: BaseException) -> str | None:

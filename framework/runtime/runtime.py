@@ -30,7 +30,6 @@ from framework.compiler.precompile import compile_graphs
 from framework.compiler.tools import ToolHook
 from framework.errors import (
     ApprovalTimedOut,
-    CAError,
     ConversationBusy,
     ConversationNotYours,
     ConversationTooLarge,
@@ -41,7 +40,7 @@ from framework.errors import (
 )
 from framework.runtime import logs, telemetry
 from framework.runtime.audit import AuditLog
-from framework.runtime.cancel import Canceled, CancelWatch, answer_held_calls, cancel_task
+from framework.runtime.cancel import Canceled, CancelWatch, cancel_task
 from framework.runtime.database import Database
 from framework.runtime.decisions import answers_of, check_decision, pending_of
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
@@ -197,8 +196,8 @@ class Runtime:
                 context=context,
                 callbacks=callbacks,
                 again=True,
+                abandoned=lambda: self.tasks.apause_abandoned_in(task.conversation),
             ),
-            prepare=lambda: self._drop_abandoned_pause(task.agent, task.conversation, task.id),
             taken_over=True,
             note={"resumed_from": owner},
         ):
@@ -353,9 +352,15 @@ class Runtime:
         async for event in self._drive(
             task,
             lambda callbacks: Runner(self.bundle).run(
-                agent, text, thread_id=conversation, skill=skill, context=context, callbacks=callbacks, tokens=tokens
+                agent,
+                text,
+                thread_id=conversation,
+                skill=skill,
+                context=context,
+                callbacks=callbacks,
+                tokens=tokens,
+                abandoned=lambda: self.tasks.apause_abandoned_in(conversation),
             ),
-            prepare=lambda: self._drop_abandoned_pause(agent, conversation),
         ):
             yield event
 
@@ -423,17 +428,6 @@ class Runtime:
         check_decision(task, decision)
         return task
 
-    async def _drop_abandoned_pause(self, agent: str, conversation: str, running: str = "") -> None:
-        """A pause whose task was canceled (or failed) no longer blocks its conversation
-        (:func:`~framework.runtime.cancel.answer_held_calls`); a pause of task ``running`` is its own."""
-        if not await self.tasks.apause_abandoned_in(conversation):
-            return
-        try:
-            graph = self.bundle.graph(agent)
-        except CAError:  # the agent cannot run (e.g. a missing key): the run itself will say so
-            return
-        await answer_held_calls(graph, conversation, unless=running)
-
     async def cancel(self, task_id: str, *, by: str | None = None) -> Canceled:
         """End any task canceled — paused, running here, in another process, or orphaned; see
         :mod:`framework.runtime.cancel`. ``by`` names who asks (default :attr:`decider`)."""
@@ -465,23 +459,20 @@ class Runtime:
         task: Task,
         run: Callable[[list[Any] | None], AsyncIterator[RunEvent]],
         *,
-        prepare: Callable[[], Awaitable[None]] | None = None,
         resumed: bool = False,
         taken_over: bool = False,
         note: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Run ``run(callbacks)`` (the events of a run) in the turn of ``task``'s conversation, recording it.
 
-        ``prepare`` runs first, inside the turn. A turn not had within the wait limit fails the task
-        (ConversationBusy) before anything of it ran. With tracing on, the run is an ``invoke_agent``
-        span (``resumed``: linked to the run that paused the task). ``taken_over``: the task is an orphan
-        this process took over (its turn with it); ``note``: what its ``working`` audit record adds.
+        A turn not had within the wait limit fails the task (ConversationBusy) before anything of it
+        ran. With tracing on, the run is an ``invoke_agent`` span (``resumed``: linked to the run that
+        paused the task). ``taken_over``: the task is an orphan this process took over (its turn with
+        it); ``note``: what its ``working`` audit record adds.
         """
         self.watch.track(task.id)
         try:
             async with self.turns.take(task.conversation, task.id, taken_over=taken_over):
-                if prepare is not None:
-                    await prepare()
                 tracing = telemetry.tracing()
                 if tracing is None:
                     async for event in self._recorded(task, run(None), note):

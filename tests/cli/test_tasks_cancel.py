@@ -431,3 +431,24 @@ def test_a_canceled_pause_no_longer_blocks_its_conversation_but_a_live_one_does(
     assert again.returncode == 0, again.stderr  # the canceled call is answered "cancelled"; the turn runs
     assert again.stdout.strip() == "done"
     assert not (root / "effects.log").exists()
+
+
+def test_a_canceled_pause_is_closed_only_by_the_agent_whose_conversation_it_is(make_project: ProjectFactory) -> None:
+    root = make_project(
+        {
+            "agents/writer.yaml": writer_agent(),
+            "agents/other.yaml": writer_agent("other", reply="other's answer"),
+            "tools/side.py": SIDE_EFFECT,
+        }
+    )
+    assert run_ca("run", "writer", "write it", "--session", "s1", cwd=root).returncode == 3
+    [paused] = [t for t in _tasks(root) if t["state"] == "input-required"]
+    assert run_ca("tasks", "cancel", paused["id"], cwd=root).returncode == 0
+
+    elsewhere = run_ca("run", "other", "hello", "--session", "s1", cwd=root)
+    assert elsewhere.returncode != 0 and "belongs to agent 'writer'" in elsewhere.stderr
+
+    again = run_ca("run", "writer", "write it again", "--session", "s1", cwd=root)
+    assert again.returncode == 0, again.stderr  # its own agent closes the canceled call and goes on
+    assert again.stdout.strip() == "done"
+    assert not (root / "effects.log").exists()
