@@ -76,8 +76,17 @@ class HeldReads:
         slot.kept = True
         return saved
 
-    def written(self, config: RunnableConfig | str) -> None:
-        """The thread of ``config`` (or that id) was written: a copy held of it is out of date."""
+    @contextmanager
+    def writing(self, config: RunnableConfig | str) -> Iterator[None]:
+        """Around a write to the thread of ``config`` (or that id): a copy held of it is out of date, and
+        so is one kept by a read that came while the write waited (for another process's lock, for
+        the fence), so it is dropped before and after."""
         thread = config if isinstance(config, str) else (config.get("configurable") or {}).get("thread_id")
-        if thread is not None:
+        if thread is None:
+            yield
+            return
+        self._slots.pop(str(thread), None)
+        try:
+            yield
+        finally:
             self._slots.pop(str(thread), None)

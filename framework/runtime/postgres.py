@@ -66,8 +66,8 @@ class MaskedPostgresSaver(AsyncPostgresSaver):
         return await self.held.read(config, lambda: read(config))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        self.held.written(thread_id)
-        await super().adelete_thread(thread_id)
+        with self.held.writing(thread_id):
+            await super().adelete_thread(thread_id)
 
     async def aput(
         self,
@@ -76,21 +76,23 @@ class MaskedPostgresSaver(AsyncPostgresSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        self.held.written(config)
-        if await fence.lost(config):  # another replica runs the task now: its checkpoints are the conversation's
-            return config
-        if KNOWN:
-            values = {k: KNOWN.text(v) if isinstance(v, str) else v for k, v in checkpoint["channel_values"].items()}
-            checkpoint = cast("Checkpoint", {**checkpoint, "channel_values": values})
-            metadata = cast("CheckpointMetadata", KNOWN.value(metadata))
-        return await super().aput(config, checkpoint, metadata, new_versions)
+        with self.held.writing(config):
+            if await fence.lost(config):  # another replica runs the task now: its checkpoints are the conversation's
+                return config
+            if KNOWN:
+                values = {
+                    k: KNOWN.text(v) if isinstance(v, str) else v for k, v in checkpoint["channel_values"].items()
+                }
+                checkpoint = cast("Checkpoint", {**checkpoint, "channel_values": values})
+                metadata = cast("CheckpointMetadata", KNOWN.value(metadata))
+            return await super().aput(config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        self.held.written(config)
-        if not await fence.lost(config):
-            await super().aput_writes(config, writes, task_id, task_path)
+        with self.held.writing(config):
+            if not await fence.lost(config):
+                await super().aput_writes(config, writes, task_id, task_path)
 
 
 async def _set_up(side: AsyncConnection[Any], saver: AsyncPostgresSaver, *, wait: float) -> None:

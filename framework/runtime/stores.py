@@ -117,18 +117,18 @@ class LoopSqliteSaver(SqliteSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        self.held.written(config)
-        return await self._free(lambda: self.put(config, checkpoint, metadata, new_versions))
+        with self.held.writing(config):
+            return await self._free(lambda: self.put(config, checkpoint, metadata, new_versions))
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        self.held.written(config)
-        await self._free(lambda: self.put_writes(config, writes, task_id, task_path))
+        with self.held.writing(config):
+            await self._free(lambda: self.put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        self.held.written(thread_id)
-        await self._free(lambda: self.delete_thread(thread_id))
+        with self.held.writing(thread_id):
+            await self._free(lambda: self.delete_thread(thread_id))
 
     async def aget_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, Any]:
         return await self._free(lambda: self.get_delta_channel_history(config=config, channels=channels))

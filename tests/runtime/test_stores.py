@@ -9,6 +9,7 @@ The PostgreSQL cases run against the real server in a database of this module's 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -193,6 +194,35 @@ def test_a_held_read_is_given_once_as_a_copy_and_dropped_by_a_write(tmp_path: Pa
 
 
 # -- SQLite -------------------------------------------------------------------------------------
+
+
+def test_a_read_made_while_a_write_waits_for_the_lock_is_not_given_after_it(tmp_path: Path) -> None:
+    """A write to the conversation that waits for another process's lock, and a hold that starts
+    meanwhile: the read it keeps is older than the write once that lands, so the next read goes to
+    the store and sees the write."""
+
+    async def main() -> tuple[str, str]:
+        async with open_checkpointer(tmp_path, lock_timeout=5) as saver:
+            await turn(echo_graph(saver), "c1", "one")
+            saved = await saver.aget_tuple(config("c1"))
+            assert saved is not None
+            other = sqlite3.connect(tmp_path / STATE_DIR / CONVERSATIONS_DB, isolation_level=None)
+            other.execute("BEGIN IMMEDIATE")  # another process holds the file's write lock
+            newer = create_checkpoint(saved.checkpoint, None, 5)
+            write = asyncio.create_task(saver.aput(saved.config, newer, {"source": "update", "step": 5}, {}))
+            await asyncio.sleep(0.05)
+            assert not write.done()
+            with saver.held.holding("c1"):
+                await saver.aget_tuple(config("c1"))
+                other.execute("COMMIT")
+                other.close()
+                await write
+                after = await saver.aget_tuple(config("c1"))
+            assert after is not None
+            return after.checkpoint["id"], newer["id"]
+
+    seen, written = asyncio.run(main())
+    assert seen == written
 
 
 def test_a_turn_reads_its_conversation_once(tmp_path: Path) -> None:
