@@ -45,6 +45,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/governance.py
 	$(BIN)/python bench/serve.py
 	$(BIN)/python bench/slow_model.py
+	$(BIN)/python bench/model_call.py
 	$(BIN)/python bench/acp.py
 	$(BIN)/python bench/reload.py
 	$(BIN)/python bench/mcp.py

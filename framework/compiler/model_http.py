@@ -21,6 +21,18 @@ A model keeps the SDK's default client as before where the transport cannot do w
 asked: without aiohttp, with an ``openai_proxy`` (params or ``OPENAI_PROXY``) or
 ``http_socket_options`` in params (langchain-openai applies both itself), or with a SOCKS proxy
 in the environment (aiohttp speaks only HTTP to a proxy).
+
+The SDK also walks every request's parameters against their declared types before it sends them
+(``async_maybe_transform``: a recursive, awaited walk through the unions of message and tool
+types, at every level), to rename aliased keys and format dates and files. For a chat
+completion's ``messages`` and ``tools`` it changes nothing — their types declare no alias and
+no format, and langchain-openai builds them as plain JSON — yet it was ``ca serve``'s largest
+single cost with a model of this SDK (``bench/slow_model.py``: about a tenth of the server's CPU
+for a two-message conversation), growing with every message of the conversation. A model's chat
+completions resource is therefore wrapped (:func:`without_transform`) to hand both to the SDK in
+``extra_body``, which it merges into the JSON body after that walk: the same body on the wire
+(``tests/compiler/test_model_http.py`` compares them), what ``extra_body`` the user's params set
+still winning.
 """
 
 from __future__ import annotations
@@ -182,3 +194,51 @@ async def _close(clients: list[Any]) -> None:
     for outcome in closed:
         if isinstance(outcome, Exception):
             logger.warning("a model's HTTP client did not close cleanly: %s", outcome)
+
+
+_AS_BUILT = ("messages", "tools")
+"""The parameters of a chat completion passed on as langchain-openai built them (see the module doc)."""
+
+
+def without_transform(model: BaseChatModel) -> BaseChatModel:
+    """``model`` (langchain-openai's, on the OpenAI SDK) with its chat completions resources, sync
+    and async, handing ``messages`` and ``tools`` to the SDK past its parameter walk; any other
+    model as it is."""
+    fields = type(model).model_fields
+    if "client" not in fields or "async_client" not in fields:
+        return model
+    update = {name: _AsBuilt(getattr(model, name)) for name in ("client", "async_client") if getattr(model, name)}
+    return model.model_copy(update=update) if update else model
+
+
+class _AsBuilt:
+    """A chat completions resource of the OpenAI SDK (or its ``with_raw_response``) whose ``create``
+    passes ``messages`` and ``tools`` in ``extra_body``; everything else is the resource's own."""
+
+    __slots__ = ("_resource",)
+
+    def __init__(self, resource: Any) -> None:
+        self._resource = resource
+
+    def create(self, **params: Any) -> Any:
+        return self._resource.create(**_as_built(params))
+
+    @property
+    def with_raw_response(self) -> _AsBuilt:
+        return _AsBuilt(self._resource.with_raw_response)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._resource, name)
+
+
+def _as_built(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` of ``create`` with the lists of :data:`_AS_BUILT` moved into ``extra_body``, under
+    what the caller's own ``extra_body`` says (it wins, as it would over the parameters); an empty
+    ``messages`` stays, as ``create`` requires one, and the body's is the moved one."""
+    moved = {name: list(params[name]) for name in _AS_BUILT if isinstance(params.get(name), list | tuple)}
+    if not moved:
+        return params
+    rest = {name: value for name, value in params.items() if name not in moved}
+    rest["messages"] = []
+    rest["extra_body"] = {**moved, **(params.get("extra_body") or {})}
+    return rest

@@ -37,7 +37,8 @@ _MAX_TOKENS_PARAM: dict[str, str] = {"ollama": "num_predict"}
 """Providers whose output-length limit is not called ``max_tokens``."""
 
 _OPENAI_SDK = frozenset({"openai", "azure_openai"})
-"""Providers whose integration runs on the OpenAI SDK: their async HTTP client is aiohttp (:mod:`.model_http`)."""
+"""Providers whose integration runs on the OpenAI SDK: their async HTTP client is aiohttp, and their
+chat messages skip the SDK's parameter walk (:mod:`.model_http`)."""
 
 _NO_KEY_NEEDED = "not-needed"
 """Placeholder key for an OpenAI-compatible local server, whose client still insists on one."""
@@ -94,10 +95,11 @@ def _provider_model(config: ModelConfig, environ: Mapping[str, str]) -> BaseChat
     try:
         model: BaseChatModel = init_chat_model(f"{config.provider}:{config.name}", **kwargs)
         if config.provider in _OPENAI_SDK:
-            from framework.compiler.model_http import openai_arguments
+            from framework.compiler.model_http import openai_arguments, without_transform
 
             if faster := openai_arguments(model):  # again, calling over aiohttp (what the params say wins)
                 model = init_chat_model(f"{config.provider}:{config.name}", **(faster | kwargs))
+            model = without_transform(model)
     except Exception as exc:
         if isinstance(exc, ImportError) and _missing_integration(exc):
             raise ModelError(_missing_package_message(config.provider, label)) from exc

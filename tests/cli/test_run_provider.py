@@ -316,3 +316,63 @@ def test_a_scope_canceled_while_its_clients_close_closes_every_one() -> None:
 
     asyncio.run(main())
     assert [client.closed for client in clients] == [True, True]
+
+
+def test_a_conversation_reaches_the_provider_as_the_sdks_own_walk_would_send_it() -> None:
+    """The messages and tools of a chat completion skip the OpenAI SDK's walk of the parameters (see
+    ``framework.compiler.model_http``): the body on the wire is the one the SDK sends after its walk,
+    sync and async, with tool calls, a tool's answer, an image and the user's own ``extra_body``
+    (which still wins over what is moved), and the walk is given no message to walk."""
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+    from openai.resources.chat.completions import completions as sdk
+
+    conversation = [
+        SystemMessage("Be brief."),
+        HumanMessage("read the notes"),
+        AIMessage("", tool_calls=[{"name": "fs_read", "args": {"path": "notes.txt"}, "id": "call_1"}]),
+        ToolMessage("remember the milk ü", tool_call_id="call_1"),
+        HumanMessage(
+            [
+                {"type": "text", "text": "and this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+            ]
+        ),
+    ]
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "fs_read",
+            "description": "Read a file.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    }
+    walked: list[object] = []
+    walk = sdk.async_maybe_transform
+
+    async def recording(data: dict[str, object], expected_type: object) -> object:
+        walked.append(data["messages"])
+        return await walk(data, expected_type)
+
+    with FakeOpenAI() as server, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sdk, "async_maybe_transform", recording)
+        params = {"max_retries": 0, "timeout": 5, "extra_body": {"top_k": 2}}
+        config = ModelConfig(provider="openai", name="fake-model", base_url=server.url, params=params)
+        model = build_model(config, agent="a", environ={})
+        walking = model.model_copy(update={"async_client": model.async_client._resource})  # type: ignore[attr-defined]
+
+        async def ask(chat: BaseChatModel) -> None:
+            async with loop_clients():
+                await chat.bind_tools([tool]).ainvoke(conversation)
+
+        asyncio.run(ask(model))
+        asyncio.run(ask(walking))
+        model.bind_tools([tool]).invoke(conversation)
+    moved, walked_through, sync = server.requests
+    assert moved == walked_through == sync
+    assert [message["role"] for message in moved["messages"]] == ["system", "user", "assistant", "tool", "user"]
+    assert moved["messages"][3]["content"] == "remember the milk ü"
+    assert moved["tools"] == [tool]
+    assert moved["top_k"] == 2
+    assert len(walked) == 2  # the async calls; the sync one walks through maybe_transform
+    assert walked[0] == []  # the moved messages never reach the walk
+    assert len(walked[1]) == 5  # the SDK's own path walks all of them
