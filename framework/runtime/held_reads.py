@@ -41,7 +41,9 @@ class HeldReads:
     Runner, for a run that holds the conversation's turn) the first read of the thread's latest
     checkpoint keeps a copy (of its dicts: ``aget_state`` applies pending writes to the checkpoint it
     read), and the next read takes that copy instead of reading again; then reads go to the store as
-    before. A write to the thread through this saver in between drops the copy.
+    before. An async write to the thread through this saver in between (``aput``, ``aput_writes``,
+    ``adelete_thread``, each inside :meth:`writing`) drops the copy; the sync writes are not used
+    during a run, and the run holds its conversation's turn, which keeps other writers out.
     """
 
     def __init__(self) -> None:
