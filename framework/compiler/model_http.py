@@ -31,8 +31,10 @@ single cost with a model of this SDK (``bench/slow_model.py``: about a tenth of 
 for a two-message conversation), growing with every message of the conversation. A model's chat
 completions resource is therefore wrapped (:func:`without_transform`) to hand both to the SDK in
 ``extra_body``, which it merges into the JSON body after that walk: the same body on the wire
-(``tests/compiler/test_model_http.py`` compares them), what ``extra_body`` the user's params set
-still winning.
+(``tests/cli/test_run_provider.py`` compares them), what ``extra_body`` the user's params set
+still winning. On the way back, a streamed answer's chunks reach langchain-openai as the dicts
+their JSON decodes to, not as the models the SDK would build of each one (by a walk of the same
+kind) for langchain-openai to dump back to dicts at once: see :class:`_AsBuilt`.
 """
 
 from __future__ import annotations
@@ -202,16 +204,26 @@ _AS_BUILT = ("messages", "tools")
 
 def without_transform(model: BaseChatModel) -> BaseChatModel:
     """``model`` (langchain-openai's, on the OpenAI SDK) with its chat completions resources, sync
-    and async, handing ``messages`` and ``tools`` to the SDK past its parameter walk; any other
-    model as it is."""
+    and async, handing ``messages`` and ``tools`` to the SDK past its parameter walk and taking a
+    stream's chunks as the JSON objects they arrive as; any other model as it is."""
     fields = type(model).model_fields
     if "client" not in fields or "async_client" not in fields:
         return model
-    update = {name: _AsBuilt(getattr(model, name)) for name in ("client", "async_client") if getattr(model, name)}
+    import openai
+
+    wrappers = {
+        "client": (_AsBuilt, openai.Stream[object]),
+        "async_client": (_AsyncAsBuilt, openai.AsyncStream[object]),
+    }
+    update = {
+        name: wrapper(resource, stream)
+        for name, (wrapper, stream) in wrappers.items()
+        if (resource := getattr(model, name))
+    }
     return model.model_copy(update=update) if update else model
 
 
-class _AsBuilt:
+class _Moved:
     """A chat completions resource of the OpenAI SDK (or its ``with_raw_response``) whose ``create``
     passes ``messages`` and ``tools`` in ``extra_body``; everything else is the resource's own."""
 
@@ -223,12 +235,42 @@ class _AsBuilt:
     def create(self, **params: Any) -> Any:
         return self._resource.create(**_as_built(params))
 
-    @property
-    def with_raw_response(self) -> _AsBuilt:
-        return _AsBuilt(self._resource.with_raw_response)
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self._resource, name)
+
+
+class _AsBuilt(_Moved):
+    """The sync resource: :class:`_Moved`, and a stream (``stream=True``) yields each chunk as the
+    dict its JSON decodes to, which langchain-openai reads as it reads the SDK's chunk models once
+    dumped. The SDK builds a model of every chunk without validating it, by walking the chunk's
+    declared type (~80 µs a chunk here, every token of every answer), and langchain-openai dumps it
+    back to a dict at once. The stream is the SDK's own, asked for by its public API
+    (``with_raw_response``, ``parse(to=Stream[object])``: chunk type ``object`` is passed through)."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, resource: Any, stream: type[Any]) -> None:
+        super().__init__(resource)
+        self._stream = stream
+
+    def create(self, **params: Any) -> Any:
+        if params.get("stream") is not True:
+            return super().create(**params)
+        return self._resource.with_raw_response.create(**_as_built(params)).parse(to=self._stream)
+
+    @property
+    def with_raw_response(self) -> _Moved:
+        return _Moved(self._resource.with_raw_response)
+
+
+class _AsyncAsBuilt(_AsBuilt):
+    """The async resource, as :class:`_AsBuilt`."""
+
+    async def create(self, **params: Any) -> Any:
+        if params.get("stream") is not True:
+            return await self._resource.create(**_as_built(params))
+        raw = await self._resource.with_raw_response.create(**_as_built(params))
+        return raw.parse(to=self._stream)
 
 
 def _as_built(params: dict[str, Any]) -> dict[str, Any]:

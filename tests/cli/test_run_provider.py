@@ -323,7 +323,7 @@ def test_a_conversation_reaches_the_provider_as_the_sdks_own_walk_would_send_it(
     ``framework.compiler.model_http``): the body on the wire is the one the SDK sends after its walk,
     sync and async, with tool calls, a tool's answer, an image and the user's own ``extra_body``
     (which still wins over what is moved), and the walk is given no message to walk."""
-    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
     from openai.resources.chat.completions import completions as sdk
 
     conversation = [
@@ -360,13 +360,11 @@ def test_a_conversation_reaches_the_provider_as_the_sdks_own_walk_would_send_it(
         model = build_model(config, agent="a", environ={})
         walking = model.model_copy(update={"async_client": model.async_client._resource})  # type: ignore[attr-defined]
 
-        async def ask(chat: BaseChatModel) -> None:
+        async def ask(chat: BaseChatModel) -> BaseMessage:
             async with loop_clients():
-                await chat.bind_tools([tool]).ainvoke(conversation)
+                return await chat.bind_tools([tool]).ainvoke(conversation)
 
-        asyncio.run(ask(model))
-        asyncio.run(ask(walking))
-        model.bind_tools([tool]).invoke(conversation)
+        answers = [asyncio.run(ask(model)), asyncio.run(ask(walking)), model.bind_tools([tool]).invoke(conversation)]
     moved, walked_through, sync = server.requests
     assert moved == walked_through == sync
     assert [message["role"] for message in moved["messages"]] == ["system", "user", "assistant", "tool", "user"]
@@ -376,3 +374,9 @@ def test_a_conversation_reaches_the_provider_as_the_sdks_own_walk_would_send_it(
     assert len(walked) == 2  # the async calls; the sync one walks through maybe_transform
     assert walked[0] == []  # the moved messages never reach the walk
     assert len(walked[1]) == 5  # the SDK's own path walks all of them
+    # The streamed answer read from the chunks as they came is the one read from the SDK's chunk models.
+    assert all(isinstance(answer, AIMessage) for answer in answers)
+    read = [(a.content, a.tool_calls, a.usage_metadata, a.response_metadata) for a in answers]  # type: ignore[attr-defined]
+    assert read[0] == read[1] == read[2]
+    assert answers[0].tool_calls[0]["name"] == "fs_read"  # type: ignore[attr-defined]
+    assert answers[0].usage_metadata["total_tokens"] == 49  # type: ignore[attr-defined]
