@@ -30,9 +30,9 @@ no format, and langchain-openai builds them as plain JSON — yet it was ``ca se
 single cost with a model of this SDK (``bench/slow_model.py``: about a tenth of the server's CPU
 for a two-message conversation), growing with every message of the conversation. A model's chat
 completions resource is therefore wrapped (:func:`without_transform`) to hand both to the SDK in
-``extra_body``, which it merges into the JSON body after that walk: the same body on the wire
-(``tests/cli/test_run_provider.py`` compares them), what ``extra_body`` the user's params set
-still winning. On the way back, a streamed answer's chunks reach langchain-openai as the dicts
+``extra_body``, which it merges into the JSON body after that walk: the same JSON on the wire,
+``tools`` perhaps later among its keys (``tests/cli/test_run_provider.py`` compares them), what
+``extra_body`` the user's params set still winning. On the way back, a streamed answer's chunks reach langchain-openai as the dicts
 their JSON decodes to, not as the models the SDK would build of each one (by a walk of the same
 kind) for langchain-openai to dump back to dicts at once: see :class:`_AsBuilt`.
 """
@@ -236,6 +236,8 @@ class _Moved:
         return self._resource.create(**_as_built(params))
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in _Moved.__slots__:  # a copy being made asks before it has a resource
+            raise AttributeError(name)
         return getattr(self._resource, name)
 
 
@@ -276,11 +278,13 @@ class _AsyncAsBuilt(_AsBuilt):
 def _as_built(params: dict[str, Any]) -> dict[str, Any]:
     """``params`` of ``create`` with the lists of :data:`_AS_BUILT` moved into ``extra_body``, under
     what the caller's own ``extra_body`` says (it wins, as it would over the parameters); an empty
-    ``messages`` stays, as ``create`` requires one, and the body's is the moved one."""
+    ``messages`` stays in place of a moved one, as ``create`` requires one, and the body's is the
+    moved one. The JSON body is the same, but for where in it a moved ``tools`` comes."""
     moved = {name: list(params[name]) for name in _AS_BUILT if isinstance(params.get(name), list | tuple)}
     if not moved:
         return params
     rest = {name: value for name, value in params.items() if name not in moved}
-    rest["messages"] = []
+    if "messages" in moved:
+        rest["messages"] = []
     rest["extra_body"] = {**moved, **(params.get("extra_body") or {})}
     return rest

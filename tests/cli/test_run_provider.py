@@ -380,3 +380,33 @@ def test_a_conversation_reaches_the_provider_as_the_sdks_own_walk_would_send_it(
     assert read[0] == read[1] == read[2]
     assert answers[0].tool_calls[0]["name"] == "fs_read"  # type: ignore[attr-defined]
     assert answers[0].usage_metadata["total_tokens"] == 49  # type: ignore[attr-defined]
+
+
+def test_the_wrapped_chat_resource_moves_only_what_it_may_and_copies_as_the_sdks_does() -> None:
+    """What the wrapper hands over: ``messages`` and ``tools`` when they are lists, the placeholder
+    only in place of moved messages, the caller's ``extra_body`` on top; and a shallow copy of it
+    (as ``copy.copy`` of a model's client makes) is a working wrapper, not an endless lookup."""
+    import copy
+
+    from framework.compiler.model_http import _as_built
+
+    said = [{"role": "user", "content": "hi"}]
+    tools = [{"type": "function", "function": {"name": "t"}}]
+    assert _as_built({"model": "m", "messages": said, "tools": tools, "extra_body": {"tools": [], "k": 1}}) == {
+        "model": "m",
+        "messages": [],
+        "extra_body": {"messages": said, "tools": [], "k": 1},
+    }
+    iterable = iter(said)  # not a list: left to the SDK, which walks it into one
+    assert _as_built({"model": "m", "messages": iterable, "tools": tools}) == {
+        "model": "m",
+        "messages": iterable,
+        "extra_body": {"tools": tools},
+    }
+    assert _as_built({"model": "m", "messages": iterable}) == {"model": "m", "messages": iterable}
+
+    config = ModelConfig(provider="openai", name="m", base_url="http://127.0.0.1:9/v1", params={"max_retries": 0})
+    model = build_model(config, agent="a", environ={})
+    copied = copy.copy(model.async_client)  # type: ignore[attr-defined]
+    assert copied.create.__func__ is model.async_client.create.__func__  # type: ignore[attr-defined]
+    assert copied.with_streaming_response is not None  # the SDK resource's own attributes, through the copy
