@@ -32,9 +32,10 @@ for a two-message conversation), growing with every message of the conversation.
 completions resource is therefore wrapped (:func:`without_transform`) to hand both to the SDK in
 ``extra_body``, which it merges into the JSON body after that walk: the same JSON on the wire,
 ``tools`` perhaps later among its keys (``tests/cli/test_run_provider.py`` compares them), what
-``extra_body`` the user's params set still winning. On the way back, a streamed answer's chunks reach langchain-openai as the dicts
-their JSON decodes to, not as the models the SDK would build of each one (by a walk of the same
-kind) for langchain-openai to dump back to dicts at once: see :class:`_AsBuilt`.
+``extra_body`` the user's params set still winning. On the way back, a streamed answer's chunks
+reach langchain-openai as the dicts their JSON decodes to, not as the models the SDK would build
+of each one (by a walk of the same kind) for langchain-openai to dump back to dicts at once: see
+:class:`_AsBuilt`.
 """
 
 from __future__ import annotations
