@@ -10,9 +10,9 @@ conversation is a system message, ``--turns`` earlier turns (a question, a tool 
 and an answer: 4 messages each) and a last question, with 5 tools bound. Each figure is the CPU
 time per ``ainvoke`` (mean of --calls, after 20 warm-up calls), for the model as ``ca`` builds it
 and for the same model with the SDK's own chat completions resource, which walks ``messages``
-and ``tools`` against their declared types before sending them and builds a model of every chunk
-of the answer (see ``framework/compiler/model_http.py``); both send the same body and read the
-same answer.
+and ``tools`` against their declared types before sending them and builds a model of each chunk
+of the answer by a walk of the same kind (see ``framework/compiler/model_http.py``); both send
+the same JSON body and read the same answer.
 """
 
 from __future__ import annotations

@@ -32,10 +32,18 @@ for a two-message conversation), growing with every message of the conversation.
 completions resource is therefore wrapped (:func:`without_transform`) to hand both to the SDK in
 ``extra_body``, which it merges into the JSON body after that walk: the same JSON on the wire,
 ``tools`` perhaps later among its keys (``tests/cli/test_run_provider.py`` compares them), what
-``extra_body`` the user's params set still winning. On the way back, a streamed answer's chunks
-reach langchain-openai as the dicts their JSON decodes to, not as the models the SDK would build
-of each one (by a walk of the same kind) for langchain-openai to dump back to dicts at once: see
-:class:`_AsBuilt`.
+``extra_body`` the user's params set still winning.
+
+On the way back the SDK builds a model of every chunk of a streamed answer — by another walk of
+the kind, without validating (~65 µs a chunk here, for every token of every answer) — which
+langchain-openai dumps back to a dict at once. The stream of a wrapped resource validates each
+chunk into the same model instead (pydantic's compiled validator, ~5 µs), and builds it the SDK's
+way when that fails: a chunk that leaves out a field the model requires (Azure's content-filter
+chunks have no ``delta``, Gemini's OpenAI endpoint sends tool calls without ``index``) is the
+model it always was, with None where the field is missing, which langchain-openai reads. (The
+plain dicts, tried first, broke exactly those two: langchain-openai reads such keys by index.) A
+chunk that validates is the model the SDK would have built, but for a number a server sends as
+text (``"40"`` tokens), which validation makes the number it stands for.
 """
 
 from __future__ import annotations
@@ -205,16 +213,17 @@ _AS_BUILT = ("messages", "tools")
 
 def without_transform(model: BaseChatModel) -> BaseChatModel:
     """``model`` (langchain-openai's, on the OpenAI SDK) with its chat completions resources, sync
-    and async, handing ``messages`` and ``tools`` to the SDK past its parameter walk and taking a
-    stream's chunks as the JSON objects they arrive as; any other model as it is."""
+    and async, handing ``messages`` and ``tools`` to the SDK past its parameter walk and validating
+    a stream's chunks instead of walking them (see the module doc); any other model as it is."""
     fields = type(model).model_fields
     if "client" not in fields or "async_client" not in fields:
         return model
     import openai
 
+    chunk = _chunk_class()
     wrappers = {
-        "client": (_AsBuilt, openai.Stream[object]),
-        "async_client": (_AsyncAsBuilt, openai.AsyncStream[object]),
+        "client": (_AsBuilt, openai.Stream[chunk]),  # type: ignore[valid-type]
+        "async_client": (_AsyncAsBuilt, openai.AsyncStream[chunk]),  # type: ignore[valid-type]
     }
     update = {
         name: wrapper(resource, stream)
@@ -222,6 +231,30 @@ def without_transform(model: BaseChatModel) -> BaseChatModel:
         if (resource := getattr(model, name))
     }
     return model.model_copy(update=update) if update else model
+
+
+@functools.cache
+def _chunk_class() -> type[Any]:
+    """The SDK's chat completion chunk model, built from a stream's decoded JSON by validating it,
+    or as the SDK builds it (its ``construct``) where validation fails. The SDK's stream asks a
+    chunk type with a ``build`` class method to build each chunk (its model-builder protocol); a
+    version that no longer did would construct this subclass of its own model, as slowly as before."""
+    import pydantic
+    from openai.types.chat import ChatCompletionChunk
+
+    class Chunk(ChatCompletionChunk):
+        @classmethod
+        def build(cls, *, response: Any, data: object) -> Any:
+            if isinstance(data, dict):
+                try:
+                    return ChatCompletionChunk.model_validate(data)
+                except pydantic.ValidationError:  # a field left out or of another type: the SDK's own way
+                    return ChatCompletionChunk.construct(**data)
+            if isinstance(data, list):
+                return [ChatCompletionChunk.construct(**item) if isinstance(item, dict) else item for item in data]
+            return data
+
+    return Chunk
 
 
 class _Moved:
@@ -243,12 +276,10 @@ class _Moved:
 
 
 class _AsBuilt(_Moved):
-    """The sync resource: :class:`_Moved`, and a stream (``stream=True``) yields each chunk as the
-    dict its JSON decodes to, which langchain-openai reads as it reads the SDK's chunk models once
-    dumped. The SDK builds a model of every chunk without validating it, by walking the chunk's
-    declared type (~80 µs a chunk here, every token of every answer), and langchain-openai dumps it
-    back to a dict at once. The stream is the SDK's own, asked for by its public API
-    (``with_raw_response``, ``parse(to=Stream[object])``: chunk type ``object`` is passed through)."""
+    """The sync resource: :class:`_Moved`, and a stream (``stream=True``) whose chunks are validated
+    (:func:`_chunk_class`). That stream is the SDK's own, asked for by its public API
+    (``with_raw_response``, then ``parse(to=Stream[chunk type])``); the request carries the header
+    that API adds (``X-Stainless-Raw-Response``)."""
 
     __slots__ = ("_stream",)
 

@@ -31,6 +31,7 @@ from tests.fake_openai import FakeOpenAI
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import BaseMessage
 
 REPLY = "Hello from the fake provider"
 
@@ -323,7 +324,7 @@ def test_a_conversation_reaches_the_provider_as_the_sdks_own_walk_would_send_it(
     ``framework.compiler.model_http``): the body on the wire is the one the SDK sends after its walk,
     sync and async, with tool calls, a tool's answer, an image and the user's own ``extra_body``
     (which still wins over what is moved), and the walk is given no message to walk."""
-    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
     from openai.resources.chat.completions import completions as sdk
 
     conversation = [
@@ -410,3 +411,66 @@ def test_the_wrapped_chat_resource_moves_only_what_it_may_and_copies_as_the_sdks
     copied = copy.copy(model.async_client)  # type: ignore[attr-defined]
     assert copied.create.__func__ is model.async_client.create.__func__  # type: ignore[attr-defined]
     assert copied.with_streaming_response is not None  # the SDK resource's own attributes, through the copy
+
+
+def _streamed(*chunks: dict[str, object]) -> bytes:
+    return "".join([*(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks), "data: [DONE]\n\n"]).encode()
+
+
+def _answering(body: bytes, provider: str = "openai") -> BaseChatModel:
+    """A model as ca builds it whose HTTP client answers every call with ``body`` (in process, the SDK's httpx)."""
+    import sys
+
+    import openai
+
+    httpx = sys.modules[openai.DefaultAsyncHttpxClient.__mro__[1].__module__.partition(".")[0]]
+
+    def answer(request: object) -> object:
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    params: dict[str, object] = {"http_async_client": httpx.AsyncClient(transport=httpx.MockTransport(answer))}
+    params["max_retries"] = 0
+    if provider == "azure_openai":
+        params |= {"api_version": "2024-10-21", "azure_endpoint": "http://127.0.0.1:9"}
+        config = ModelConfig(provider=provider, name="m", params=params)
+        return build_model(config, agent="a", environ={"AZURE_OPENAI_API_KEY": "k"})
+    config = ModelConfig(provider=provider, name="m", base_url="http://127.0.0.1:9/v1", params=params)
+    return build_model(config, agent="a", environ={})
+
+
+def test_answers_of_servers_that_leave_fields_out_are_read_as_the_sdk_reads_them() -> None:
+    """Servers other than OpenAI's leave out fields of a streamed chunk that the SDK's chunk model
+    fills in with None and langchain-openai reads: Azure's asynchronous content filter ends with a
+    choice without ``delta``; Gemini's OpenAI endpoint sends a tool call without ``index``. Both
+    answers are read whole (an earlier version handed langchain-openai the raw chunks: the first
+    failed with KeyError, the second lost its tool call and the run ended 'completed')."""
+    safe = {"hate": {"filtered": False, "severity": "safe"}}
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    azure = _streamed(
+        {"id": "", "object": "", "created": 0, "model": "", "choices": [], "prompt_filter_results": []},
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hello"}, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**head, "choices": [{"index": 0, "finish_reason": None, "content_filter_results": safe}]},
+    )
+    call = {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": '{"path":"a.md"}'}}
+    gemini = _streamed(
+        {"object": "chat.completion.chunk", "model": "g", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]},
+        {
+            "object": "chat.completion.chunk",
+            "model": "g",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+        },
+    )
+    tool = {"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}
+
+    async def ask(model: BaseChatModel, tools: list[dict[str, object]]) -> BaseMessage:
+        from langchain_core.messages import BaseMessage
+
+        answer = await (model.bind_tools(tools) if tools else model).ainvoke("hi")
+        assert isinstance(answer, BaseMessage)
+        return answer
+
+    filtered = asyncio.run(ask(_answering(azure, "azure_openai"), []))
+    assert (filtered.content, filtered.response_metadata["finish_reason"]) == ("Hello", "stop")
+    called = asyncio.run(ask(_answering(gemini), [tool]))
+    assert [(c["name"], c["args"], c["id"]) for c in called.tool_calls] == [("read", {"path": "a.md"}, "call_1")]  # type: ignore[attr-defined]
