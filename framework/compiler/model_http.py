@@ -42,8 +42,10 @@ way when that fails: a chunk that leaves out a field the model requires (Azure's
 chunks have no ``delta``, Gemini's OpenAI endpoint sends tool calls without ``index``) is the
 model it always was, with None where the field is missing, which langchain-openai reads. (The
 plain dicts, tried first, broke exactly those two: langchain-openai reads such keys by index.) A
-chunk that validates is the model the SDK would have built, but for a number a server sends as
-text (``"40"`` tokens), which validation makes the number it stands for.
+chunk that validates is the model the SDK would have built (the SDK validates every optional
+field itself), but for ``created`` and a choice's ``index`` sent as text, a float or a boolean,
+which become integers (langchain-openai reads neither), and a key named like the SDK's
+``construct`` arguments (``_fields_set``), which fails the SDK's way and is kept as an extra here.
 """
 
 from __future__ import annotations
