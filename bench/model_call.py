@@ -78,12 +78,11 @@ def tools() -> list[dict[str, Any]]:
 
 def models(words: list[str]) -> dict[str, Any]:
     """The model as ca builds it, and the same with the SDK's own resource, answering ``words``."""
-    import openai
-
+    from framework.compiler.model_http import sdk_httpx
     from framework.compiler.models import build_model
     from framework.spec.model import ModelConfig
 
-    httpx = sys.modules[openai.DefaultAsyncHttpxClient.__mro__[1].__module__.partition(".")[0]]  # the SDK's httpx
+    httpx = sdk_httpx()
     body = stream_body(words)
 
     def answer(request: Any) -> Any:

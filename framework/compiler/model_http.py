@@ -59,6 +59,7 @@ import sys
 import urllib.request
 import weakref
 from collections.abc import AsyncIterator
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -101,6 +102,14 @@ def _socks_proxy() -> bool:
     return any(proxies.get(scheme, "").lower().startswith("socks") for scheme in ("http", "https", "all"))
 
 
+def sdk_httpx() -> ModuleType:
+    """The httpx the OpenAI SDK is built on (it ships a copy of its own under another name): its
+    clients, transports and errors are the ones the SDK takes and raises."""
+    import openai
+
+    return sys.modules[openai.DefaultAsyncHttpxClient.__mro__[1].__module__.partition(".")[0]]
+
+
 @functools.cache
 def _loop_client_class() -> type[Any] | None:
     """A subclass of the SDK's httpx client (the SDK accepts nothing else) that sends through the
@@ -121,7 +130,7 @@ def _loop_client_class() -> type[Any] | None:
 
     import aiohttp
 
-    httpx = sys.modules[openai.DefaultAsyncHttpxClient.__bases__[0].__module__.partition(".")[0]]  # the SDK's
+    httpx = sdk_httpx()
 
     def retyped(exc: Exception, request: Any) -> Exception:
         """The transport calls every broken connection a ConnectTimeout, and lets a malformed answer

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from framework.compiler.model_http import loop_clients
+from framework.compiler.model_http import loop_clients, sdk_httpx
 from framework.compiler.models import build_model
 from framework.spec.model import ModelConfig
 from tests.conftest import ProjectFactory, events, run_ca
@@ -321,7 +321,7 @@ def test_a_scope_canceled_while_its_clients_close_closes_every_one() -> None:
 
 def test_a_conversation_reaches_the_provider_as_the_sdks_own_walk_would_send_it() -> None:
     """The messages and tools of a chat completion skip the OpenAI SDK's walk of the parameters (see
-    ``framework.compiler.model_http``): the body on the wire is the one the SDK sends after its walk,
+    ``framework.compiler.model_http``): the JSON body on the wire is the one the SDK sends after its walk,
     sync and async, with tool calls, a tool's answer, an image and the user's own ``extra_body``
     (which still wins over what is moved), and the walk is given no message to walk."""
     from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
@@ -419,11 +419,7 @@ def _streamed(*chunks: dict[str, object]) -> bytes:
 
 def _answering(body: bytes, provider: str = "openai") -> BaseChatModel:
     """A model as ca builds it whose HTTP client answers every call with ``body`` (in process, the SDK's httpx)."""
-    import sys
-
-    import openai
-
-    httpx = sys.modules[openai.DefaultAsyncHttpxClient.__mro__[1].__module__.partition(".")[0]]
+    httpx = sdk_httpx()
 
     def answer(request: object) -> object:
         return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
