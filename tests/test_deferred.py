@@ -105,3 +105,45 @@ def test_a_deferred_module_that_fails_to_load_fails_the_same_way_each_time() -> 
         "        print(type(exc).__name__)\n"
     )
     assert shown.split() == ["ModuleNotFoundError", "ModuleNotFoundError"], shown
+
+
+def test_langsmith_models_are_built_at_their_first_use() -> None:
+    shown = python(
+        "import framework, framework.runtime.runtime, pydantic\n"
+        "from langsmith import schemas\n"
+        "from langsmith.run_trees import RunTree\n"
+        "print(schemas.Run.__pydantic_complete__, RunTree.__pydantic_complete__, dict(pydantic.BaseModel.model_config))\n"
+        "class Later(pydantic.BaseModel):\n"
+        "    x: int\n"
+        "print(Later.__pydantic_complete__)\n"
+        "run = RunTree(name='step', run_type='chain', inputs={'q': 1})\n"
+        "print(RunTree.__pydantic_complete__, run.name, run.inputs)\n"
+        "try:\n"
+        "    schemas.Run.model_validate({'name': 'step'})\n"
+        "except pydantic.ValidationError as exc:\n"
+        "    print(sorted(error['loc'][0] for error in exc.errors()))\n"
+    )
+    assert shown.splitlines() == [
+        "False False {}",
+        "True",
+        "True step {'q': 1}",
+        "['id', 'run_type', 'start_time', 'trace_id']",
+    ], shown
+
+
+def test_a_module_built_on_use_that_fails_leaves_pydantic_as_it_was(tmp_path: Path) -> None:
+    (tmp_path / "broken_models.py").write_text(
+        "import pydantic\n\nclass First(pydantic.BaseModel):\n    x: int\n\nraise RuntimeError('broken at import')\n"
+    )
+    shown = python(
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import framework, pydantic\n"
+        "from framework import deferred\n"
+        "deferred.BUILT_ON_USE = frozenset({'broken_models'})\n"
+        "try:\n"
+        "    import broken_models\n"
+        "except RuntimeError as exc:\n"
+        "    print(exc)\n"
+        "print(dict(pydantic.BaseModel.model_config))\n"
+    )
+    assert shown.splitlines() == ["broken at import", "{}"], shown
