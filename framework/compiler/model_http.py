@@ -36,9 +36,11 @@ completions resource is therefore wrapped (:func:`without_transform`) to hand bo
 
 On the way back the SDK builds a model of every chunk of a streamed answer — by another walk of
 the kind, without validating (~65 µs a chunk here, for every token of every answer) — which
-langchain-openai dumps back to a dict at once. The stream of a wrapped resource validates each
-chunk into the same model instead (pydantic's compiled validator, ~5 µs), and builds it the SDK's
-way when that fails: a chunk that leaves out a field the model requires (Azure's content-filter
+langchain-openai dumps back to a dict at once; and of an answer not streamed (``streaming:
+false``), ~110 µs a completion. A wrapped resource asks for its answer through the SDK's public
+raw-response API and has it parsed into :func:`_validated` types, which validate each chunk or
+completion into the same model instead (pydantic's compiled validator, ~5 µs), and build it the
+SDK's way when that fails: a chunk that leaves out a field the model requires (Azure's content-filter
 chunks have no ``delta``, Gemini's OpenAI endpoint sends tool calls without ``index``) is the
 model it always was, with None where the field is missing, which langchain-openai reads. (The
 plain dicts, tried first, broke exactly those two: langchain-openai reads such keys by index.) A
@@ -225,47 +227,49 @@ _AS_BUILT = ("messages", "tools")
 def without_transform(model: BaseChatModel) -> BaseChatModel:
     """``model`` (langchain-openai's, on the OpenAI SDK) with its chat completions resources, sync
     and async, handing ``messages`` and ``tools`` to the SDK past its parameter walk and validating
-    a stream's chunks instead of walking them (see the module doc); any other model as it is."""
+    the answer (a completion, or a stream's chunks) instead of walking it (see the module doc); any
+    other model as it is."""
     fields = type(model).model_fields
     if "client" not in fields or "async_client" not in fields:
         return model
     import openai
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-    chunk = _chunk_class()
+    chunk, completion = _validated(ChatCompletionChunk), _validated(ChatCompletion)
     wrappers = {
-        "client": (_AsBuilt, openai.Stream[chunk]),  # type: ignore[valid-type]
-        "async_client": (_AsyncAsBuilt, openai.AsyncStream[chunk]),  # type: ignore[valid-type]
+        "client": (_AsBuilt, _Raw, openai.Stream[chunk]),  # type: ignore[valid-type]
+        "async_client": (_AsyncAsBuilt, _AsyncRaw, openai.AsyncStream[chunk]),  # type: ignore[valid-type]
     }
     update = {
-        name: wrapper(resource, stream)
-        for name, (wrapper, stream) in wrappers.items()
+        name: wrapper(resource, raw(resource.with_raw_response, stream, completion))
+        for name, (wrapper, raw, stream) in wrappers.items()
         if (resource := getattr(model, name))
     }
     return model.model_copy(update=update) if update else model
 
 
 @functools.cache
-def _chunk_class() -> type[Any]:
-    """The SDK's chat completion chunk model, built from a stream's decoded JSON by validating it,
-    or as the SDK builds it (its ``construct``) where validation fails. The SDK's stream asks a
-    chunk type with a ``build`` class method to build each chunk (its model-builder protocol); a
+def _validated(model: type[Any]) -> type[Any]:
+    """``model`` (the SDK's completion or chunk model), built from an answer's decoded JSON by
+    validating it, or as the SDK builds it (its ``construct``) where validation fails. The SDK asks
+    a type with a ``build`` class method to build what it parses (its model-builder protocol); a
     version that no longer did would construct this subclass of its own model, as slowly as before."""
     import pydantic
-    from openai.types.chat import ChatCompletionChunk
 
-    class Chunk(ChatCompletionChunk):
+    class Validated(model):  # type: ignore[misc]
         @classmethod
         def build(cls, *, response: Any, data: object) -> Any:
             if isinstance(data, dict):
                 try:
-                    return ChatCompletionChunk.model_validate(data)
+                    return model.model_validate(data)
                 except pydantic.ValidationError:  # a field left out or of another type: the SDK's own way
-                    return ChatCompletionChunk.construct(**data)
+                    return model.construct(**data)
             if isinstance(data, list):
-                return [ChatCompletionChunk.construct(**item) if isinstance(item, dict) else item for item in data]
+                return [model.construct(**item) if isinstance(item, dict) else item for item in data]
             return data
 
-    return Chunk
+    Validated.__name__ = Validated.__qualname__ = f"Validated{model.__name__}"
+    return Validated
 
 
 class _Moved:
@@ -277,45 +281,80 @@ class _Moved:
     def __init__(self, resource: Any) -> None:
         self._resource = resource
 
-    def create(self, **params: Any) -> Any:
-        return self._resource.create(**_as_built(params))
-
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in _Moved.__slots__:  # a copy being made asks before it has a resource
             raise AttributeError(name)
         return getattr(self._resource, name)
 
 
-class _AsBuilt(_Moved):
-    """The sync resource: :class:`_Moved`, and a stream (``stream=True``) whose chunks are validated
-    (:func:`_chunk_class`). That stream is the SDK's own, asked for by its public API
-    (``with_raw_response``, then ``parse(to=Stream[chunk type])``); the request carries the header
-    that API adds (``X-Stainless-Raw-Response``)."""
+class _Raw(_Moved):
+    """The resource's ``with_raw_response`` (the SDK's public raw-response API): ``create`` moves
+    the parameters, and what it answers parses into :func:`_validated` types unless told another
+    type: a completion, or a stream (``stream=True``) of validated chunks. Requests through it carry
+    the header that API adds (``X-Stainless-Raw-Response``)."""
 
-    __slots__ = ("_stream",)
+    __slots__ = ("_completion", "_stream")
 
-    def __init__(self, resource: Any, stream: type[Any]) -> None:
+    def __init__(self, resource: Any, stream: type[Any], completion: type[Any]) -> None:
         super().__init__(resource)
         self._stream = stream
+        self._completion = completion
 
     def create(self, **params: Any) -> Any:
-        if params.get("stream") is not True:
-            return super().create(**params)
-        return self._resource.with_raw_response.create(**_as_built(params)).parse(to=self._stream)
+        return _Parsed(self._resource.create(**_as_built(params)), self._parsed_as(params))
+
+    def _parsed_as(self, params: dict[str, Any]) -> type[Any]:
+        return self._stream if params.get("stream") is True else self._completion
+
+
+class _AsyncRaw(_Raw):
+    """The async resource's ``with_raw_response``, as :class:`_Raw`."""
+
+    async def create(self, **params: Any) -> Any:
+        return _Parsed(await self._resource.create(**_as_built(params)), self._parsed_as(params))
+
+
+class _Parsed:
+    """The SDK's raw response to a :class:`_Raw` create, whose ``parse()`` builds the type chosen
+    there; everything else (headers, the HTTP response, ``parse(to=...)``) is the response's own."""
+
+    __slots__ = ("_as", "_response")
+
+    def __init__(self, response: Any, parsed_as: type[Any]) -> None:
+        self._response = response
+        self._as = parsed_as
+
+    def parse(self, *, to: type[Any] | None = None) -> Any:
+        return self._response.parse(to=self._as if to is None else to)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in _Parsed.__slots__:
+            raise AttributeError(name)
+        return getattr(self._response, name)
+
+
+class _AsBuilt(_Moved):
+    """The sync resource: ``create`` is its :class:`_Raw` ``create``, parsed."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, resource: Any, raw: _Raw) -> None:
+        super().__init__(resource)
+        self._raw = raw
+
+    def create(self, **params: Any) -> Any:
+        return self._raw.create(**params).parse()
 
     @property
-    def with_raw_response(self) -> _Moved:
-        return _Moved(self._resource.with_raw_response)
+    def with_raw_response(self) -> _Raw:
+        return self._raw
 
 
 class _AsyncAsBuilt(_AsBuilt):
     """The async resource, as :class:`_AsBuilt`."""
 
     async def create(self, **params: Any) -> Any:
-        if params.get("stream") is not True:
-            return await self._resource.create(**_as_built(params))
-        raw = await self._resource.with_raw_response.create(**_as_built(params))
-        return raw.parse(to=self._stream)
+        return (await self._raw.create(**params)).parse()
 
 
 def _as_built(params: dict[str, Any]) -> dict[str, Any]:

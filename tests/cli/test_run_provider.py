@@ -417,15 +417,17 @@ def _streamed(*chunks: dict[str, object]) -> bytes:
     return "".join([*(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks), "data: [DONE]\n\n"]).encode()
 
 
-def _answering(body: bytes, provider: str = "openai") -> BaseChatModel:
-    """A model as ca builds it whose HTTP client answers every call with ``body`` (in process, the SDK's httpx)."""
+def _answering(body: bytes, provider: str = "openai", **more: object) -> BaseChatModel:
+    """A model as ca builds it whose HTTP client answers every call with ``body`` (in process, the
+    SDK's httpx): a stream, or a JSON completion when ``body`` is one; ``more``: its params."""
     httpx = sdk_httpx()
+    kind = "application/json" if body.startswith(b"{") else "text/event-stream"
 
     def answer(request: object) -> object:
-        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, content=body, headers={"content-type": kind, "x-request-id": "req_1"})
 
     params: dict[str, object] = {"http_async_client": httpx.AsyncClient(transport=httpx.MockTransport(answer))}
-    params["max_retries"] = 0
+    params |= {"max_retries": 0, **more}
     if provider == "azure_openai":
         params |= {"api_version": "2024-10-21", "azure_endpoint": "http://127.0.0.1:9"}
         config = ModelConfig(provider=provider, name="m", params=params)
@@ -470,3 +472,96 @@ def test_answers_of_servers_that_leave_fields_out_are_read_as_the_sdk_reads_them
     assert (filtered.content, filtered.response_metadata["finish_reason"]) == ("Hello", "stop")
     called = asyncio.run(ask(_answering(gemini), [tool]))
     assert [(c["name"], c["args"], c["id"]) for c in called.tool_calls] == [("read", {"path": "a.md"}, "call_1")]  # type: ignore[attr-defined]
+
+
+def _sdk_own(model: BaseChatModel) -> BaseChatModel:
+    """``model`` with the OpenAI SDK's own chat completions resources (what ca wraps)."""
+    own = {name: getattr(model, name)._resource for name in ("client", "async_client")}
+    return model.model_copy(update=own)
+
+
+def _read(answer: BaseMessage) -> tuple[object, ...]:
+    metadata = {k: v for k, v in answer.response_metadata.items() if k != "headers"}
+    return answer.content, answer.tool_calls, answer.usage_metadata, metadata  # type: ignore[attr-defined]
+
+
+def test_an_answer_not_streamed_is_validated_and_read_as_the_sdk_reads_it() -> None:
+    """With ``streaming: false`` the completion is validated into the SDK's model rather than built
+    field by field (the SDK's ``construct``, ~15 times slower): the answer read is the SDK path's,
+    also for a completion that fails validation (a server's own ``finish_reason``), which is built
+    the SDK's way. The response's headers still reach the answer where a model asks for them."""
+    from openai.types.chat import ChatCompletion
+
+    call = {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": '{"path":"a.md"}'}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    usage = {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
+    head = {"id": "c", "object": "chat.completion", "created": 1, "model": "m", "usage": usage}
+    valid = {**head, "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]}
+    said = {"role": "assistant", "content": "Hello"}
+    own_reason = {**head, "choices": [{"index": 0, "message": said, "finish_reason": "eos"}]}
+    tool = {"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}
+
+    def ask(model: BaseChatModel) -> BaseMessage:
+        from langchain_core.messages import BaseMessage
+
+        answer = asyncio.run(model.bind_tools([tool]).ainvoke("hi"))
+        assert isinstance(answer, BaseMessage)
+        return answer
+
+    built: list[object] = []
+    construct = ChatCompletion.construct
+
+    def counted(**values: object) -> object:
+        built.append(values)
+        return construct(**values)
+
+    for body in (valid, own_reason):
+        for headers in (False, True):
+            params = {"streaming": False, "include_response_headers": headers}
+            model = _answering(json.dumps(body).encode(), **params)
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(ChatCompletion, "construct", counted)
+                ours = ask(model)
+                built_by_us, built[:] = len(built), []
+                theirs = ask(_sdk_own(model))
+            assert _read(ours) == _read(theirs)
+            assert ("headers" in ours.response_metadata) is headers
+            if headers:
+                assert ours.response_metadata["headers"]["x-request-id"] == "req_1"
+            assert built_by_us == (0 if body is valid else 1)  # the SDK's own path builds every one
+            assert len(built) == 1
+            built.clear()
+    assert [
+        (c["name"], c["args"]) for c in ask(_answering(json.dumps(valid).encode(), streaming=False)).tool_calls
+    ] == [  # type: ignore[attr-defined]
+        ("read", {"path": "a.md"})
+    ]
+
+
+def test_a_streamed_answer_with_its_headers_has_its_chunks_validated() -> None:
+    """A model that asks for the response's headers (``include_response_headers``) reads a stream
+    through the raw response: its chunks are validated too, and the answer is the SDK path's."""
+    from openai.types.chat import ChatCompletionChunk
+
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    body = _streamed(
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]},
+    )
+    built: list[object] = []
+    construct = ChatCompletionChunk.construct
+
+    def counted(**values: object) -> object:
+        built.append(values)
+        return construct(**values)
+
+    model = _answering(body, include_response_headers=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ChatCompletionChunk, "construct", counted)
+        ours = asyncio.run(model.ainvoke("hi"))
+        assert built == []
+        theirs = asyncio.run(_sdk_own(model).ainvoke("hi"))
+        assert len(built) == 2
+    assert _read(ours) == _read(theirs)
+    assert ours.content == "Hello"
+    assert ours.response_metadata["headers"]["x-request-id"] == "req_1"
