@@ -30,7 +30,9 @@ validates one of them unless runs are traced to LangSmith, and building them too
 it would, with pydantic's own ``defer_build`` in the configuration its models inherit from
 ``BaseModel`` while it runs (their subclasses, ``RunTree`` included, inherit it from them): a
 model's schema and validator are built at its first validation, exactly as they would have been
-at import. A model another thread defines during those milliseconds is built at its first use too.
+at import. A model another thread defines during those milliseconds is built at its first use too,
+as is any later subclass of these models: a mistake pydantic reports when it builds one (a
+validator naming no field, say) is then raised at its first use rather than at its definition.
 
 :func:`install` puts
 a finder first on ``sys.meta_path`` that gives the import system each package's own spec, with a
