@@ -40,14 +40,15 @@ langchain-openai dumps back to a dict at once; and of an answer not streamed (``
 false``), ~110 µs a completion. A wrapped resource asks for its answer through the SDK's public
 raw-response API and has it parsed into :func:`_validated` types, which validate each chunk or
 completion into the same model instead (pydantic's compiled validator, ~5 µs), and build it the
-SDK's way when that fails: a chunk that leaves out a field the model requires (Azure's content-filter
-chunks have no ``delta``, Gemini's OpenAI endpoint sends tool calls without ``index``) is the
-model it always was, with None where the field is missing, which langchain-openai reads. (The
-plain dicts, tried first, broke exactly those two: langchain-openai reads such keys by index.) A
-chunk that validates is the model the SDK would have built (the SDK validates every optional
-field itself), but for ``created`` and a choice's ``index`` sent as text, a float or a boolean,
-which become integers (langchain-openai reads neither), and a key named like the SDK's
-``construct`` arguments (``_fields_set``), which fails the SDK's way and is kept as an extra here.
+SDK's way when that fails: a chunk that leaves out a field the model requires (Azure's
+content-filter chunks have no ``delta``, Gemini's OpenAI endpoint sends tool calls without
+``index``) is the model it always was, with None where the field is missing, which
+langchain-openai reads. (The plain dicts, tried first, broke exactly those two: langchain-openai
+reads such keys by index.) A chunk or completion that validates is the model the SDK would have
+built (the SDK validates every optional field itself), but for ``created`` and a choice's
+``index`` sent as text, a float or a boolean, which become integers (langchain-openai reads
+neither), and a key named like the SDK's ``construct`` arguments (``_fields_set``), which fails
+the SDK's way and is kept as an extra here.
 """
 
 from __future__ import annotations
@@ -273,8 +274,8 @@ def _validated(model: type[Any]) -> type[Any]:
 
 
 class _Moved:
-    """A chat completions resource of the OpenAI SDK (or its ``with_raw_response``) whose ``create``
-    passes ``messages`` and ``tools`` in ``extra_body``; everything else is the resource's own."""
+    """A chat completions resource of the OpenAI SDK (or its ``with_raw_response``): all but what a
+    subclass defines (its ``create``) is the resource's own."""
 
     __slots__ = ("_resource",)
 
