@@ -22,17 +22,22 @@ a2a-sdk imports httpx in every ``ca serve``: 96 modules and 3 MiB of its memory 
 never runs. The stand-in ``main`` runs the module and then its real ``main`` (a plain function
 where httpx's is a click command: ``httpx.main()`` works as before, click's own tools do not take it).
 
-One module's pydantic models are built when first used rather than when it is imported
-(:data:`BUILT_ON_USE`): ``langsmith.schemas``, the 49 models of LangSmith's REST API, which
-``langsmith.run_trees`` imports for ``RunTree`` (a subclass of one of them). Nothing of LangChain
-validates one of them unless runs are traced to LangSmith, and building them took 4 % of a cold
-``ca run``'s instructions (callgrind: 3.03 against 2.91 billion) and 1.3 MiB. The module runs as
-it would, with pydantic's own ``defer_build`` in the configuration its models inherit from
-``BaseModel`` while it runs (their subclasses, ``RunTree`` included, inherit it from them): a
-model's schema and validator are built at its first validation, exactly as they would have been
-at import. A model another thread defines during those milliseconds is built at its first use too,
-as is any later subclass of these models: a mistake pydantic reports when it builds one (a
-validator naming no field, say) is then raised at its first use rather than at its definition.
+The pydantic models that LangChain and LangSmith define on import are built when first used
+rather than when defined: those defined while the modules of :data:`BUILT_ON_USE` run, which
+between them import nearly all of langchain_core's (messages, runnables, chat models, tools,
+output parsers, prompt values) and LangSmith's REST API (``langsmith.schemas``, which
+``langsmith.run_trees`` imports for ``RunTree``). Most are bases no one validates —
+``BaseChatModel``, ``BaseTool``, and each ``RunnableSerializable[Input, Output]`` a subclass
+names, a model class of its own — or classes a run never uses: a cold ``ca run`` validates 20 of
+langchain_core's 65 and one of LangSmith's 51 (tracing to LangSmith validates more). Each such
+module runs as it would, with pydantic's own ``defer_build`` in the configuration models inherit
+from ``BaseModel``; the models defined meanwhile then lose it again (:class:`_Window`; not one
+that asks for it itself), so a subclass defined later (ca's own chat models, langchain-openai's,
+a project's tools) is built at its definition as before, and a mistake in it (a validator
+naming no field, say) is reported there. A model is built at its first validation, exactly as it
+would have been at its definition; one that another thread defines during those milliseconds is
+built at its first use too. A cold ``ca run`` executes 6.4 % fewer instructions (callgrind, whole
+process: 3.03 against 2.84 billion).
 
 :func:`install` puts
 a finder first on ``sys.meta_path`` that gives the import system each package's own spec, with a
@@ -56,8 +61,22 @@ DEFERRED = frozenset({"langsmith.types", "langgraph_sdk", "langchain.agents.midd
 one submodule each."""
 STAND_INS = {"httpx._main": ("main",)}
 """Modules deferred with a stand-in for each of these functions, which their importer takes at once."""
-BUILT_ON_USE = frozenset({"langsmith.schemas"})
-"""Modules whose pydantic models are built at their first use (pydantic's ``defer_build``)."""
+BUILT_ON_USE = frozenset(
+    {
+        "langsmith.schemas",
+        "langsmith.run_trees",
+        "langchain_core.load.serializable",
+        "langchain_core.language_models.base",
+        "langchain_core.language_models.chat_models",
+        "langchain_core.runnables.base",
+        "langchain_core.runnables.passthrough",
+        "langchain_core.prompt_values",
+        "langchain_core.output_parsers.openai_tools",
+        "langchain_core.tools.base",
+    }
+)
+"""Modules whose pydantic models, and those of the modules they import, are built at their first use
+(pydantic's ``defer_build``)."""
 
 
 class _Loader:
@@ -122,20 +141,61 @@ class _DeferredInit(_Loader):
 
 class _BuiltOnUse(_Loader):
     """A module's own loader, running it with ``defer_build`` in the configuration of pydantic's
-    ``BaseModel`` (taken out again after, whatever happens)."""
+    ``BaseModel`` (see :data:`_WINDOW`)."""
 
     def exec_module(self, module: ModuleType) -> None:
+        with _WINDOW:
+            self._loader.exec_module(module)
+
+
+class _Window:
+    """While any module of :data:`BUILT_ON_USE` runs, in any thread: ``defer_build`` in the
+    configuration of pydantic's ``BaseModel``, which the models defined meanwhile inherit. Its value
+    is this object (true, as any object is), which no model asks for itself: when the last such module has run (or
+    failed), it is taken out of ``BaseModel``'s configuration and of every model that inherited it
+    — not of one that asks for ``defer_build`` itself (LangSmith's own base does) — so subclasses
+    defined later are built as they are defined. The lock guards the count, never a module's run
+    (the import system's own locks are held meanwhile)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open = 0
+
+    def __enter__(self) -> None:
         from pydantic import BaseModel
 
-        config = BaseModel.model_config
-        if "defer_build" in config:  # set by someone else: theirs stands
-            self._loader.exec_module(module)
-            return
-        config["defer_build"] = True
-        try:
-            self._loader.exec_module(module)
-        finally:
-            del config["defer_build"]
+        with self._lock:
+            self._open += 1
+            if self._open == 1:
+                BaseModel.model_config.setdefault("defer_build", self)  # type: ignore[typeddict-item]
+
+    def __exit__(self, *exc: object) -> None:
+        from pydantic import BaseModel
+
+        with self._lock:
+            self._open -= 1
+            if self._open:
+                return
+            models: list[type[BaseModel]] = [BaseModel, *_models(BaseModel)]
+            for model in models:
+                given: object = model.model_config.get("defer_build")
+                if given is self:
+                    del model.model_config["defer_build"]
+
+
+_WINDOW = _Window()
+
+
+def _models(base: type[Any]) -> set[type[Any]]:
+    """Every subclass of ``base``, at any depth."""
+    found: set[type[Any]] = set()
+    todo = [base]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in found:
+                found.add(sub)
+                todo.append(sub)
+    return found
 
 
 class DeferredFinder:

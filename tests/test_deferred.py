@@ -131,6 +131,113 @@ def test_langsmith_models_are_built_at_their_first_use() -> None:
     ], shown
 
 
+def test_langchain_models_are_built_at_their_first_use_and_their_later_subclasses_at_definition() -> None:
+    shown = python(
+        "import framework, framework.runtime.runtime, pydantic\n"
+        "from langchain_core.language_models import BaseChatModel\n"
+        "from langchain_core.messages import HumanMessage, ToolMessage\n"
+        "print(BaseChatModel.__pydantic_complete__, ToolMessage.__pydantic_complete__, dict(pydantic.BaseModel.model_config))\n"
+        "print(ToolMessage('done', tool_call_id='c1').tool_call_id, ToolMessage.__pydantic_complete__)\n"
+        "try:\n"
+        "    ToolMessage('done', tool_call_id='c1', status='maybe')\n"
+        "except pydantic.ValidationError as exc:\n"
+        "    print([error['loc'] for error in exc.errors()])\n"
+        "class Note(HumanMessage):\n"
+        "    sender: str = 'me'\n"
+        "print(Note.__pydantic_complete__, 'defer_build' in HumanMessage.model_config, Note('hi').sender)\n"
+        "try:\n"
+        "    class Wrong(HumanMessage):\n"
+        "        @pydantic.field_validator('sender')\n"
+        "        @classmethod\n"
+        "        def known(cls, value: str) -> str:\n"
+        "            return value\n"
+        "except pydantic.PydanticUserError as exc:\n"
+        "    print('at definition:', exc.code)\n"
+    )
+    assert shown.splitlines() == [
+        "False False {}",
+        "c1 True",
+        "[('status',)]",
+        "True False me",
+        "at definition: decorator-missing-field",
+    ], shown
+
+
+def test_a_langchain_model_a_tool_file_defines_wrongly_fails_its_import(tmp_path: Path) -> None:
+    """A project's tool file imported as ca imports it, after the runtime: its subclass of a
+    LangChain model is built as it is defined, so its mistake fails the import, file and line."""
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "notes.py").write_text(
+        "from langchain_core.messages import HumanMessage\n"
+        "from pydantic import field_validator\n"
+        "\n"
+        "class Note(HumanMessage):\n"
+        '    @field_validator("sender")\n'
+        "    @classmethod\n"
+        "    def _known(cls, value: str) -> str:\n"
+        "        return value\n"
+        "\n"
+        "def note(text: str) -> str:\n"
+        '    """Note it."""\n'
+        "    return Note(text).text\n"
+    )
+    shown = python(
+        "import framework, framework.runtime.runtime\n"
+        "from pathlib import Path\n"
+        "from framework.compiler.tool_context import ToolContext\n"
+        "from framework.compiler.tools import load_python_tool\n"
+        "from framework.errors import ToolError\n"
+        "from framework.spec.tools import PythonTool\n"
+        "from langchain_core.messages import HumanMessage\n"
+        "print(HumanMessage.__pydantic_complete__)\n"
+        "try:\n"
+        f"    load_python_tool(PythonTool(python='tools/notes.py:note'), ToolContext(root=Path({str(tmp_path)!r}), agent='a'))\n"
+        "except ToolError as exc:\n"
+        "    print(exc)\n"
+    )
+    first, error = shown.splitlines()[:2]
+    assert first == "False", shown  # ca's own imports left HumanMessage to be built at its first use
+    assert error.startswith(
+        "tools/notes.py:4: importing python tool 'tools/notes.py:note' failed: PydanticUserError"
+    ), shown
+
+
+def test_a_library_model_that_asks_to_be_built_on_use_keeps_it() -> None:
+    shown = python(
+        "import framework, framework.runtime.runtime\n"
+        "from langsmith._models import BaseModel\n"
+        "print(BaseModel.model_config.get('defer_build'))\n"
+    )
+    assert shown == "True"  # LangSmith's own setting (DEFER_PYDANTIC_BUILD), not taken out with ca's
+
+
+def test_modules_built_on_use_imported_by_two_threads_at_once_leave_nothing_behind(tmp_path: Path) -> None:
+    for i in range(150):
+        for side in "ab":
+            (tmp_path / f"m_{side}{i}.py").write_text(
+                "import pydantic\n\nclass M(pydantic.BaseModel):\n    x: int\n\nclass N(M):\n    y: int = 0\n"
+            )
+    shown = python(
+        f"import sys, threading; sys.path.insert(0, {str(tmp_path)!r}); sys.setswitchinterval(1e-6)\n"
+        "import framework, importlib, pydantic\n"
+        "from framework import deferred\n"
+        "deferred.BUILT_ON_USE = frozenset(f'm_{s}{i}' for s in 'ab' for i in range(150))\n"
+        "errors = []\n"
+        "def load(name):\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as exc:\n"
+        "        errors.append(repr(exc))\n"
+        "for i in range(150):\n"
+        "    pair = [threading.Thread(target=load, args=(f'm_{s}{i}',)) for s in 'ab']\n"
+        "    [t.start() for t in pair]; [t.join() for t in pair]\n"
+        "left = [m for m in deferred._models(pydantic.BaseModel) if 'defer_build' in m.model_config]\n"
+        "deferred_ones = sum(not sys.modules[f'm_{s}{i}'].M.__pydantic_complete__ for s in 'ab' for i in range(150))\n"
+        "print(errors, [m.__module__ for m in left if m.__module__.startswith('m_')], dict(pydantic.BaseModel.model_config), deferred_ones)\n"
+    )
+    assert shown == "[] [] {} 300", shown
+
+
 def test_a_module_built_on_use_that_fails_leaves_pydantic_as_it_was(tmp_path: Path) -> None:
     (tmp_path / "broken_models.py").write_text(
         "import pydantic\n\nclass First(pydantic.BaseModel):\n    x: int\n\nraise RuntimeError('broken at import')\n"
