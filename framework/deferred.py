@@ -151,11 +151,11 @@ class _BuiltOnUse(_Loader):
 class _Window:
     """While any module of :data:`BUILT_ON_USE` runs, in any thread: ``defer_build`` in the
     configuration of pydantic's ``BaseModel``, which the models defined meanwhile inherit. Its value
-    is this object (true, as any object is), which no model asks for itself: when the last such module has run (or
-    failed), it is taken out of ``BaseModel``'s configuration and of every model that inherited it
-    — not of one that asks for ``defer_build`` itself (LangSmith's own base does) — so subclasses
-    defined later are built as they are defined. The lock guards the count, never a module's run
-    (the import system's own locks are held meanwhile)."""
+    is this object (true, as any object is), so that when the last such module has run (or failed)
+    it is taken out of ``BaseModel``'s configuration and of every model that inherited it, and of
+    no model that asks for ``defer_build`` itself (LangSmith's own base does): subclasses defined
+    later are built as they are defined. The lock guards the count, never a module's run (the
+    import system's own locks are held meanwhile)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
