@@ -1,6 +1,8 @@
-"""The packages of framework/deferred.py run their ``__init__`` at the first name asked of them, not before.
+"""The packages of framework/deferred.py run their ``__init__`` at the first name asked of them, not
+before; the library models it names are built at their first use, and their later subclasses at
+their definition.
 
-Each check runs in a fresh interpreter: the test process has long imported both packages.
+Each check runs in a fresh interpreter: the test process has long imported these libraries.
 """
 
 from __future__ import annotations
