@@ -408,9 +408,11 @@ class AuditLog:
         key = self._key
         fields |= {"chain": KEYED, "key_id": key.id} if key else {"chain": UNKEYED, "key_id": ""}
 
+        text = canonical_json(body)  # made once, before the transaction that chains the record
+
         def build(seq: int, prev_hash: str) -> Row:
-            row: Row = {"seq": seq, "ts": _now(), **fields, "data": body, "prev_hash": prev_hash}
-            return {**row, "data": canonical_json(body), "hash": keyed_hash(row, key) if key else record_hash(row)}
+            row: Row = {"seq": seq, "ts": _now(), **fields, "data": text, "prev_hash": prev_hash}
+            return {**row, "hash": keyed_hash(row, key, text) if key else record_hash(row, text)}
 
         return build, body
 

@@ -90,16 +90,28 @@ def chain_key(config: AuditConfig, root: Path, environ: Mapping[str, str] | None
     return ChainKey(value.encode("utf-8"), name)
 
 
-def record_hash(fields: Mapping[str, Any]) -> str:
-    """The unkeyed hash: ``sha256`` of the canonical JSON of every field but hash, chain and key_id."""
-    hashed = {k: v for k, v in fields.items() if k not in ("hash", "chain", "key_id")}
-    return sha256(canonical_json(hashed).encode("utf-8")).hexdigest()
+def _hashed_text(fields: Mapping[str, Any], left_out: tuple[str, ...], data_text: str | None) -> bytes:
+    """The canonical JSON of ``fields`` but ``left_out``, as UTF-8. ``data_text``: the canonical JSON
+    of ``data``, which is spliced in rather than encoded again (the same text: the other fields are
+    strings and numbers, so ``"data":null`` can only be the member itself, a quote inside a string
+    being escaped)."""
+    hashed = {k: v for k, v in fields.items() if k not in left_out}
+    if data_text is None:
+        return canonical_json(hashed).encode("utf-8")
+    hashed["data"] = None
+    return canonical_json(hashed).replace('"data":null', f'"data":{data_text}', 1).encode("utf-8")
 
 
-def keyed_hash(fields: Mapping[str, Any], key: ChainKey) -> str:
-    """The keyed hash: HMAC-SHA256 with ``key`` of the canonical JSON of every field but hash."""
-    hashed = {k: v for k, v in fields.items() if k != "hash"}
-    return hmac.new(key.secret, canonical_json(hashed).encode("utf-8"), sha256).hexdigest()
+def record_hash(fields: Mapping[str, Any], data_text: str | None = None) -> str:
+    """The unkeyed hash: ``sha256`` of the canonical JSON of every field but hash, chain and key_id
+    (``data_text``: ``data``'s canonical JSON, already made)."""
+    return sha256(_hashed_text(fields, ("hash", "chain", "key_id"), data_text)).hexdigest()
+
+
+def keyed_hash(fields: Mapping[str, Any], key: ChainKey, data_text: str | None = None) -> str:
+    """The keyed hash: HMAC-SHA256 with ``key`` of the canonical JSON of every field but hash
+    (``data_text``: ``data``'s canonical JSON, already made)."""
+    return hmac.new(key.secret, _hashed_text(fields, ("hash",), data_text), sha256).hexdigest()
 
 
 def check_tail(last: Mapping[str, Any] | None, key: ChainKey | None, where: str) -> None:

@@ -278,6 +278,28 @@ def test_a_keyed_hash_is_hmac_sha256_of_the_canonical_json_of_every_other_field(
     assert record.hash == hmac.new(KEY.secret, canonical.encode(), hashlib.sha256).hexdigest()
 
 
+@pytest.mark.parametrize("key", [None, KEY], ids=["unkeyed", "keyed"])
+def test_the_hash_covers_the_same_text_whatever_the_fields_hold(tmp_path: Path, key: ChainKey | None) -> None:
+    """The record's text is made with its data's canonical JSON spliced in: fields that spell out
+    JSON, the data member included, hash as the whole record encoded at once."""
+    tricky = ['"data":null', '\\"data":null', 'x","data":null,"y":"', "\\", '"', "é\u2028\x00", "data"]
+    with AuditLog.open(tmp_path, key=key) as audit:
+        for text in tricky:
+            data = {"data": None, text: text, "n": [text, {"data": text}], '"data":null': 1.5}
+            record = audit.append(text, source="cli", task_id=text, conversation_id=text, agent=text, data=data)
+            fields = {
+                k: v for k, v in record.__dict__.items() if k not in (("hash",) if key else ("hash", "chain", "key_id"))
+            }
+            canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+            expected = (
+                hmac.new(key.secret, canonical, hashlib.sha256).hexdigest()
+                if key
+                else hashlib.sha256(canonical).hexdigest()
+            )
+            assert record.hash == expected, text
+        assert audit.verify().ok
+
+
 def test_the_audit_key_is_masked_in_what_a_record_stores(tmp_path: Path) -> None:
     with AuditLog.open(tmp_path, key=KEY) as audit:
         record = audit.append("tool.call", source="cli", task_id="t", data={"cmd": f"echo {KEY.secret.decode()}"})
