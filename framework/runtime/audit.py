@@ -66,6 +66,8 @@ _BATCH = 1000
 HOLD_S = 0.05
 """How long :meth:`AuditLog.hold` keeps a record at most before it is written on its own."""
 _log = logging.getLogger(__name__)
+_PLAIN = json.JSONEncoder(default=str)
+"""What a record's data becomes before it is masked: what JSON cannot represent, as its ``str()``."""
 
 
 @dataclass
@@ -402,7 +404,7 @@ class AuditLog:
         if not self._extendable:  # one more read, before the first append only
             self.check_extendable()
         mask = self._masker.text
-        body = self._masker.value(json.loads(json.dumps(data or {}, default=str)))
+        body = self._masker.value(json.loads(_PLAIN.encode(data or {})))
         fields = {"kind": mask(kind), "source": source, "task_id": mask(task_id)}
         fields |= {"conversation_id": mask(conversation_id), "agent": mask(agent)}
         key = self._key

@@ -47,9 +47,13 @@ _KEY_ID_MESSAGE = b"ca-audit-key-id"
 _NEW_KEY = "python3 -c 'import secrets; print(secrets.token_hex(32))'"
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""One encoder for every record (``json.dumps`` makes a new one per call when given options)."""
+
+
 def canonical_json(value: Any) -> str:
     """The one JSON text of a value that hashes are computed over."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 @dataclass(frozen=True)
