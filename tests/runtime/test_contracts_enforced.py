@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from contextlib import AsyncExitStack
+
 import pytest
 
 from framework.runtime.audit import AuditLog
 from framework.runtime.events import RunFinished, ToolCallFinished
+from framework.runtime.runtime import Runtime
+from framework.spec import load_project
 from tests.conftest import ProjectFactory
 from tests.driving import drive, finished
 
@@ -93,3 +98,25 @@ def test_a_required_tool_call_that_happened_satisfies_the_contract(make_project:
     [run] = drive(root, "bound", ("c1", "check"))
     end = finished(run)
     assert isinstance(end, RunFinished) and end.state == "completed" and end.output == "looked, done"
+
+
+def test_a_task_counts_its_own_tool_calls_and_the_conversation_keeps_no_earlier_ones(
+    make_project: ProjectFactory,
+) -> None:
+    """A required call made by an earlier task of the conversation does not satisfy a later one, and
+    the conversation's state holds the current task's calls only: it does not grow with every task."""
+    contract = "{must_always: [{tool_called: fs.list}]}"
+    look = "{tool_calls: [{name: fs.list, args: {path: .}}]}"
+    replies = f'[{look}, {look}, "looked twice", {look}, "looked", "did not look"]'
+    root = make_project({"agents/bound.yaml": scripted(replies, contract)})
+    runs = drive(root, "bound", ("c1", "look twice"), ("c1", "look once"), ("c1", "do not look"))
+    assert [finished(run).state for run in runs] == ["completed", "completed", "failed"]
+    assert "fs.list" in finished(runs[2]).error
+
+    async def calls_kept() -> list[dict[str, object]]:
+        async with AsyncExitStack() as stack:
+            runtime = await Runtime.open(load_project(root), stack=stack)
+            state = await runtime.bundle.graph("bound").aget_state({"configurable": {"thread_id": "c1"}})
+        return list(state.values.get("ca_calls", []))
+
+    assert asyncio.run(calls_kept()) == []  # the last task called nothing; the two before it are gone

@@ -41,7 +41,7 @@ from langchain.agents.middleware.types import AgentMiddleware, ToolCallRequest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Overwrite, interrupt
 
 from framework.compiler.agent import CALL_CONTEXT, RunContext
 from framework.errors import (
@@ -78,14 +78,19 @@ def context_of(runtime: Any) -> RunContext:
 
 def task_start(values: Mapping[str, Any], task_id: str) -> dict[str, Any] | None:
     """The state update that starts task ``task_id`` in a conversation whose state is ``values``: its id,
-    start time and the conversation's usage so far (what its budgets count from), and no stop yet;
-    None when ``task_id`` is the current task already (a run resumed or taken over goes on counting)."""
+    start time and the conversation's usage so far (what its budgets count from), no stop yet and
+    none of the earlier tasks' tool calls (the contract counts a task's own; kept, they would make
+    every later checkpoint of the conversation larger); None when ``task_id`` is the current task
+    already (a run resumed or taken over goes on counting)."""
     if (values.get("ca_task") or {}).get("id") == task_id:
         return None
-    return {
+    started: dict[str, Any] = {
         "ca_task": {"id": task_id, "started": time.time(), "base": dict(values.get("ca_usage") or {})},
         "ca_stop": None,
     }
+    if values.get("ca_calls"):
+        started["ca_calls"] = Overwrite([])
+    return started
 
 
 class TaskStart(AgentMiddleware[GovernanceState, RunContext]):
