@@ -210,10 +210,6 @@ async def serve(options: ServeOptions) -> int:
         if uv.started:
             print(describe(runtime, base_url), flush=True)
             freeze_loaded()
-            if watcher is None:  # --reload's watcher compiles them itself
-                from framework.runtime.reload import warm
-
-                watcher = asyncio.create_task(warm(runtime))
         try:
             await task
         except SystemExit:  # uvicorn's word for a start-up that failed (it logged why)

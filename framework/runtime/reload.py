@@ -8,7 +8,6 @@ trigger one more reload afterwards, so the end state is always the files' last s
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import sys
 from collections.abc import Callable
@@ -53,31 +52,13 @@ def print_report(ok: bool, errors: list[Diagnostic]) -> None:
     sys.stderr.write(f"reload failed: {len(errors)} error(s); still serving the last good version\n")
 
 
-async def warm(runtime: Runtime) -> None:
-    """Compile every agent's graph of the start-up bundle in a thread, while the server answers
-    already: the first request to an agent then finds it compiled (one that comes meanwhile waits
-    for that agent only). A tool that does not import is said on stderr now, as a warning: its
-    agent fails when called, as it would have without this. The graphs live as long as the bundle,
-    so they join the heap the server froze when it was ready (no collection: a request may be
-    running), unless a reload replaced that bundle meanwhile."""
-    bundle = runtime.bundle
-    errors = await asyncio.to_thread(compile_graphs, bundle)
-    for diagnostic in errors:
-        warning = dataclasses.replace(diagnostic, severity="warning")
-        sys.stderr.write(
-            f"{warning.render()}\n    (the agents that use it fail when called, until the file is fixed)\n"
-        )
-    if gc.get_freeze_count() and runtime.bundle is bundle:
-        gc.freeze()
-
-
 async def watch(runtime: Runtime, report: Report = print_report) -> None:
     """Reload on every change until cancelled."""
     from watchfiles import awatch
 
     root = runtime.root
     # The start-up bundle is compiled too, so it is a complete "last good version" to fall back to.
-    warming = asyncio.create_task(warm(runtime))
+    warming = asyncio.create_task(asyncio.to_thread(compile_graphs, runtime.bundle))
     try:
         async for _changes in awatch(
             root, watch_filter=watched(root), debounce=DEBOUNCE_MS, step=STEP_MS, recursive=True
