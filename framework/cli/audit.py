@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from framework.errors import UsageError
@@ -60,7 +60,7 @@ def audit_command(options: AuditOptions) -> int:
     finally:
         log.close()
     if options.as_json:
-        print(json.dumps([asdict(r) for r in records], indent=2, ensure_ascii=False))
+        print(json.dumps([vars(r) for r in records], indent=2, ensure_ascii=False))
     else:
         for record in records:
             print(format_record(record))

@@ -27,7 +27,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -466,7 +466,9 @@ class AuditLog:
     def verify(self) -> VerifyResult:
         """Walk the whole chain and the head, and report every problem with the seq it concerns
         (see :func:`~framework.runtime.audit_chain.verify_chain`; keyed records are checked with this log's key)."""
-        return verify_chain((asdict(record) for record in self.records()), self._store.head(), self._key)
+        # Each record's fields as they are (``asdict`` would copy ``data`` recursively, which a deeply
+        # nested value a model passed as a tool's arguments took past the recursion limit).
+        return verify_chain((dict(vars(record)) for record in self.records()), self._store.head(), self._key)
 
     def close(self) -> None:
         """Write what is handed over and held (:meth:`hold`), in order, then release the database

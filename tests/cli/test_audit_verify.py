@@ -275,3 +275,21 @@ def test_a_damaged_audit_db_is_one_line_naming_the_file_and_what_to_do(
         f"error: the audit log {db} is corrupt ({detail}): move {db} and its -wal and -shm files aside"
         " (keep them as evidence); ca then starts a new log\n"
     )
+
+
+def test_a_deeply_nested_record_is_shown_and_verified(make_project: ProjectFactory) -> None:
+    """Tool arguments nested 900 deep (a model can send them; the log takes them) are printed and
+    checked, not an internal error: the record's fields are read as they are, not copied recursively."""
+    root = project(make_project, keyed=False)
+    args: dict[str, object] = {}
+    inner = args
+    for _ in range(900):
+        inner["a"] = inner = {}
+    with AuditLog.open(root) as log:
+        log.append("tool.call", source="cli", task_id="t", data={"args": args})
+    shown = run_ca("audit", "--json", cwd=root)
+    assert shown.returncode == 0 and "internal error" not in shown.stderr, shown.stderr
+    [record] = json.loads(shown.stdout)
+    assert record["kind"] == "tool.call" and "a" in record["data"]["args"]
+    checked = run_ca("audit", "--verify", cwd=root)
+    assert checked.returncode == 0 and "audit log ok: 1 records" in checked.stdout, checked.stderr

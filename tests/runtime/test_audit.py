@@ -973,3 +973,17 @@ def test_the_longest_secret_is_masked_first_and_short_values_are_left_alone(tmp_
     with AuditLog.open(tmp_path, secrets=["hunter22", "hunter22-extra", "no"]) as audit:
         record = audit.append("decision", source="cli", task_id="t", data={"a": "hunter22-extra hunter22 no"})
     assert record.data == {"a": "*** *** no"}
+
+
+def test_a_deeply_nested_record_verifies(log: AuditLog) -> None:
+    """Data nested as deep as the log accepts it (a model's tool arguments can be) is checked, not a
+    RecursionError for `ca audit --verify`."""
+    args: dict[str, Any] = {}
+    inner = args
+    for _ in range(900):
+        inner["a"] = {}
+        inner = inner["a"]
+    log.append("tool.call", source="cli", task_id="t", data={"args": args})
+    log.append("tool.result", source="cli", task_id="t")
+    result = log.verify()
+    assert result.ok and result.checked == 2, result.problems

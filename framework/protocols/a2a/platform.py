@@ -17,7 +17,6 @@ import asyncio
 import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict
 from typing import Any, Literal
 
 from a2a.types import AgentCard
@@ -386,4 +385,4 @@ async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
 
 def _record(record: Any) -> dict[str, Any]:
     """An audit record on the wire: camelCase keys, its data's too."""
-    return {**to_wire(asdict(record)), "data": to_wire(record.data)}
+    return {**to_wire(vars(record)), "data": to_wire(record.data)}
