@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from framework.compiler.card import AgentCard  # the card builder is the compiler's one user of a2a-sdk
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
+_GraphKey = tuple[str, bool, tuple[ClientServer, ...]]
+"""A compiled graph's agent, whether it is nested, and the editor's MCP servers it takes (ACP)."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,8 @@ class Bundle:
     tool_names: dict[str, str] = field(default_factory=dict, repr=False)
     """Model-facing tool name -> its name in the YAML (``notes_list_notes`` -> ``notes.list_notes``),
     for every tool of the agents compiled so far: events, traces and metrics show the YAML's name."""
-    _graphs: dict[tuple[str, bool, tuple[ClientServer, ...]], Graph] = field(default_factory=dict, repr=False)
+    _graphs: dict[_GraphKey, Graph] = field(default_factory=dict, repr=False)
+    _compiling: dict[_GraphKey, threading.Lock] = field(default_factory=dict, repr=False)
     _cards: dict[str, AgentCard] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -205,16 +208,31 @@ class Bundle:
                 self._cards[name] = build_card(self.agent(name), self.project, base_url=self.base_url)
             return self._cards[name]
 
-    def graph(self, name: str, *, nested: bool = False) -> Graph:
-        """The compiled graph of an agent (with the checkpointer; ``nested`` graphs inherit their caller's)."""
+    def _graph_key(self, name: str, nested: bool) -> tuple[AgentSpec, _GraphKey]:
         spec = self.agent(name)
         # The MCP servers an editor passed (ACP) make a graph of their own for the agents that take them.
         clients = CLIENT_MCP.get() if isinstance(spec, LlmAgent) and takes_clients(self._caps(spec)) else ()
-        key = (name, nested, clients)
-        with self._lock:
-            if key not in self._graphs:
-                self._graphs[key] = self._compile(spec, nested=nested, clients=clients)
-            return self._graphs[key]
+        return spec, (name, nested, clients)
+
+    def graph(self, name: str, *, nested: bool = False) -> Graph:
+        """The compiled graph of an agent (with the checkpointer; ``nested`` graphs inherit their caller's)."""
+        spec, key = self._graph_key(name, nested)
+        if (graph := self._graphs.get(key)) is not None:
+            return graph
+        with self._lock:  # one lock per graph: one agent's compile does not wait for another's
+            compiling = self._compiling.setdefault(key, threading.Lock())
+        with compiling:
+            if (graph := self._graphs.get(key)) is None:
+                graph = self._graphs[key] = self._compile(spec, nested=nested, clients=key[2])
+            return graph
+
+    async def agraph(self, name: str) -> Graph:
+        """:meth:`graph` for the event loop: the first time, compiled in a thread, so that neither this
+        compile (a python tool's import, a model's client) nor one running in another thread (a
+        reload's) stops the loop — the server's other requests and probes — while it lasts."""
+        if (graph := self._graphs.get(self._graph_key(name, False)[1])) is not None:
+            return graph
+        return await asyncio.to_thread(self.graph, name)  # the thread sees this context's CLIENT_MCP
 
     def _caps(self, spec: AgentSpec) -> Capabilities | None:
         return spec.capabilities or self.project.config.defaults.capabilities

@@ -371,7 +371,7 @@ class Runner:
         context = replace(context or RunContext(), skill=skill, conversation_id=thread_id)
         try:
             await self.bundle.prepare(agent)  # MCP servers start here, not on the event loop's thread
-            graph = self.bundle.graph(agent)
+            graph = await self.bundle.agraph(agent)
             # A resumed run starts its stream again: the asked agent's answer is held from the start.
             translator = _Translator(
                 hold=holds_output(self.bundle.agent(agent).contract), names=self.bundle.tool_names, tokens=tokens

@@ -79,3 +79,58 @@ def test_connections_to_ca_serve_have_nagle_off() -> None:
         return nodelay
 
     assert asyncio.run(main()) != 0
+
+
+SLOW_IMPORT = '''
+    import time
+
+    time.sleep(4)  # an import that takes a while (a big library, a model loaded at import)
+
+
+    def slow(text: str) -> str:
+        """Say the text back."""
+        return text
+'''
+
+
+def test_an_agent_compiled_at_its_first_request_does_not_stop_the_others(
+    make_project: ProjectFactory, tmp_path: Path
+) -> None:
+    """An agent is compiled at its first request in a thread: while a python tool of it takes 4 s to
+    import, the probes and another agent answer at once (they waited for the whole compile)."""
+    import threading
+
+    slow_agent = """
+        name: slow
+        profile: autonomous
+        model: {provider: scripted, replies: [{tool_calls: [{name: slow, args: {text: hi}}]}, done]}
+        tools: [{python: tools/slow.py:slow}]
+    """
+    root = make_project(
+        {"agents/slow.yaml": slow_agent, "tools/slow.py": SLOW_IMPORT, "agents/fast.yaml": "name: fast\n"}
+    )
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    server = start_serve(root, logs=logs)
+    try:
+        message = {"role": "ROLE_USER", "parts": [{"text": "go"}]}
+        answers: dict[str, dict[str, object]] = {}
+
+        def send(name: str) -> None:
+            answers[name] = _rpc(
+                f"{server.url}/agents/{name}/", "SendMessage", {"message": {**message, "messageId": uuid.uuid4().hex}}
+            )
+
+        first = threading.Thread(target=send, args=("slow",))
+        first.start()
+        time.sleep(1)  # its tool is being imported
+        started = time.monotonic()
+        assert httpx.get(f"{server.url}/healthz", timeout=30).status_code == 200
+        send("fast")
+        waited = time.monotonic() - started
+        assert waited < 2.5, f"the server stood still {waited:.1f} s while another agent compiled"
+        first.join(timeout=60)
+        for name in ("fast", "slow"):
+            assert answers[name]["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answers  # type: ignore[index]
+    finally:
+        server.stop()
