@@ -81,6 +81,79 @@ def test_connections_to_ca_serve_have_nagle_off() -> None:
     assert asyncio.run(main()) != 0
 
 
+MARKED = '''
+    from pathlib import Path
+
+    with Path("imported.log").open("a") as log:
+        log.write("tools/marked.py\\n")
+
+
+    def mark(text: str) -> str:
+        """Say the text back."""
+        return text
+'''
+
+BROKEN = '''
+    import no_such_module_for_ca_tests
+
+
+    def shout(text: str) -> str:
+        """Shout."""
+        return text.upper()
+'''
+
+
+def _agent(name: str, tool: str) -> str:
+    return f"""
+        name: {name}
+        profile: autonomous
+        model:
+          provider: scripted
+          replies:
+            - tool_calls: [{{name: {tool.rsplit(":", 1)[1]}, args: {{text: hi}}}}]
+            - done
+        tools:
+          - python: {tool}
+    """
+
+
+def test_the_agents_are_compiled_once_the_server_answers(make_project: ProjectFactory, tmp_path: Path) -> None:
+    """Once it answers, `ca serve` compiles its agents: a python tool is imported before any request,
+    so the first one does not wait for it, and only once; a tool that does not import is a warning
+    naming the agent, the file and the line, and only that agent fails."""
+    root = make_project(
+        {
+            "agents/marked.yaml": _agent("marked", "tools/marked.py:mark"),
+            "tools/marked.py": MARKED,
+            "agents/broken.yaml": _agent("broken", "tools/broken.py:shout"),
+            "tools/broken.py": BROKEN,
+        }
+    )
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    server = start_serve(root, logs=logs)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "no_such_module_for_ca_tests" not in server.stderr():
+            time.sleep(0.05)
+        assert (root / "imported.log").read_text() == "tools/marked.py\n", server.output()
+        warning = (
+            "agent 'broken' fails when called until this is fixed: tools/broken.py:1: importing python tool "
+            "'tools/broken.py:shout' failed: ModuleNotFoundError: No module named 'no_such_module_for_ca_tests'"
+        )
+        assert warning in server.stderr(), server.output()
+        message = {"role": "ROLE_USER", "parts": [{"text": "go"}]}
+        for name, state in (("marked", "TASK_STATE_COMPLETED"), ("broken", "TASK_STATE_FAILED")):
+            sent = _rpc(
+                f"{server.url}/agents/{name}/", "SendMessage", {"message": {**message, "messageId": uuid.uuid4().hex}}
+            )
+            assert sent["result"]["task"]["status"]["state"] == state, sent  # type: ignore[index]
+        assert (root / "imported.log").read_text() == "tools/marked.py\n"  # compiled once, at start
+        assert "Traceback" not in server.stderr()
+    finally:
+        server.stop()
+
+
 SLOW_IMPORT = '''
     import time
 

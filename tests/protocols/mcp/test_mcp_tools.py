@@ -24,7 +24,7 @@ import pytest
 
 from framework.runtime.audit import AuditLog
 from tests.a2a_peers import result_of, user_message
-from tests.conftest import CA, REPO, ProjectFactory, events, free_port, run_ca
+from tests.conftest import CA, REPO, ProjectFactory, events, free_port, run_ca, write_project
 from tests.serving import start_serve
 
 SERVER = REPO / "tests" / "fixtures" / "mcp" / "server.py"
@@ -453,3 +453,36 @@ def test_a_tool_that_changes_when_its_server_restarts_is_refused(
     assert before == ("notes.echo", "echo: before", False) and crashed[2]
     assert same == ("notes.add_note", "noted (1 notes)", False)  # unchanged tools still run
     assert after[2] and "changed when its server restarted; it is refused" in after[1]
+
+
+def test_ca_serve_starts_no_mcp_server_before_an_agent_that_uses_it_runs(
+    make_project: ProjectFactory, env: dict[str, str], tmp_path: Path
+) -> None:
+    """`ca serve` compiles its agents once it answers, but not one that uses an MCP server: that
+    server starts when the agent first runs (docs/mcp.md)."""
+    marked = '''
+        from pathlib import Path
+
+        Path("imported.log").write_text("yes")
+
+
+        def mark(text: str) -> str:
+            """Say the text back."""
+            return text
+    '''
+    later = "name: zz\nmodel: offline\ntools: [{python: tools/marked.py:mark}]\n"  # compiled after 'notebook'
+    root = project(make_project, agent([call("add_note", text="hello")]))
+    write_project(root, {"agents/zz.yaml": later, "tools/marked.py": marked})
+    server = start_serve(root, logs=tmp_path, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while not (root / "imported.log").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (root / "imported.log").exists(), server.output()
+        time.sleep(0.5)
+        assert started(env) == []
+        answer = result_of(server.rpc("SendMessage", {"message": user_message("note it")}, agent="notebook"))
+        assert answer["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answer
+        assert len(started(env)) == 1
+    finally:
+        server.stop()
