@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import gc
 import ipaddress
@@ -11,7 +10,6 @@ import logging
 import os
 import socket
 import sys
-import threading
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -166,50 +164,29 @@ async def check_store(url: str) -> None:
         await engine.dispose()
 
 
-async def warm(bundle: Bundle, current: Callable[[], Bundle]) -> None:
+async def warm(bundle: Bundle, current: Callable[[], Bundle], stopping: Callable[[], bool]) -> None:
     """Compile the agents of ``bundle``, one after the other, once the server answers: their first
-    request then finds them compiled. Each compiles in a thread of its own, which the process does
-    not wait for when it stops (a tool that hangs at import must not hold up a shutdown), while a
-    request for that agent waits for the one compile. Agents that use an MCP server are left to
-    their first run, which starts the server (docs/mcp.md); one whose model cannot be built yet (a
-    key unset) too. A python tool that does not import is logged as a warning now, naming the
-    agent, which fails when called until the file is fixed. Then the graphs join the heap frozen at
-    start (no collection: requests may be running), unless ``current()`` is another bundle by then
-    (a reload replaced it)."""
-    loop = asyncio.get_running_loop()
+    request then finds them compiled, or awaits the compile under way (``Bundle.agraph``: in a
+    daemon thread, which a stopping process does not wait for). It stops once the server does.
+    Agents that use an MCP server are left to their first run, which starts the server
+    (docs/mcp.md); one whose model cannot be built (a key unset) fails at its first run, as before.
+    A python tool that does not import is a warning now, naming the agent, which fails when called
+    until the file is fixed. Then the graphs join the heap frozen at start (no collection: requests
+    may be running), unless ``current()`` is another bundle by then."""
     for name in sorted(bundle.agents):
         spec = bundle.agent(name)
+        if stopping():
+            return
         if isinstance(spec, LlmAgent) and mcp_refs(spec):
             continue
-        compiled: asyncio.Future[object] = loop.create_future()
-
-        def compile_one(name: str = name, compiled: asyncio.Future[object] = compiled) -> None:
-            try:
-                bundle.graph(name)
-                outcome: BaseException | None = None
-            except Exception as exc:  # given to the loop: logged there unless it is a model's or an MCP server's
-                outcome = exc
-            with contextlib.suppress(RuntimeError):  # the loop closed: the server stopped meanwhile
-                loop.call_soon_threadsafe(_settle, compiled, outcome)
-
-        threading.Thread(target=compile_one, name=f"ca-warm-{name}", daemon=True).start()
         try:
-            await compiled
+            await bundle.agraph(name)
         except (ModelError, McpServerFailed):
             continue
         except Exception as exc:
             _log.warning("agent %r fails when called until this is fixed: %s", name, exc)
     if gc.get_freeze_count() and current() is bundle:
         gc.freeze()
-
-
-def _settle(future: asyncio.Future[object], error: BaseException | None) -> None:
-    if future.done():  # the waiting task was canceled
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
 
 
 async def serve(options: ServeOptions) -> int:
@@ -268,7 +245,7 @@ async def serve(options: ServeOptions) -> int:
             print(describe(runtime, base_url), flush=True)
             freeze_loaded()
             if watcher is None:  # --reload's watcher compiles every agent itself
-                watcher = asyncio.create_task(warm(runtime.bundle, lambda: runtime.bundle))
+                watcher = asyncio.create_task(warm(runtime.bundle, lambda: runtime.bundle, lambda: uv.should_exit))
         try:
             await task
         except SystemExit:  # uvicorn's word for a start-up that failed (it logged why)

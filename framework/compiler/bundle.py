@@ -8,6 +8,9 @@ pays for a2a's types. Rebuilding a Bundle is cheap: reload swaps in a new one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import functools
 import hashlib
 import json
 import os
@@ -41,7 +44,7 @@ from framework.compiler.tool_context import ToolContext
 from framework.compiler.tool_names import model_facing_name, yaml_name
 from framework.compiler.tools import ToolHook, build_tools
 from framework.compiler.workflow import compile_workflow
-from framework.errors import AgentNotFound, CAError, Failure, SkillNotFound
+from framework.errors import AgentNotFound, CAError, Failure, RunError, SkillNotFound
 from framework.spec.agent import AgentSpec, LlmAgent
 from framework.spec.capabilities import Capabilities
 from framework.spec.common import did_you_mean
@@ -56,6 +59,28 @@ if TYPE_CHECKING:
 Graph = CompiledStateGraph[Any, Any, Any, Any]
 _GraphKey = tuple[str, bool, tuple[ClientServer, ...]]
 """A compiled graph's agent, whether it is nested, and the editor's MCP servers it takes (ACP)."""
+
+
+def _settle_from(work: Callable[[], Graph], loop: asyncio.AbstractEventLoop, done: asyncio.Future[Graph]) -> None:
+    """Run ``work`` (on a thread) and settle ``done`` on ``loop`` with what it gave or raised; what
+    is not an Exception (a tool file raising KeyboardInterrupt at import) is given as a RunError."""
+    try:
+        outcome: Graph | BaseException = work()
+    except Exception as exc:
+        outcome = exc
+    except BaseException as exc:
+        outcome = RunError(f"compiling the agent failed: {type(exc).__name__}: {exc}")
+
+    def settle() -> None:
+        if done.done():
+            return
+        if isinstance(outcome, BaseException):
+            done.set_exception(outcome)
+        else:
+            done.set_result(outcome)
+
+    with contextlib.suppress(RuntimeError):  # the loop closed: the process is stopping
+        loop.call_soon_threadsafe(settle)
 
 
 @dataclass(frozen=True)
@@ -168,6 +193,10 @@ class Bundle:
     for every tool of the agents compiled so far: events, traces and metrics show the YAML's name."""
     _graphs: dict[_GraphKey, Graph] = field(default_factory=dict, repr=False)
     _compiling: dict[_GraphKey, threading.Lock] = field(default_factory=dict, repr=False)
+    _pending: dict[tuple[_GraphKey, asyncio.AbstractEventLoop], asyncio.Future[Graph]] = field(
+        default_factory=dict, repr=False
+    )
+    """:meth:`agraph`'s compiles under way, on each event loop."""
     _cards: dict[str, AgentCard] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -226,13 +255,34 @@ class Bundle:
                 graph = self._graphs[key] = self._compile(spec, nested=nested, clients=key[2])
             return graph
 
-    async def agraph(self, name: str) -> Graph:
-        """:meth:`graph` for the event loop: the first time, compiled in a thread, so that neither this
-        compile (a python tool's import, a model's client) nor one running in another thread (a
-        reload's) stops the loop — the server's other requests and probes — while it lasts."""
-        if (graph := self._graphs.get(self._graph_key(name, False)[1])) is not None:
+    async def agraph(self, name: str, *, nested: bool = False) -> Graph:
+        """:meth:`graph` for the event loop. The first time, the graph is compiled in a thread of its
+        own (with this context, so an editor's MCP servers), so that the compile — a python tool's
+        import, a model's client — stops neither the loop (the server's other requests, its probes)
+        nor anything else: the callers that ask meanwhile await that one compile, and its failure
+        (each asks again after it). The thread is a daemon: a process stopping does not wait for a
+        tool whose import hangs."""
+        _, key = self._graph_key(name, nested)
+        if (graph := self._graphs.get(key)) is not None:
             return graph
-        return await asyncio.to_thread(self.graph, name)  # the thread sees this context's CLIENT_MCP
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            compiling = self._pending.get((key, loop))
+            if compiling is None:
+                compiling = self._pending[(key, loop)] = loop.create_future()
+                compiling.add_done_callback(functools.partial(self._compiled, (key, loop)))
+                context = contextvars.copy_context()
+                work = functools.partial(context.run, self.graph, name, nested=nested)
+                threading.Thread(target=_settle_from, args=(work, loop, compiling), daemon=True).start()
+        return await asyncio.shield(compiling)  # a caller that gives up leaves it to the others
+
+    def _compiled(self, pending: tuple[_GraphKey, asyncio.AbstractEventLoop], done: asyncio.Future[Graph]) -> None:
+        """A compile for :meth:`agraph` ended: the next caller finds the graph, or compiles again."""
+        with self._lock:
+            if self._pending.get(pending) is done:
+                del self._pending[pending]
+        if not done.cancelled():
+            done.exception()  # retrieved: every caller may have given up
 
     def _caps(self, spec: AgentSpec) -> Capabilities | None:
         return spec.capabilities or self.project.config.defaults.capabilities
@@ -313,7 +363,8 @@ class Bundle:
             context = await hooks.started(name, text, context)
         try:
             await self.prepare(name)
-            state = await self.graph(name, nested=True).ainvoke({"messages": [HumanMessage(text)]}, context=context)
+            graph = await self.agraph(name, nested=True)
+            state = await graph.ainvoke({"messages": [HumanMessage(text)]}, context=context)
         except GraphBubbleUp:
             if hooks is not None:
                 await hooks.finished(context, state="input-required")

@@ -19,8 +19,10 @@ import importlib.util
 import inspect
 import re
 import sys
+import threading
 import traceback
 from collections.abc import Callable
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 from typing import Any, assert_never
@@ -164,8 +166,25 @@ def _import_file(tool: PythonTool, ctx: ToolContext) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ToolError(f"python tool {tool.python!r}: {rel!r} cannot be imported as a Python file")
+    # One import of a file at a time (two agents using it compile in threads of their own): its
+    # module is registered before it runs, like a normal import, since pydantic, dataclasses and
+    # typing look a class's module up by name while its classes are made.
+    with _importing(name):
+        return _run_file(tool, spec, name, path, rel)
+
+
+def _importing(name: str) -> threading.Lock:
+    with _IMPORT_LOCKS_LOCK:
+        return _IMPORT_LOCKS.setdefault(name, threading.Lock())
+
+
+_IMPORT_LOCKS: dict[str, threading.Lock] = {}
+_IMPORT_LOCKS_LOCK = threading.Lock()
+
+
+def _run_file(tool: PythonTool, spec: ModuleSpec, name: str, path: Path, rel: str) -> ModuleType:
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    # Registered before running, like a normal import: dataclasses and typing look modules up by name.
     sys.modules[name] = module
     try:
         # Compiled from the file's current source, never from __pycache__: Python trusts a cached
@@ -184,6 +203,9 @@ def _import_file(tool: PythonTool, ctx: ToolContext) -> ModuleType:
         line = _line_in(exc, path)
         where = f"{rel}:{line}" if line else rel
         raise ToolError(f"{where}: importing python tool {tool.python!r} failed: {failure_line(exc)}") from exc
+    except BaseException:  # e.g. KeyboardInterrupt: no half-run module left registered
+        sys.modules.pop(name, None)
+        raise
     return module
 
 

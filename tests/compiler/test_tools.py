@@ -617,3 +617,52 @@ def test_environment_is_left_untouched(root: Path) -> None:
     before = dict(os.environ)
     call(builtin(root, "shell"), command="true")
     assert dict(os.environ) == before
+
+
+def test_one_tool_file_loaded_by_two_agents_at_once_gives_each_its_own_whole_module(root: Path) -> None:
+    """Two agents using one file compile in threads of their own; the file's module is registered
+    under one name while it runs (pydantic resolves a model's field types through it), so two
+    imports at once must not run into each other: each agent's tool validates with its own classes."""
+    (root / "tools").mkdir()
+    (root / "tools" / "orders.py").write_text(
+        textwrap.dedent(
+            '''
+            from __future__ import annotations
+
+            import time
+
+            from pydantic import BaseModel
+
+            time.sleep(0.3)
+
+
+            class Item(BaseModel):
+                name: str
+
+
+            time.sleep(0.3)
+
+
+            class Order(BaseModel):
+                items: list[Item]
+
+
+            def order(items: list[str]) -> str:
+                """Make an order and say whether its items are this module's items."""
+                made = Order.model_validate({"items": [{"name": n} for n in items]})
+                return str(all(isinstance(item, Item) for item in made.items))
+            '''
+        )
+    )
+    tools: list[BaseTool] = []
+
+    def load() -> None:
+        tools.append(load_python_tool(PythonTool(python="tools/orders.py:order"), ctx_for(root)))
+
+    threads = [threading.Thread(target=load) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.2)  # the second import starts while the first one runs
+    for thread in threads:
+        thread.join()
+    assert [ok(call(tool, items=["tea"])) for tool in tools] == ["True", "True"]
