@@ -174,7 +174,7 @@ async def breakdown(root: Path, runs: int = 20) -> dict[str, float]:
             t1 = time.perf_counter()
             bundle = await runtime.compile_project(project)
             t2 = time.perf_counter()
-            compile_graphs(bundle)
+            await compile_graphs(bundle)
             t3 = time.perf_counter()
             runtime.bundle = bundle
             agents.current = AgentsApp(runtime, agents.store, agents.current.handlers)

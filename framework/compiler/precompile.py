@@ -1,8 +1,10 @@
 """Compile every graph of a bundle ahead of its first run; a tool that fails becomes a Diagnostic.
 
-``Runtime.reload`` calls :func:`compile_graphs` on a new bundle before swapping it in, so a tool
+``Runtime.reload`` awaits :func:`compile_graphs` on a new bundle before swapping it in, so a tool
 file that no longer imports is a bad edit like a YAML error; the watcher calls it on the
-start-up bundle so the "last good version" is complete.
+start-up bundle so the "last good version" is complete. Each graph compiles through
+``Bundle.agraph``: in a daemon thread, which neither the event loop nor a stopping process waits
+for (a tool whose import hangs delays no Ctrl-C).
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from framework.errors import Diagnostic, McpServerFailed, ModelError, ToolError
 _WHERE = re.compile(r"^(?P<file>[^\s:]+\.py)(?::(?P<line>\d+))?(?::(?P<column>\d+))?: (?P<message>.*)$", re.S)
 
 
-def compile_graphs(bundle: Bundle) -> list[Diagnostic]:
+async def compile_graphs(bundle: Bundle) -> list[Diagnostic]:
     """Compile every agent's graph now (python tools are imported again); the tools that failed.
 
-    Run in a thread by ``Runtime.reload`` so a bundle is swapped in already compiled, and a tool
+    Awaited by ``Runtime.reload`` so a bundle is swapped in already compiled, and a tool
     file that no longer imports is a bad edit like a YAML error. A model that cannot be built
     (e.g. an unset API key) or an MCP server that does not start is not an error here: it fails when
     that agent runs, as at start-up.
@@ -28,7 +30,7 @@ def compile_graphs(bundle: Bundle) -> list[Diagnostic]:
     errors: list[Diagnostic] = []
     for name in sorted(bundle.agents):
         try:
-            bundle.graph(name)
+            await bundle.agraph(name)
         except (ModelError, McpServerFailed):  # a key unset, a server down: the run says so, not the reload
             continue
         except ToolError as exc:

@@ -58,7 +58,7 @@ async def watch(runtime: Runtime, report: Report = print_report) -> None:
 
     root = runtime.root
     # The start-up bundle is compiled too, so it is a complete "last good version" to fall back to.
-    warming = asyncio.create_task(asyncio.to_thread(compile_graphs, runtime.bundle))
+    warming = asyncio.create_task(compile_graphs(runtime.bundle))
     try:
         async for _changes in awatch(
             root, watch_filter=watched(root), debounce=DEBOUNCE_MS, step=STEP_MS, recursive=True

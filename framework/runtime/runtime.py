@@ -206,7 +206,8 @@ class Runtime:
     async def reload(self) -> bool:
         """Load, validate and compile the project again, then swap the bundle in one assignment.
 
-        Every graph is compiled (python tools imported again) off the event loop before the swap.
+        Every graph is compiled (python tools imported again) off the event loop before the swap,
+        in threads a stopping process does not wait for.
         A bad edit changes nothing: the last good bundle keeps serving and the errors are kept
         in ``diagnostics`` (and returned by ``_cleveragents/diagnostics``) until a fix loads.
         Tasks already running finish on the bundle they started with; a task paused for a
@@ -224,7 +225,7 @@ class Runtime:
             restart_needed = needs_restart(self.started, project.config)
             project = dataclasses.replace(project, config=pinned(self.started, project.config))
             bundle = await self.compile_project(project)
-            errors = await asyncio.to_thread(compile_graphs, bundle)
+            errors = await compile_graphs(bundle)
         except SpecError as exc:
             errors = list(exc.errors) or [Diagnostic(str(self.root), 0, 0, str(exc))]
         except Exception as exc:  # e.g. a file that vanished mid-read: the next change event reloads again

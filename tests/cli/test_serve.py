@@ -3,11 +3,13 @@ first one's running task is left alone (the second used to mark it failed, as a 
 
 from __future__ import annotations
 
+import signal
 import time
 import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import NAP, NAPPER, ProjectFactory, free_port, run_ca
 from tests.serving import start_serve
@@ -216,5 +218,52 @@ def test_a_compile_stops_neither_the_server_nor_its_other_agents_and_is_done_onc
             assert waited < 2.5, f"the server stood still {waited:.1f} s while another agent compiled"
             assert [f.result(timeout=60) for f in slow] == ["TASK_STATE_COMPLETED"] * 12
         assert (root / "imported.log").read_text() == "tools/slow.py\n", server.output()
+    finally:
+        server.stop()
+
+
+HANGING_IMPORT = '''
+    import time
+    from pathlib import Path
+
+    Path("imported.log").write_text("tools/hang.py\\n")
+    time.sleep(60)  # an import that hangs (a network share, a lock held elsewhere)
+
+
+    def hang(text: str) -> str:
+        """Say the text back."""
+        return text
+'''
+
+
+@pytest.mark.parametrize("reload", [False, True], ids=["serve", "serve --reload"])
+def test_a_tool_whose_import_hangs_does_not_delay_a_shutdown(
+    make_project: ProjectFactory, tmp_path: Path, reload: bool
+) -> None:
+    """Ctrl-C (SIGINT, after which the interpreter joins the threads it knows) while an agent's
+    python tool hangs at import — compiled ahead by `ca serve`, or by `--reload`'s watcher, which
+    compiles every agent of the start-up bundle — ends the server at once: nothing waits for the
+    compile's thread."""
+    agent = """
+        name: hang
+        profile: autonomous
+        model: {provider: scripted, replies: [done]}
+        tools: [{python: tools/hang.py:hang}]
+    """
+    root = make_project({"agents/hang.yaml": agent, "tools/hang.py": HANGING_IMPORT})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    server = start_serve(root, *(["--reload"] if reload else []), logs=logs)
+    try:
+        deadline = time.monotonic() + 30
+        while not (root / "imported.log").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (root / "imported.log").exists(), server.output()
+        started = time.monotonic()
+        server.stop(signal.SIGINT, grace=30)
+        took = time.monotonic() - started
+        assert took < 8, f"the server took {took:.1f} s to stop, waiting for a hung import\n{server.output()}"
+        assert server.proc.returncode in (0, -signal.SIGINT), server.output()
+        assert "Traceback" not in server.stderr(), server.output()
     finally:
         server.stop()
