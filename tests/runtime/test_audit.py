@@ -111,6 +111,16 @@ def test_an_unknown_source_is_refused(log: AuditLog) -> None:
         log.append("tool.call", source="http", task_id="t")  # type: ignore[arg-type]
 
 
+def test_a_field_that_is_not_text_is_refused_and_nothing_is_written(log: AuditLog) -> None:
+    """The columns are text: a number stored there reads back as a string, and its hash (over the
+    number) no longer matched, so verify reported an untouched record as edited."""
+    with pytest.raises(TypeError, match=r"must be text: task_id 5 \(int\), agent 1.5 \(float\)"):
+        log.append("tool.call", source="cli", task_id=5, agent=1.5)  # type: ignore[arg-type]
+    assert log.query() == []
+    assert log.append("tool.call", source="cli", task_id="5", agent="1.5").task_id == "5"
+    assert log.verify().ok
+
+
 def test_a_record_survives_reopening_the_store(tmp_path: Path) -> None:
     with AuditLog.open(tmp_path) as first:
         written = first.append("task.state", source="a2a-stdio", task_id="t", data={"state": "working"})
