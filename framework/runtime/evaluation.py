@@ -327,7 +327,7 @@ def read_verdict(criterion: str, text: str) -> Verdict:
 async def _cost(runtime: Any, agent: str, conversation: str) -> Decimal:
     """The conversation's cost in US dollars, as governance accounted it in the graph's state."""
     try:
-        graph = runtime.bundle.graph(agent)
+        graph = await runtime.bundle.agraph(agent)
         state = await graph.aget_state({"configurable": {"thread_id": conversation}})
     except CAError:
         return Decimal(0)

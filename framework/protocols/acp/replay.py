@@ -18,7 +18,8 @@ async def replay(runtime: Any, agent: str, session_id: str) -> list[dict[str, An
     from framework.runtime.governance.contracts import WITHHELD
     from framework.runtime.runner import spec_tool_name
 
-    state = await runtime.bundle.graph(agent).aget_state({"configurable": {"thread_id": session_id}})
+    graph = await runtime.bundle.agraph(agent)
+    state = await graph.aget_state({"configurable": {"thread_id": session_id}})
     updates: list[dict[str, Any]] = []
     unfinished: dict[str, None] = {}  # tool call ids without a result yet, in order
 

@@ -270,9 +270,11 @@ class AcpServer:
             for s in self.runtime.bundle.project.skills_of(spec)
         ]
 
-    def _check_model(self) -> None:
+    async def _check_model(self) -> None:
+        """Compile the agent (off the event loop, as a run would): a model that cannot be built
+        (a key unset) is the editor's authentication error now, not the first prompt's."""
         try:
-            self.runtime.bundle.graph(self.agent_name)
+            await self.runtime.bundle.agraph(self.agent_name)
         except ModelError as exc:
             raise JsonRpcError(AUTH_REQUIRED, f"authentication required: {exc}") from exc
 
@@ -310,7 +312,7 @@ class AcpServer:
         _require(params, "mcpServers", list)
         await self.use_cwd(cwd)
         await self.loaded()
-        self._check_model()
+        await self._check_model()
         session = Session(uuid.uuid4().hex, params["cwd"], self._default_mode(), mcp=_editor_mcp(params))
         self.sessions[session.id] = session
         self.runtime.profiles[session.id] = session.mode

@@ -232,3 +232,34 @@ def test_a_write_leaving_the_project_opens_nothing_outside_for_its_preview(proje
 
     run(main())
     assert outside.read_text(encoding="utf-8") == SECRET
+
+
+SLOW_TOOL = '''
+    import time
+
+    time.sleep(4)  # an import that takes a while (a big library, a model loaded at import)
+
+
+    def slow(text: str) -> str:
+        """Say the text back."""
+        return text
+'''
+
+
+def test_session_new_compiles_the_agent_without_stopping_the_other_requests(make_project: ProjectFactory) -> None:
+    """session/new compiles the agent (a key unset is the editor's authentication error there), off
+    the event loop: while its python tool takes 4 s to import, another request is answered at once."""
+    agent_yaml = """
+        name: slow
+        model: {provider: scripted, replies: [done]}
+        tools: [{python: tools/slow.py:slow}]
+    """
+    root = make_project({"agents/slow.yaml": agent_yaml, "tools/slow.py": SLOW_TOOL})
+    with Raw(root, "--protocol", "acp") as raw:
+        raw.answer(raw.request("initialize", initialize_params()))
+        creating = raw.request("session/new", {"cwd": str(root), "mcpServers": []})
+        other = raw.request("no/such/method")
+        first = raw.read(timeout=60)
+        assert first.get("id") == other and first["error"]["code"] == -32601, first  # before the session
+        created = raw.answer(creating, timeout=60)
+        assert created["result"]["sessionId"], created
