@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from framework.compiler.bundle import Bundle
 from framework.compiler.precompile import compile_graphs
 from framework.errors import Diagnostic
 from framework.runtime.heap import freeze_loaded
@@ -52,13 +53,21 @@ def print_report(ok: bool, errors: list[Diagnostic]) -> None:
     sys.stderr.write(f"reload failed: {len(errors)} error(s); still serving the last good version\n")
 
 
+async def _warm(bundle: Bundle) -> None:
+    """Compile the start-up bundle; a tool that does not import is said on stderr (its agent fails
+    when called until a fix is saved, which reloads)."""
+    for diagnostic in await compile_graphs(bundle):
+        sys.stderr.write(diagnostic.render() + "\n")
+        sys.stderr.write("warning: the agents using it fail when called until this is fixed\n")
+
+
 async def watch(runtime: Runtime, report: Report = print_report) -> None:
     """Reload on every change until cancelled."""
     from watchfiles import awatch
 
     root = runtime.root
     # The start-up bundle is compiled too, so it is a complete "last good version" to fall back to.
-    warming = asyncio.create_task(compile_graphs(runtime.bundle))
+    warming = asyncio.create_task(_warm(runtime.bundle))
     try:
         async for _changes in awatch(
             root, watch_filter=watched(root), debounce=DEBOUNCE_MS, step=STEP_MS, recursive=True

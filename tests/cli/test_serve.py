@@ -267,3 +267,34 @@ def test_a_tool_whose_import_hangs_does_not_delay_a_shutdown(
         assert "Traceback" not in server.stderr(), server.output()
     finally:
         server.stop()
+
+
+def test_with_reload_a_tool_that_does_not_import_at_start_is_said(make_project: ProjectFactory, tmp_path: Path) -> None:
+    """`--reload` compiles the start-up bundle itself: a tool that does not import is said on stderr
+    (it used to go unsaid until the agent was called), and the server serves the other agents."""
+    root = make_project(
+        {
+            "agents/broken.yaml": _agent("broken", "tools/broken.py:shout"),
+            "tools/broken.py": BROKEN,
+            "agents/marked.yaml": _agent("marked", "tools/marked.py:mark"),
+            "tools/marked.py": MARKED,
+        }
+    )
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    server = start_serve(root, "--reload", logs=logs)
+    try:
+        said = "warning: the agents using it fail when called until this is fixed"
+        deadline = time.monotonic() + 30
+        while said not in server.stderr() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (
+            "tools/broken.py:1:1: error: importing python tool 'tools/broken.py:shout' failed: "
+            "ModuleNotFoundError: No module named 'no_such_module_for_ca_tests'\n"
+        ) in server.stderr(), server.output()
+        assert said in server.stderr(), server.output()
+        message = {"role": "ROLE_USER", "parts": [{"text": "go"}], "messageId": uuid.uuid4().hex}
+        sent = _rpc(f"{server.url}/agents/marked/", "SendMessage", {"message": message})
+        assert sent["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", sent  # type: ignore[index]
+    finally:
+        server.stop()
