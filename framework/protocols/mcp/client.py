@@ -183,11 +183,16 @@ class McpHub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._guard = threading.Lock()
+        self._closed = False
+        """Closed with its runtime: a compile still running in a thread then starts no server."""
 
     # -- the hub's own loop ------------------------------------------------------
 
     def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         with self._guard:
+            if self._closed:
+                coro.close()
+                raise McpServerFailed("MCP servers are not started any more: the runtime is closing")
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(target=loop.run_forever, name="ca-mcp", daemon=True)
@@ -302,8 +307,10 @@ class McpHub:
         await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
 
     async def close(self) -> None:
-        """End every session and the hub's thread."""
-        loop, thread = self._loop, self._thread
+        """End every session and the hub's thread; nothing starts a server again after this."""
+        with self._guard:
+            self._closed = True
+            loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             return
         await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._close_all(), loop))

@@ -486,3 +486,23 @@ def test_ca_serve_starts_no_mcp_server_before_an_agent_that_uses_it_runs(
         assert len(started(env)) == 1
     finally:
         server.stop()
+
+
+def test_a_closed_runtime_starts_no_mcp_server(make_project: ProjectFactory, env: dict[str, str]) -> None:
+    """A compile still running in a thread when its runtime closes (a reload's, a warm-up's) asks the
+    MCP client side for a server's tools after it closed: refused, and no server starts (it used to
+    start one, with nothing left to stop it)."""
+    import asyncio
+
+    from framework.errors import McpServerFailed
+    from framework.protocols.mcp import open_mcp
+    from framework.spec import load_project
+
+    root = project(make_project, agent([call("read")]))
+    hub = open_mcp(load_project(root), {**os.environ, **env})
+    asyncio.run(hub.close())
+    with pytest.raises(McpServerFailed, match="not started any more"):
+        hub.tools("notes")
+    with pytest.raises(McpServerFailed, match="not started any more"):
+        asyncio.run(hub.call("notes", "read", {}))
+    assert started(env) == []
