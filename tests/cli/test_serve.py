@@ -119,11 +119,9 @@ def _agent(name: str, tool: str) -> str:
     """
 
 
-def test_the_agents_are_compiled_once_the_server_answers(make_project: ProjectFactory, tmp_path: Path) -> None:
-    """Once it answers, `ca serve` compiles its agents: a python tool is imported before any request,
-    so the first one does not wait for it, and only once; a tool that does not import is a warning
-    naming the agent, the file and the line, and only that agent fails."""
-    root = make_project(
+def _marked_and_broken(make_project: ProjectFactory) -> Path:
+    """Two agents: one whose python tool logs its import, one whose tool does not import."""
+    return make_project(
         {
             "agents/marked.yaml": _agent("marked", "tools/marked.py:mark"),
             "tools/marked.py": MARKED,
@@ -131,6 +129,13 @@ def test_the_agents_are_compiled_once_the_server_answers(make_project: ProjectFa
             "tools/broken.py": BROKEN,
         }
     )
+
+
+def test_the_agents_are_compiled_once_the_server_answers(make_project: ProjectFactory, tmp_path: Path) -> None:
+    """Once it answers, `ca serve` compiles its agents: a python tool is imported before any request,
+    so the first one does not wait for it, and only once; a tool that does not import is a warning
+    naming the agent, the file and the line, and only that agent fails."""
+    root = _marked_and_broken(make_project)
     logs = tmp_path / "logs"
     logs.mkdir()
     server = start_serve(root, logs=logs)
@@ -272,14 +277,7 @@ def test_a_tool_whose_import_hangs_does_not_delay_a_shutdown(
 def test_with_reload_a_tool_that_does_not_import_at_start_is_said(make_project: ProjectFactory, tmp_path: Path) -> None:
     """`--reload` compiles the start-up bundle itself: a tool that does not import is said on stderr
     (it used to go unsaid until the agent was called), and the server serves the other agents."""
-    root = make_project(
-        {
-            "agents/broken.yaml": _agent("broken", "tools/broken.py:shout"),
-            "tools/broken.py": BROKEN,
-            "agents/marked.yaml": _agent("marked", "tools/marked.py:mark"),
-            "tools/marked.py": MARKED,
-        }
-    )
+    root = _marked_and_broken(make_project)
     logs = tmp_path / "logs"
     logs.mkdir()
     server = start_serve(root, "--reload", logs=logs)
