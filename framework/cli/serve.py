@@ -18,12 +18,10 @@ from typing import IO, TYPE_CHECKING
 
 import uvicorn
 
-from framework.compiler.mcp_tools import mcp_refs
-from framework.errors import McpServerFailed, ModelError, UsageError
+from framework.errors import UsageError
 from framework.runtime.heap import freeze_loaded, starting_up
 from framework.runtime.logs import chosen, configure
 from framework.runtime.store_url import unreachable
-from framework.spec.agent import LlmAgent
 from framework.spec.project import LogFormat
 
 if TYPE_CHECKING:
@@ -165,27 +163,17 @@ async def check_store(url: str) -> None:
 
 
 async def warm(bundle: Bundle, current: Callable[[], Bundle], stopping: Callable[[], bool]) -> None:
-    """Compile the agents of ``bundle``, one after the other, once the server answers: their first
-    request then finds them compiled, or awaits the compile under way (``Bundle.agraph``: in a
-    daemon thread, which a stopping process does not wait for). It stops once the server does.
-    Agents that use an MCP server are left to their first run, which starts the server
-    (docs/mcp.md); one whose model cannot be built (a key unset) fails at its first run, as before.
+    """Compile the agents of ``bundle`` once the server answers (``precompile.failures``, as
+    ``--reload`` does, but not those that use an MCP server): their first request then finds them
+    compiled, or awaits the compile under way, in a daemon thread. It stops once the server does.
     A python tool that does not import is a warning now, naming the agent, which fails when called
     until the file is fixed. Then the graphs join the heap frozen at start (no collection: requests
     may be running), unless ``current()`` is another bundle by then."""
-    for name in sorted(bundle.agents):
-        spec = bundle.agent(name)
-        if stopping():
-            return
-        if isinstance(spec, LlmAgent) and mcp_refs(spec):
-            continue
-        try:
-            await bundle.agraph(name)
-        except (ModelError, McpServerFailed):
-            continue
-        except Exception as exc:
-            _log.warning("agent %r fails when called until this is fixed: %s", name, exc)
-    if gc.get_freeze_count() and current() is bundle:
+    from framework.compiler.precompile import failures
+
+    async for name, exc in failures(bundle, mcp=False, stopping=stopping):
+        _log.warning("agent %r fails when called until this is fixed: %s", name, exc)
+    if gc.get_freeze_count() and current() is bundle and not stopping():
         gc.freeze()
 
 

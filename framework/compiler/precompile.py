@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from framework.compiler.bundle import Bundle
+from framework.compiler.mcp_tools import mcp_refs
 from framework.errors import Diagnostic, McpServerFailed, ModelError, ToolError
+from framework.spec.agent import LlmAgent
 
 _WHERE = re.compile(r"^(?P<file>[^\s:]+\.py)(?::(?P<line>\d+))?(?::(?P<column>\d+))?: (?P<message>.*)$", re.S)
 
@@ -28,16 +31,31 @@ async def compile_graphs(bundle: Bundle) -> list[Diagnostic]:
     that agent runs, as at start-up.
     """
     errors: list[Diagnostic] = []
+    async for name, exc in failures(bundle):
+        message = str(exc) if isinstance(exc, ToolError) else f"agent {name!r} does not compile: {exc}"
+        errors.append(_tool_diagnostic(bundle, name, message))
+    return errors
+
+
+async def failures(
+    bundle: Bundle, *, mcp: bool = True, stopping: Callable[[], bool] = lambda: False
+) -> AsyncIterator[tuple[str, Exception]]:
+    """Compile the agents of ``bundle`` one after the other (``Bundle.agraph``); each that does not
+    compile, with what it raised. A model that cannot be built (a key unset) or an MCP server that
+    does not start is not one: that agent's run says so. Without ``mcp``, agents that use an MCP
+    server are left to their first run, which starts it (docs/mcp.md). Ends early once ``stopping()``."""
     for name in sorted(bundle.agents):
+        if stopping():
+            return
+        spec = bundle.agent(name)
+        if not mcp and isinstance(spec, LlmAgent) and mcp_refs(spec):
+            continue
         try:
             await bundle.agraph(name)
-        except (ModelError, McpServerFailed):  # a key unset, a server down: the run says so, not the reload
+        except (ModelError, McpServerFailed):
             continue
-        except ToolError as exc:
-            errors.append(_tool_diagnostic(bundle, name, str(exc)))
         except Exception as exc:
-            errors.append(_tool_diagnostic(bundle, name, f"agent {name!r} does not compile: {exc}"))
-    return errors
+            yield name, exc
 
 
 def _tool_diagnostic(bundle: Bundle, agent: str, message: str) -> Diagnostic:
