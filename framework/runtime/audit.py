@@ -401,11 +401,10 @@ class AuditLog:
         ``data`` as stored (masked, as JSON reads it back)."""
         if source not in SOURCES:
             raise ValueError(f"unknown audit source {source!r}; expected one of {sorted(SOURCES)}")
-        named = {"kind": kind, "task_id": task_id, "conversation_id": conversation_id, "agent": agent}
-        if wrong := [
-            f"{name} {value!r} ({type(value).__name__})" for name, value in named.items() if not isinstance(value, str)
-        ]:
+        if not all(isinstance(value, str) for value in (kind, task_id, conversation_id, agent)):
             # stored as text, a number would hash differently when read back: verify would call it edited
+            named = {"kind": kind, "task_id": task_id, "conversation_id": conversation_id, "agent": agent}
+            wrong = [f"{k} {v!r} ({type(v).__name__})" for k, v in named.items() if not isinstance(v, str)]
             raise TypeError(f"audit record fields must be text: {', '.join(wrong)}")
         if not self._extendable:  # one more read, before the first append only
             self.check_extendable()
