@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -105,16 +105,24 @@ async def a2a_client(
 
 
 class StdioPeer:
-    """A real ``ca run --stdio [AGENT]`` process: request lines in, message lines out, with timeouts.
+    """A real ``ca run --stdio [AGENT]`` process (or another stdio server): request lines in, message lines out,
+    with timeouts.
 
     A reader thread moves stdout lines into a queue, so nothing blocks on a full pipe and every
     read has a deadline. Messages read while waiting for another one are kept in an inbox.
     """
 
-    def __init__(self, root: Path, agent: str | None = None, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        agent: str | None = None,
+        env: Mapping[str, str] | None = None,
+        command: Sequence[str] = ("run", "--stdio"),
+    ) -> None:
+        """``command``: the ``ca`` arguments (another stdio server, such as ``mcp serve``), before ``agent``."""
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in kill()
         self.proc = subprocess.Popen(
-            [*CA, "run", "--stdio", *([agent] if agent else [])],
+            [*CA, *command, *([agent] if agent else [])],
             cwd=root,
             env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
             stdin=subprocess.PIPE,

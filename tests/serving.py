@@ -18,7 +18,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -268,3 +268,24 @@ def launch_script(name: str, script: str, folder: Path, logs: Path, port: int) -
     command = [sys.executable, str(path), str(port)]
     environ = {**os.environ, **SERVER_ENV}
     return _launch(command, folder, logs, name, port, environ=environ, ready_path="/ready", kind=ServerProcess)
+
+
+def sleeping_child(parent: int, output: Callable[[], str], timeout: float = 30) -> int:
+    """The pid of the ``sleep`` a shell tool of process ``parent`` started (it leads its own process
+    group); the test fails with ``output()`` when none runs within ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = subprocess.run(["pgrep", "-P", str(parent), "-x", "sleep"], capture_output=True, text=True)
+        if found.stdout.strip():
+            return int(found.stdout.split()[0])
+        time.sleep(0.05)
+    pytest.fail(f"the shell tool never started sleep:\n{output()}")
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group ``pgid`` is still alive."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 import typer
 
@@ -67,12 +67,13 @@ def serve_command(project: Annotated[Path, typer.Argument(help="Project folder."
     For an MCP client's config (Claude Desktop, Cursor, VS Code): command `ca`, args
     `["mcp", "serve", "/path/to/project"]`. Protocol on stdout only; logs go to stderr.
     """
-    import asyncio
+    from framework.cli.stdio import protocol_input
+    from framework.protocols.stdio_loop import run
 
-    asyncio.run(_serve(project))
+    raise typer.Exit(run(_serve(project, protocol_input())))
 
 
-async def _serve(project_dir: Path) -> None:
+async def _serve(project_dir: Path, stdin: BinaryIO) -> int:
     from contextlib import AsyncExitStack
 
     from framework.protocols.a2a import open_remote
@@ -84,7 +85,8 @@ async def _serve(project_dir: Path) -> None:
     project = load_project(project_dir)
     async with AsyncExitStack() as stack:
         runtime = await Runtime.open(project, source="mcp", stack=stack, remote=open_remote, mcp=open_mcp)
-        await serve_stdio(runtime)
+        await serve_stdio(runtime, stdin)
+    return 0
 
 
 async def _open(project_dir: Path) -> tuple[Any, Any]:

@@ -220,7 +220,7 @@ async def serve(options: ServeOptions) -> int:
             lifespan="on",
             timeout_graceful_shutdown=5,
         )
-        uv = Draining(config, lambda: served.stop(runtime.bundle.project.config.server.shutdown_timeout))
+        uv = Draining(config, lambda: served.stop(runtime.bundle.project.config.server.shutdown_timeout, None))
         task = asyncio.create_task(uv.serve(sockets=[listening]))
         watcher = None
         if options.reload:

@@ -8,7 +8,8 @@ never the end of the process, whatever the locale. This module imports only the
 standard library (and ``framework.protocols.jsontext``, which does too), so ``initialize`` is answered within milliseconds of start-up; the
 runtime loads in the background meanwhile. Everything the process prints other than
 protocol goes to stderr: file descriptor 1 is re-pointed at stderr and the protocol
-writes to a private duplicate of the original stdout.
+writes to a private duplicate of the original stdout. Likewise the protocol reads a private
+duplicate of the original stdin, and fd 0 reads the null device.
 """
 
 from __future__ import annotations
@@ -79,9 +80,24 @@ def protocol_stream() -> TextIO:
     return out
 
 
+def protocol_input() -> BinaryIO:
+    """A private reader of the original stdin for protocol messages; fd 0 (and ``sys.stdin``) now
+    read the null device, so nothing else in the process, or started by it, takes a request's bytes.
+
+    ``sys.stdin`` is never the protocol's: the thread that reads requests may still block in a read
+    of this stream when the process ends (:mod:`framework.protocols.stdio_loop`), and the
+    interpreter never touches a stream it does not know.
+    """
+    wire = os.fdopen(os.dup(0), "rb")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return wire
+
+
 def main(options: StdioOptions) -> int:
     out = protocol_stream()
-    stdin = sys.stdin.buffer
+    stdin = protocol_input()
     found = _first_request(stdin, out, chosen=options.protocol != "auto")
     if found is None:
         return 0
@@ -103,6 +119,7 @@ def main(options: StdioOptions) -> int:
         return run_acp(
             root,
             options.agent,
+            stdin,
             out,
             first_answered=first_answered,
             first=first,
@@ -111,7 +128,7 @@ def main(options: StdioOptions) -> int:
         )
     if (failed := _logging(options)) is not None:
         return failed
-    return _run_a2a(options, root, first, out)
+    return _run_a2a(options, root, first, stdin, out)
 
 
 def _logging(options: StdioOptions) -> int | None:
@@ -163,13 +180,12 @@ def _refuse(out: TextIO, code: int, message: str) -> None:
     out.flush()
 
 
-def _run_a2a(options: StdioOptions, root: Path, first: bytes, out: TextIO) -> int:
-    import asyncio
-
+def _run_a2a(options: StdioOptions, root: Path, first: bytes, stdin: BinaryIO, out: TextIO) -> int:
     from framework.errors import CAError, SpecError
+    from framework.protocols.stdio_loop import run
 
     try:
-        return asyncio.run(_a2a(options, root, first, out))
+        return run(_a2a(options, root, first, stdin, out))
     except SpecError as exc:
         for diagnostic in exc.diagnostics:
             sys.stderr.write(diagnostic.render() + "\n")
@@ -177,11 +193,9 @@ def _run_a2a(options: StdioOptions, root: Path, first: bytes, out: TextIO) -> in
     except CAError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
 
 
-async def _a2a(options: StdioOptions, root: Path, first: bytes, out: TextIO) -> int:
+async def _a2a(options: StdioOptions, root: Path, first: bytes, stdin: BinaryIO, out: TextIO) -> int:
     import asyncio
     from contextlib import AsyncExitStack
 
@@ -207,7 +221,7 @@ async def _a2a(options: StdioOptions, root: Path, first: bytes, out: TextIO) -> 
 
             watcher = asyncio.create_task(watch(runtime))
         try:
-            await serve_stdio(runtime, name, stdout=out, first_line=first)
+            await serve_stdio(runtime, name, stdin, out, first)
         finally:
             if watcher is not None:
                 watcher.cancel()

@@ -25,7 +25,7 @@ from framework.runtime.runtime import Runtime
 from framework.runtime.tasks import TaskStore
 from framework.spec import load_project
 from tests.conftest import CA, NAP, NAPPER, REPO, SIDE_EFFECT, ProjectFactory, run_ca, writer_agent
-from tests.serving import ServerProcess, start_serve
+from tests.serving import group_alive, sleeping_child, start_serve
 
 USER = f"cli:{getpass.getuser()}"
 
@@ -113,24 +113,6 @@ def test_a_cancel_and_an_approval_at_the_same_moment_one_wins(make_project: Proj
             assert lines in ([], ["hello"])
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _sleeping_child(server: ServerProcess, timeout: float = 30) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = subprocess.run(["pgrep", "-P", str(server.proc.pid), "-x", "sleep"], capture_output=True, text=True)
-        if found.stdout.strip():
-            return int(found.stdout.split()[0])
-        time.sleep(0.1)
-    pytest.fail(f"the shell tool never started sleep:\n{server.output()}")
-
-
 def test_a_task_running_in_a_live_server_is_stopped_by_that_server(make_project: ProjectFactory) -> None:
     root = make_project({"agents/sleeper.yaml": SLEEPER, "ca.yaml": "default_agent: sleeper\n"})
     server = start_serve(root)
@@ -141,7 +123,7 @@ def test_a_task_running_in_a_live_server_is_stopped_by_that_server(make_project:
     try:
         caller = threading.Thread(target=lambda: answers.append(server.rpc("SendMessage", message, agent="sleeper")))
         caller.start()
-        child = _sleeping_child(server)
+        child = sleeping_child(server.proc.pid, server.output)
         [task] = [t for t in _tasks(root) if t["state"] == "working"]
         started = time.monotonic()
         baseline = run_ca("tasks", "list", cwd=root)  # what starting `ca` costs here, for the bound below
@@ -156,7 +138,7 @@ def test_a_task_running_in_a_live_server_is_stopped_by_that_server(make_project:
             stderr=subprocess.PIPE,
             text=True,
         )
-        while _group_alive(child) and time.monotonic() - started < 30:
+        while group_alive(child) and time.monotonic() - started < 30:
             time.sleep(0.02)
         stopped_after = time.monotonic() - started
         out, err = canceling.communicate(timeout=30)
@@ -167,7 +149,7 @@ def test_a_task_running_in_a_live_server_is_stopped_by_that_server(make_project:
         server.stop()
     assert canceling.returncode == 0, err
     assert out.strip() == f"canceled task {task['id'][:12]}: the process running it (pid {server.proc.pid}) stopped it"
-    assert not _group_alive(child), "the tool's process group outlived the cancel"
+    assert not group_alive(child), "the tool's process group outlived the cancel"
     assert stopped_after < startup + 2.0, (stopped_after, startup)
     [answer] = answers
     status = answer["result"]["task"]["status"]

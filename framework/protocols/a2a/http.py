@@ -335,15 +335,15 @@ class Agents:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.current.app(scope, receive, send)
 
-    async def stop(self, timeout: float) -> None:
+    async def stop(self, timeout: float, reason: str | None = None) -> None:
         """Let the runs in progress finish for up to ``timeout`` seconds, then cancel what is left
-        (canceled with :data:`SHUT_DOWN`, tools stopped) and wait for those runs to end."""
+        (canceled with ``reason``, by default :data:`SHUT_DOWN`; tools stopped) and wait for those runs to end."""
         executors = [h.agent_executor for h in self.current.handlers.values()]
         mine = [e for e in executors if isinstance(e, CleverAgentExecutor)]
         deadline = time.monotonic() + timeout
         while any(e.running() for e in mine) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        reason = SHUT_DOWN.format(timeout=timeout)
+        reason = reason or SHUT_DOWN.format(timeout=timeout)
         for executor in mine:
             executor.stop(reason)
         left = [run for e in mine for run in e.running()]
@@ -356,7 +356,9 @@ class Server:
     """The ASGI app of ``ca serve`` and how to stop its runs (see :meth:`Agents.stop`)."""
 
     app: Starlette
-    stop: Callable[[float], Awaitable[None]]
+    stop: Callable[[float, str | None], Awaitable[None]]
+    """``stop(timeout, reason)``: let the runs finish for ``timeout`` s, then cancel them with
+    ``reason`` (None: :data:`SHUT_DOWN`)."""
 
 
 def build_app(runtime: Runtime) -> Starlette:
@@ -447,10 +449,11 @@ def build_server(runtime: Runtime) -> Server:
         lifespan=lifespan,
     )
 
-    async def stop(timeout: float) -> None:
+    async def stop(timeout: float, reason: str | None = None) -> None:
         probes.drain()  # /readyz answers 503 from now on
         runtime.resumer = None  # an orphan found from now on is left to the next server
-        await asyncio.gather(agents.stop(timeout), resumer.stop(timeout, SHUT_DOWN.format(timeout=timeout)))
+        reason = reason or SHUT_DOWN.format(timeout=timeout)
+        await asyncio.gather(agents.stop(timeout, reason), resumer.stop(timeout, reason))
 
     return Server(app, stop)
 

@@ -29,17 +29,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, BinaryIO, TextIO
 
 import httpx
+from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from framework.protocols.a2a.auth import LOCAL_CALLER
 from framework.protocols.a2a.gate import V1_METHODS
-from framework.protocols.a2a.http import build_app
+from framework.protocols.a2a.http import STOP_GRACE, build_server
 from framework.protocols.a2a.stdio_shapes import CARD_METHODS, stdio_card, translate
 from framework.protocols.jsonrpc import (
     Code,
@@ -51,11 +51,15 @@ from framework.protocols.jsonrpc import (
     read_message,
     result,
 )
-from framework.protocols.jsontext import read_line
+from framework.protocols.stdio_loop import LineReader
 from framework.runtime import telemetry
 from framework.runtime.runtime import Runtime
 
 logger = logging.getLogger(__name__)
+STOPPED = (
+    "the process was stopped (Ctrl-C or SIGTERM) before this task finished; it was canceled, not resumed, "
+    "because a tool may have run halfway: send the message again"
+)
 
 JSON = {"content-type": "application/json"}
 SENDS = {"SendMessage", "message/send"}
@@ -200,9 +204,8 @@ def _decode(content: bytes, request_id: Any) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def in_process_client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client wired straight into the app (its lifespan run by hand: ASGITransport does not)."""
-    app = build_app(runtime)
+async def in_process_client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client wired straight into ``app`` (its lifespan run by hand: ASGITransport does not)."""
 
     async def local(scope: Scope, receive: Receive, send: Send) -> None:
         await app({**scope, LOCAL_CALLER: True}, receive, send)
@@ -213,40 +216,46 @@ async def in_process_client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient
             yield client
 
 
-async def serve_stdio(
-    runtime: Runtime, agent: str, stdin: BinaryIO | None = None, stdout: TextIO = sys.stdout, first_line: bytes = b""
-) -> None:
+async def serve_stdio(runtime: Runtime, agent: str, stdin: BinaryIO, stdout: TextIO, first_line: bytes = b"") -> None:
     """Read requests until end of input; answer each; finish what is in flight.
 
-    ``stdin`` is read as bytes (default: the process's); ``first_line`` is a line already read
-    (to choose the protocol) and still to answer.
+    ``stdin`` is read as bytes, by a :class:`LineReader` (so it must be this server's alone);
+    ``first_line`` is a line already read (to choose the protocol) and still to answer.
     """
-    source = sys.stdin.buffer if stdin is None else stdin
     runtime.bundle.agent(agent)
-    loop = asyncio.get_running_loop()
-    async with in_process_client(runtime) as client:
+    served = build_server(runtime)
+    async with in_process_client(served.app) as client:
         server = StdioServer(client, agent, stdout)
         in_flight: set[asyncio.Task[None]] = set()
         limit = runtime.bundle.project.config.server.max_request_bytes
+        lines = LineReader(stdin, limit)
         pending_first = first_line
-        while True:
-            line: bytes | int
-            if pending_first:
-                line, pending_first = pending_first, b""
-            else:
-                line = await loop.run_in_executor(None, read_line, source, limit)
-            if isinstance(line, int):
-                message = f"a line of {line} bytes is longer than server.max_request_bytes ({limit} bytes)"
-                logger.warning("refused a request: %s", message)
-                await server.write(error(None, JsonRpcError(Code.INVALID_REQUEST, message)))
-                continue
-            if not line:
-                break
-            if not line.strip():
-                continue
-            task = asyncio.create_task(server.handle_line(line))
-            in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
-        if in_flight:
-            await asyncio.gather(*in_flight, return_exceptions=True)
-        await server.drain()
+        try:
+            while True:
+                line: bytes | int
+                if pending_first:
+                    line, pending_first = pending_first, b""
+                else:
+                    line = await lines.read()
+                if isinstance(line, int):
+                    message = f"a line of {line} bytes is longer than server.max_request_bytes ({limit} bytes)"
+                    logger.warning("refused a request: %s", message)
+                    await server.write(error(None, JsonRpcError(Code.INVALID_REQUEST, message)))
+                    continue
+                if not line:
+                    break
+                if not line.strip():
+                    continue
+                task = asyncio.create_task(server.handle_line(line))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+            if in_flight:
+                await asyncio.gather(*in_flight, return_exceptions=True)
+            await server.drain()
+        except asyncio.CancelledError:
+            # Ctrl-C or SIGTERM, reading or draining: the runs in progress end canceled (their tools
+            # stopped) while the stores are open, and each request in flight gets its task's end.
+            await served.stop(0, STOPPED)
+            if in_flight:
+                await asyncio.wait(in_flight, timeout=STOP_GRACE)
+            raise

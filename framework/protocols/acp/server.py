@@ -17,19 +17,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from framework.errors import CAError, Diagnostic, ModelError, SpecError
 from framework.protocols.acp.hello import initialize_result
 from framework.protocols.acp.session import Session
 from framework.protocols.jsonrpc import Code, JsonRpcError, answer_id, error_for, parse_request, read_message
-from framework.protocols.jsontext import read_line
+from framework.protocols.stdio_loop import LineReader, run
 from framework.spec.common import shown
 from framework.spec.root import find_root
 
@@ -467,11 +466,17 @@ LINE_LIMIT = 64 * 1024 * 1024
 
 
 async def _serve(
-    root: Path, agent: str | None, out: TextIO, first_answered: bool, first: bytes, reload: bool, pinned: bool
-) -> None:
+    root: Path,
+    agent: str | None,
+    lines: LineReader,
+    out: TextIO,
+    first_answered: bool,
+    first: bytes,
+    reload: bool,
+    pinned: bool,
+) -> int:
     server = AcpServer(root, agent, out, initialized=first_answered, reload=reload, pinned=pinned)
     server.start_loading()
-    loop = asyncio.get_running_loop()
     in_flight: set[asyncio.Task[None]] = set()
     if first_answered:  # acp_hello answered initialize: keep what the client offers (fs, terminal)
         params = read_message(first).get("params")
@@ -480,7 +485,7 @@ async def _serve(
         await server.handle(first)
     try:
         while True:
-            line = await loop.run_in_executor(None, read_line, sys.stdin.buffer, LINE_LIMIT)
+            line = await lines.read()
             if isinstance(line, int):
                 server._refuse(
                     None, JsonRpcError(Code.INVALID_REQUEST, f"a line of {line} bytes is longer than {LINE_LIMIT}")
@@ -492,6 +497,7 @@ async def _serve(
                 task = asyncio.create_task(server.handle(line))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
+    finally:  # end of input, Ctrl-C or SIGTERM: the turns in progress end cancelled before the stores close
         for session in server.sessions.values():
             server.cancel({"sessionId": session.id})
         if in_flight:
@@ -500,13 +506,14 @@ async def _serve(
             await asyncio.gather(server.ready, return_exceptions=True)
         if server.watcher is not None:
             server.watcher.cancel()
-    finally:
         await server.stack.aclose()  # the stack of the project in use (a session's cwd may have chosen it)
+    return 0
 
 
 def run_acp(
     root: Path,
     agent: str | None,
+    stdin: BinaryIO,
     out: TextIO,
     *,
     first_answered: bool,
@@ -514,9 +521,6 @@ def run_acp(
     reload: bool = False,
     pinned: bool = False,
 ) -> int:
-    """Serve ACP until the client closes stdin; ``pinned``: ``-p`` chose ``root`` (else a session's cwd may)."""
-    try:
-        asyncio.run(_serve(root, agent, out, first_answered, first, reload, pinned))
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    """Serve ACP until the client closes ``stdin`` (this server's alone, see :class:`LineReader`), or
+    until Ctrl-C or SIGTERM (exit 130); ``pinned``: ``-p`` chose ``root`` (else a session's cwd may)."""
+    return run(_serve(root, agent, LineReader(stdin, LINE_LIMIT), out, first_answered, first, reload, pinned))

@@ -15,8 +15,9 @@ progress token, and a cancelled request cancels its task.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
-from typing import Any
+from typing import Any, BinaryIO
 
 from mcp.server import Server, ServerRequestContext
 from mcp.types import (
@@ -41,8 +42,12 @@ from framework import __version__
 from framework.compiler.mcp_tools import model_name
 from framework.errors import CAError
 from framework.protocols.a2a.auth import Caller
+from framework.protocols.stdio_loop import LineReader
 from framework.runtime.events import Paused, RunFinished, TextChunk, ToolCallFinished, ToolCallStarted
 from framework.runtime.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+CANCELLED = "cancelled: the MCP client cancelled the request, or the server was stopped (Ctrl-C or SIGTERM)"
 
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -182,8 +187,8 @@ class AgentTools:
                     pauses.append(event)
                 elif isinstance(event, RunFinished):
                     finished = event  # the last event; the stream ends after it, giving back the turn
-        except asyncio.CancelledError:  # the client cancelled the request: the task is canceled too
-            await self.runtime.amark_canceled(task_id, "cancelled by the MCP client")
+        except asyncio.CancelledError:  # the client cancelled the request, or the server stops: the task is canceled
+            await self.runtime.amark_canceled(task_id, CANCELLED)
             raise
         return finished
 
@@ -287,10 +292,32 @@ def agent_server(runtime: Runtime) -> Server[Any]:
     )
 
 
-async def serve_stdio(runtime: Runtime) -> None:
-    """Speak MCP on stdin/stdout until the client closes stdin."""
+async def serve_stdio(runtime: Runtime, stdin: BinaryIO) -> None:
+    """Speak MCP on ``stdin`` and stdout until the client closes ``stdin`` (this server's alone: it is
+    read by a :class:`LineReader`, so that a stop never waits for a line)."""
     from mcp.server.stdio import stdio_server
 
     server = agent_server(runtime)
-    async with stdio_server() as (read, write):
+    lines = _TextLines(LineReader(stdin, runtime.bundle.project.config.server.max_request_bytes))
+    async with stdio_server(stdin=lines) as (read, write):  # type: ignore[arg-type] # it only iterates
         await server.run(read, write, server.create_initialization_options())
+
+
+class _TextLines:
+    """The lines of a :class:`LineReader` as the MCP SDK's stdio transport iterates them (text). A
+    line over the size limit becomes an empty line, which the transport reports as not JSON-RPC."""
+
+    def __init__(self, lines: LineReader) -> None:
+        self._lines = lines
+
+    def __aiter__(self) -> _TextLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._lines.read()
+        if isinstance(line, int):
+            logger.warning("refused an MCP message of %d bytes: over server.max_request_bytes", line)
+            return "\n"
+        if not line:
+            raise StopAsyncIteration
+        return line.decode("utf-8", errors="replace")  # as the SDK's own transport decodes

@@ -6,9 +6,7 @@ gets the task's final state (canceled, with the reason) instead of a dropped con
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -17,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ProjectFactory
-from tests.serving import ServerProcess, start_serve
+from tests.serving import ServerProcess, group_alive, sleeping_child, start_serve
 
 SLEEPER = """
 name: sleeper
@@ -39,25 +37,6 @@ def _message(text: str, message_id: str) -> dict[str, Any]:
     return {"message": {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}}
 
 
-def _sleeping_child(server: ServerProcess, timeout: float = 30) -> int:
-    """The pid of the ``sleep 30`` the shell tool started (a child of the server)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = subprocess.run(["pgrep", "-P", str(server.proc.pid), "-x", "sleep"], capture_output=True, text=True)
-        if found.stdout.strip():
-            return int(found.stdout.split()[0])
-        time.sleep(0.1)
-    pytest.fail(f"the shell tool never started sleep:\n{server.output()}")
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.fixture
 def stopped(make_project: ProjectFactory) -> tuple[Path, ServerProcess, dict[str, Any], float, int]:
     """A server SIGTERMed while a blocking SendMessage runs ``sleep 30``: the project, the server, the
@@ -70,7 +49,7 @@ def stopped(make_project: ProjectFactory) -> tuple[Path, ServerProcess, dict[str
             target=lambda: answers.append(server.rpc("SendMessage", _message(SLEEP, "m-1"), agent="sleeper"))
         )
         caller.start()
-        child = _sleeping_child(server)
+        child = sleeping_child(server.proc.pid, server.output)
         started = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
         server.proc.wait(timeout=20)
@@ -92,7 +71,7 @@ def test_sigterm_exits_within_the_shutdown_timeout(
 
 def test_sigterm_leaves_no_tool_process_behind(stopped: tuple[Path, ServerProcess, dict[str, Any], float, int]) -> None:
     _, _, _, _, child = stopped
-    assert not _group_alive(child), "the shell tool's sleep outlived the server"
+    assert not group_alive(child), "the shell tool's sleep outlived the server"
 
 
 def test_blocking_client_gets_the_canceled_task_with_the_reason(
