@@ -10,6 +10,7 @@ clear message and reports each registry as unreachable.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,17 +30,19 @@ class Discovery:
 
 
 class RemoteAgents(Protocol):
-    """The client side of one runtime: calls remote agents, reads registries."""
+    """The client side of one runtime: calls remote agents, reads registries. One serves every
+    bundle of the runtime; a call or a discovery runs within :meth:`bundle` of the bundle it is for."""
 
-    project: Project | None
-    environ: Mapping[str, str]
+    def bundle(self, project: Project, environ: Mapping[str, str]) -> AbstractContextManager[None]:
+        """Within, calls use ``project``'s registries and remote settings, and read variables in ``environ``."""
+        ...
 
     async def call_tool(self, url: str, text: str) -> tuple[str, dict[str, Any]]:
         """Ask the agent at ``url``; (its answer, the tool artifact: usage, remote task ids)."""
         ...
 
     async def discover(self) -> Discovery:
-        """Every agent of every registry of ``project``."""
+        """Every agent of every registry of the project in effect."""
         ...
 
     async def close(self) -> None: ...

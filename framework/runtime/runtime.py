@@ -80,6 +80,8 @@ class Runtime:
         self.listeners: list[Callable[[], None]] = []
         """Called after each successful reload (protocols rebuild what depends on the bundle)."""
         self.compile_project: Callable[[Project], Awaitable[Bundle]] | None = None
+        self.serving: Callable[[Bundle], Awaitable[None]] | None = None
+        """Told the bundle that serves after each reload (``wiring.wire``)."""
         self.profiles: dict[str, str] = {}
         """Conversation -> automation profile chosen for it (ACP session modes)."""
         self.diagnostics: list[Diagnostic] = []
@@ -135,6 +137,7 @@ class Runtime:
         )
         runtime = cls(wired.bundle, wired.tasks, wired.audit, wired.turns, source=source, meter=wired.meter)
         runtime.compile_project = wired.compile_project
+        runtime.serving = wired.serving
         runtime.settled_at_open = await runtime.settle_orphans()
         return runtime
 
@@ -232,17 +235,28 @@ class Runtime:
             errors = [Diagnostic(str(self.root), 0, 0, f"reload failed: {type(exc).__name__}: {exc}")]
         if errors:
             self.diagnostics = errors
+            await self._serving()
             return False
         self.audit.add_secrets(KNOWN.values)  # compile_project added the new project's
         self.bundle = bundle
         self.diagnostics = []
         self.restart_needed = restart_needed
+        await self._serving()
         for listener in list(self.listeners):
             try:
                 listener()
             except Exception as exc:  # one transport's failure must not stop the watcher or the others
                 print(f"error: after the reload: {type(exc).__name__}: {exc}", file=sys.stderr)
         return True
+
+    async def _serving(self) -> None:
+        """Once a reload is decided: what only the other bundles used stops (their MCP servers)."""
+        if self.serving is None:
+            return
+        try:
+            await self.serving(self.bundle)
+        except Exception as exc:  # a server that does not stop cleanly must not fail the reload
+            print(f"warning: after the reload: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     @property
     def metrics(self) -> Metrics | None:

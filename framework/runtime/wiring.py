@@ -41,7 +41,8 @@ from framework.spec.interpolate import load_dotenv
 from framework.spec.project import Project
 
 McpFactory = Callable[[Project, Mapping[str, str]], Any]
-"""(project, environment) -> the MCP client side (``framework.protocols.mcp.open_mcp``), with ``close()``."""
+"""(project, environment) -> the MCP client side (``framework.protocols.mcp.open_mcp``), with ``close()``
+and ``declared_by(project, environ)``, the :class:`McpServers` of one bundle."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class Wired:
     turns: Turns
     compile_project: Callable[[Project], Awaitable[Bundle]]
     meter: Meter
+    serving: Callable[[Bundle], Awaitable[None]]
+    """Told which bundle serves once a reload is decided: the MCP servers only others started stop."""
 
 
 async def wire(
@@ -89,23 +92,15 @@ async def wire(
     if tracing is not None:
         audit.observers.append(tracing.audited)
         stack.callback(tracing.flush)
-    environ = {**load_dotenv(project.root), **os.environ}
-    current: dict[str, Any] = {"project": project, "environ": environ}
     opened: list[Any] = []  # the A2A client side, created on first use (a2a's client costs ~50 ms)
 
     def peers() -> Any:
         if remote is None:
             raise RunError("remote agents need the A2A client, which this runtime was opened without")
         if not opened:
-            opened.append(remote(current["project"], tasks, current["environ"]))
+            opened.append(remote(project, tasks, {**load_dotenv(project.root), **os.environ}))
             stack.push_async_callback(opened[0].close)
-        client = opened[0]
-        client.project, client.environ = current["project"], current["environ"]
-        return client
-
-    async def call_remote(url: str, text: str) -> tuple[str, dict[str, Any]]:
-        result: tuple[str, dict[str, Any]] = await peers().call_tool(url, text)
-        return result
+        return opened[0]
 
     hooks = ChildTasks(tasks, audit)
     meter = Meter()  # every agent's model and tool calls measured, once a server has metrics
@@ -113,24 +108,35 @@ async def wire(
     servers: list[Any] = []  # the MCP client side, one for the runtime's whole life
 
     def mcp_servers(project: Project, environ: Mapping[str, str]) -> McpServers | None:
+        """The MCP client side as the bundle of ``project`` uses it (its own declarations, whatever
+        a later bundle declares: one that is built, then rejected, changes nothing for this one)."""
         if mcp is None:  # the client side costs nothing until a server starts (an editor may pass one)
             return None
         if not servers:
             servers.append(mcp(project, environ))
             stack.push_async_callback(servers[0].close)
-        servers[0].project, servers[0].environ = project, environ
-        return cast(McpServers, servers[0])
+        return cast(McpServers, servers[0].declared_by(project, environ))
 
     async def compile_project(project: Project) -> Bundle:
         dotenv = load_dotenv(project.root)
         environ = {**dotenv, **os.environ}
         KNOWN.add(project_secrets(project, environ, dotenv))
-        current.update(project=project, environ=environ)
+        # The clients are shared by every bundle; each call uses its own bundle's settings, so a
+        # bundle built and then rejected (a reload that does not compile) changes nothing in use.
+
+        async def call_remote(url: str, text: str) -> tuple[str, dict[str, Any]]:
+            client = peers()
+            with client.bundle(project, environ):
+                result: tuple[str, dict[str, Any]] = await client.call_tool(url, text)
+            return result
+
         found = Discovery()
         if project.config.registries and remote is None:
             found.problems.append("registries are not read: this runtime has no A2A client")
         elif project.config.registries:
-            found = await peers().discover()
+            client = peers()
+            with client.bundle(project, environ):
+                found = await client.discover()
         for problem in found.problems:
             print(f"warning: {problem}", file=sys.stderr)
         return build_bundle(
@@ -148,7 +154,11 @@ async def wire(
             tool_hook=tool_hook,
         )
 
-    return Wired(await compile_project(project), tasks, audit, turns, compile_project, meter)
+    async def serving(bundle: Bundle) -> None:
+        if bundle.mcp is not None:
+            await cast(Any, bundle.mcp).retire_others()  # the hub's view of that bundle (mcp_servers above)
+
+    return Wired(await compile_project(project), tasks, audit, turns, compile_project, meter, serving)
 
 
 class ChildTasks:

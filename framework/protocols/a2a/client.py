@@ -15,13 +15,18 @@
   sent down to the remote task and the chain resumes. The remote task id is kept in
   ``.ca/tasks.db`` under the caller's task and tool call, so a resumed caller (even in
   a new process) continues the same remote task instead of starting another.
+* One client serves every bundle of a runtime, each with its own settings (:meth:`Peers.bundle`):
+  a reload that is rejected after it was built changes no credential or deadline of the version
+  still serving.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,13 +75,29 @@ class RemoteOutcome:
     usage: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What the requests of a call take from one version of a project: its registries (their
+    credentials, and the agents discovery finds), the environment their variables are read in,
+    and the deadline of a call (``remote.timeout``)."""
+
+    project: Project | None
+    environ: Mapping[str, str]
+    timeout: float
+
+
+_BUNDLE: ContextVar[Settings | None] = ContextVar("ca_peers_bundle", default=None)
+"""The settings of the bundle whose call is running in this context (:meth:`Peers.bundle`)."""
+
+
 class Peers:
     """The one A2A client: of a Runtime (``agent: URL`` tools, registries) and of ``ca call``.
 
     Every request goes through a client pinned to one origin (see :mod:`.origins`); cards are
     read the way a2a-sdk's card resolver reads them (v0.3 cards included). ``project`` gives the
     registry credentials (none without one); ``tasks`` keeps the remote task of each tool call
-    so a paused call resumes the same remote task (agent tools only).
+    so a paused call resumes the same remote task (agent tools only). Within :meth:`bundle`, one
+    bundle's project and environment take their place, for that call only.
     """
 
     def __init__(
@@ -88,19 +109,32 @@ class Peers:
         timeout: float = 60.0,
         headers: Mapping[Origin, Mapping[str, str]] | None = None,
     ) -> None:
-        self.project = project
         self.tasks = tasks
-        self.environ = environ
-        self.timeout = timeout
+        self.own = Settings(project, environ, timeout)
         self.headers = dict(headers or {})
         """Headers given for one origin (``ca call --header/--token``), on top of its registry's."""
-        self.clients: dict[Origin, httpx.AsyncClient] = {}
+        self.clients: dict[tuple[Origin, float], httpx.AsyncClient] = {}
         self.cards: dict[str, tuple[str, AgentCard]] = {}
+
+    @contextmanager
+    def bundle(self, project: Project, environ: Mapping[str, str]) -> Iterator[None]:
+        """Within, the calls of this context (and the tasks it starts) use ``project``'s registries and
+        ``remote.timeout`` and read variables in ``environ``: those of one bundle, whatever the others use."""
+        token = _BUNDLE.set(Settings(project, environ, project.config.remote.timeout))
+        try:
+            yield
+        finally:
+            _BUNDLE.reset(token)
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in effect: the running bundle's, else this client's own."""
+        return _BUNDLE.get() or self.own
 
     async def discover(self) -> Discovery:
         """The agents of the project's registries (see :mod:`framework.protocols.a2a.registry`)."""
-        registries = self.project.config.registries if self.project is not None else []
-        return await discover(registries, self.client_for, self.card)
+        project = self.settings.project
+        return await discover(project.config.registries if project is not None else [], self.client_for, self.card)
 
     async def close(self) -> None:
         clients, self.clients = list(self.clients.values()), {}
@@ -109,18 +143,19 @@ class Peers:
 
     def client_for(self, url: str) -> httpx.AsyncClient:
         """The HTTP client of ``url``'s origin: its requests go nowhere else and carry that origin's credentials."""
-        origin = origin_of(url)
-        client = self.clients.get(origin)
+        origin, timeout = origin_of(url), self.settings.timeout
+        client = self.clients.get((origin, timeout))
         if client is None:
 
-            def credentials() -> dict[str, str]:  # read per request: a reload replaces project and environ
+            def credentials() -> dict[str, str]:  # read per request: bundles differ in project and environ
                 given = dict(self.headers.get(origin, {}))
-                if self.project is None:
+                settings = self.settings
+                if settings.project is None:
                     return given
-                return {**credentials_for(origin, self.project.config.registries, self.environ), **given}
+                return {**credentials_for(origin, settings.project.config.registries, settings.environ), **given}
 
-            client = pinned_client(origin, credentials, timeout=httpx.Timeout(self.timeout, connect=5.0))
-            self.clients[origin] = client
+            client = pinned_client(origin, credentials, timeout=httpx.Timeout(timeout, connect=5.0))
+            self.clients[origin, timeout] = client
         return client
 
     async def _get(self, url: str, headers: dict[str, str]) -> httpx.Response:
@@ -187,13 +222,14 @@ class Peers:
         if metadata:
             message.metadata.update(metadata)
         outcome = RemoteOutcome(task_id=task_id, context_id=context_id)
+        timeout = self.settings.timeout
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(timeout):
                 async for event in client.send_message(SendMessageRequest(message=message)):
                     _follow(outcome, event)
                     _progress(event, remote_tool_name(url))
         except TimeoutError as exc:
-            raise ToolException(f"remote agent {url} did not answer within {self.timeout:g} s") from exc
+            raise ToolException(f"remote agent {url} did not answer within {timeout:g} s") from exc
         except httpx.HTTPError as exc:
             raise ToolException(f"remote agent {url} failed: {type(exc).__name__}: {exc}") from exc
         except ToolException:
@@ -205,7 +241,7 @@ class Peers:
     async def status(self, url: str, task_id: str) -> RemoteOutcome:
         _, client = await self.open(url)
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(self.settings.timeout):
                 task = await client.get_task(GetTaskRequest(id=task_id))
         except ToolException:
             raise

@@ -5,9 +5,9 @@ session entered and left by one task (:class:`_Session` gives each an owner task
 being compiled needs a server's tool list from synchronous code, and a server starting must not
 stall the loop that serves requests. Calls cross threads through ``run_coroutine_threadsafe``.
 
-Lifecycle: a server starts on first use (its tool list or a call), once per runtime; a crashed
-server gives the failing call an error result and is started again once, on the next call; after a
-second crash its calls fail until the process restarts. :meth:`McpHub.close` ends every
+Lifecycle: a server starts on first use (its tool list or a call), once per runtime and declaration
+(see :class:`McpHub`); a crashed server gives the failing call an error result and is started
+again once, on the next call; after a second crash its calls fail until the process restarts. :meth:`McpHub.close` ends every
 session (the SDK closes a stdio server's stdin, then signals its process group). Stdio servers
 run in a session of their own and exit on end of input, so a ``ca`` killed with SIGKILL leaves
 none behind: their stdin closes with it.
@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import hashlib
 import json
 import threading
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -165,20 +167,42 @@ class _Session:
             raise
 
 
+@dataclass(frozen=True)
+class Declared:
+    """Where a server not started yet comes from: a project's ``mcp_servers`` and the environment
+    their values are read in (``.env`` and the process's), as one bundle saw them."""
+
+    project: Project
+    environ: Mapping[str, str]
+    keys: dict[str, Key] = field(default_factory=dict, compare=False)
+    """Each server's key, worked out once (see :meth:`McpHub._key`)."""
+
+
+Key = tuple[str, str]
+"""A session: (the server's name, a digest of its declaration; "" for a server an editor passed)."""
+
+
 class McpHub:
-    """Implements :class:`framework.compiler.mcp_tools.McpServers` for one runtime."""
+    """Implements :class:`framework.compiler.mcp_tools.McpServers` for one runtime.
+
+    The sessions are shared by every bundle of the runtime, one per server and declaration. Each
+    bundle uses the hub through :meth:`declared_by`, so a server one bundle starts comes from that
+    bundle's declarations: a reload that is rejected after it was built changes nothing the
+    version still serving uses, and an edited declaration starts its own server. :meth:`retire`
+    stops the servers of other declarations once a reload has decided which bundle serves. The
+    hub's own methods use the declarations it was opened with (``ca mcp list``, ``ca mcp lock``).
+    """
 
     def __init__(self, project: Project, environ: Mapping[str, str]) -> None:
-        self.project = project
-        self.environ = environ
-        self._sessions: dict[str, _Session] = {}
-        self._lists: dict[str, tuple[McpToolInfo, ...]] = {}
-        self._restarts: dict[str, int] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self.declared = Declared(project, environ)
+        self._sessions: dict[Key, _Session] = {}
+        self._lists: dict[Key, tuple[McpToolInfo, ...]] = {}
+        self._restarts: dict[Key, int] = {}
+        self._locks: dict[Key, asyncio.Lock] = {}
         self._clients: dict[str, ClientServer] = {}
-        self._relist: set[str] = set()
+        self._relist: set[Key] = set()
         """Servers started again since their tools were listed: listed again before the next call."""
-        self._changed: dict[str, set[str]] = {}
+        self._changed: dict[Key, set[str]] = {}
         """Tools whose definition differs from the one the agents were compiled with: refused."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -205,90 +229,139 @@ class McpHub:
 
     # -- McpServers --------------------------------------------------------------
 
-    def tools(self, server: str) -> Sequence[McpToolInfo]:
-        if server not in self._lists:
-            self._submit(self._list(server)).result()
-        return self._lists[server]
+    def tools(self, server: str, declared: Declared | None = None) -> Sequence[McpToolInfo]:
+        declared = declared or self.declared
+        key = self._key(server, declared)
+        if key not in self._lists:
+            self._submit(self._list(key, declared)).result()
+        return self._lists[key]
 
-    async def prepare(self, servers: Iterable[str]) -> None:
+    async def prepare(self, servers: Iterable[str], declared: Declared | None = None) -> None:
+        declared = declared or self.declared
         for server in servers:
-            if server not in self._lists:
-                await self._on_hub(self._list(server))
+            if (key := self._key(server, declared)) not in self._lists:
+                await self._on_hub(self._list(key, declared))
 
-    async def call(self, server: str, tool: str, args: Mapping[str, Any]) -> McpResult:
-        return await self._on_hub(self._call(server, tool, args))
+    async def call(
+        self, server: str, tool: str, args: Mapping[str, Any], declared: Declared | None = None
+    ) -> McpResult:
+        declared = declared or self.declared
+        return await self._on_hub(self._call(self._key(server, declared), tool, args, declared))
 
     def add_clients(self, servers: Iterable[ClientServer]) -> None:
         for server in servers:
             known = self._clients.get(server.name)
             if known is not None and known != server:  # same name, another server: stop the old one
-                self._lists.pop(server.name, None)
-                self._restarts.pop(server.name, None)
-                self._submit(self._drop(server.name))
+                self._forget((server.name, ""))
+                self._submit(self._drop((server.name, "")))
             self._clients[server.name] = server
 
     async def list_fresh(self, server: str) -> list[McpToolInfo]:
         """The server's tools as it lists them now (``ca mcp list``, ``ca mcp lock``)."""
-        return await self._on_hub(self._list(server, fresh=True))
+        return await self._on_hub(self._list(self._key(server, self.declared), self.declared, fresh=True))
+
+    def declared_by(self, project: Project, environ: Mapping[str, str]) -> BundleServers:
+        """The hub as the bundle built from ``project`` in ``environ`` uses it."""
+        return BundleServers(self, Declared(project, environ))
+
+    async def retire(self, serving: Declared) -> None:
+        """Stop every declared server ``serving`` does not declare so (an edited or removed
+        declaration, or one of a rejected reload). A run of an older bundle that calls one again
+        starts it again; the next reload stops it."""
+        with self._guard:
+            if self._loop is None or self._closed:  # no server was ever started, or all are stopping
+                return
+        await self._on_hub(self._retire({self._key(name, serving) for name in serving.project.config.mcp_servers}))
+
+    def _key(self, server: str, declared: Declared) -> Key:
+        """The session of ``server`` as ``declared`` declares it: an editor's server by its name, a
+        declared one by its declaration, its project's folder and the header values it reads."""
+        if server in self._clients:
+            return server, ""
+        key = declared.keys.get(server)
+        if key is None:
+            declaration = declared.project.config.mcp_servers.get(server)
+            if declaration is None:
+                return server, "undeclared"  # its session refuses to start, naming the server
+            headers = {header: declared.environ.get(var) for header, var in declaration.headers_env.items()}
+            text = json.dumps(
+                [declaration.model_dump(mode="json"), str(declared.project.root), headers], sort_keys=True
+            )
+            key = declared.keys[server] = (server, hashlib.sha256(text.encode()).hexdigest())
+        return key
+
+    def _forget(self, key: Key) -> None:
+        """Drop what is known of a session that is stopped for good (its tools, restarts, changes)."""
+        self._lists.pop(key, None)
+        self._restarts.pop(key, None)
+        self._changed.pop(key, None)
+        self._relist.discard(key)
 
     # -- on the hub's loop ---------------------------------------------------------
 
-    def _lock(self, server: str) -> asyncio.Lock:
-        return self._locks.setdefault(server, asyncio.Lock())
+    def _lock(self, key: Key) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
 
-    async def _session(self, server: str) -> _Session:
-        async with self._lock(server):
-            session = self._sessions.get(server)
+    async def _session(self, key: Key, declared: Declared) -> _Session:
+        server = key[0]
+        async with self._lock(key):
+            session = self._sessions.get(key)
             if session is not None and session.client is not None:
                 return session
             if session is not None:  # it crashed: start it again, a limited number of times
                 await session.close()
-                if self._restarts.get(server, 0) >= MAX_RESTARTS:
+                if self._restarts.get(key, 0) >= MAX_RESTARTS:
                     raise ServerDown(
                         f"MCP server {server!r} crashed again after a restart; it is not started again "
                         "until `ca` restarts (see its error output)"
                     )
-                self._restarts[server] = self._restarts.get(server, 0) + 1
-                self._relist.add(server)
+                self._restarts[key] = self._restarts.get(key, 0) + 1
+                self._relist.add(key)
             client = self._clients.get(server)
             if client is not None:
                 spec, headers, sse = _client_spec(client), dict(client.headers), client.sse
-            elif (declared := self.project.config.mcp_servers.get(server)) is not None:
-                spec, headers, sse = declared, {}, False
+            elif (declaration := declared.project.config.mcp_servers.get(server)) is not None:
+                spec, headers, sse = declaration, {}, False
             else:
                 raise McpServerFailed(f"MCP server {server!r} is not declared in ca.yaml `mcp_servers:`")
-            session = _Session(server, spec, self.project.root, self.environ, headers, sse=sse)
-            self._sessions[server] = session
+            session = _Session(server, spec, declared.project.root, declared.environ, headers, sse=sse)
+            self._sessions[key] = session
             await session.start()
             return session
 
-    async def _drop(self, server: str) -> None:
-        async with self._lock(server):
-            session = self._sessions.pop(server, None)
+    async def _retire(self, kept: set[Key]) -> None:
+        for key in [k for k in self._sessions if k[1] and k not in kept]:
+            self._forget(key)
+            await self._drop(key)
+
+    async def _drop(self, key: Key) -> None:
+        async with self._lock(key):
+            session = self._sessions.pop(key, None)
             if session is not None:
                 await session.close()
 
-    async def _list(self, server: str, *, fresh: bool = False) -> list[McpToolInfo]:
-        if server in self._lists and not fresh:
-            return list(self._lists[server])
+    async def _list(self, key: Key, declared: Declared, *, fresh: bool = False) -> list[McpToolInfo]:
+        if key in self._lists and not fresh:
+            return list(self._lists[key])
         try:
-            tools = await (await self._session(server)).list_tools()
+            tools = await (await self._session(key, declared)).list_tools()
         except ToolError:
             raise
         except Exception as exc:
-            raise McpServerFailed(f"MCP server {server!r}: cannot list its tools: {_reason(exc)}") from exc
-        self._lists.setdefault(server, tuple(tools))
+            raise McpServerFailed(f"MCP server {key[0]!r}: cannot list its tools: {_reason(exc)}") from exc
+        self._lists.setdefault(key, tuple(tools))
         return tools
 
-    async def _call(self, server: str, tool: str, args: Mapping[str, Any]) -> McpResult:
+    async def _call(self, key: Key, tool: str, args: Mapping[str, Any], declared: Declared) -> McpResult:
+        server = key[0]
         try:
-            session = await self._session(server)
-            if server in self._relist:  # a restarted server may list other tools than the agents were given
-                self._relist.discard(server)
-                listed = {t.name: t.digest for t in self._lists.get(server, ())}
+            session = await self._session(key, declared)
+            if key in self._relist:  # a restarted server may list other tools than the agents were given
+                self._relist.discard(key)
+                listed = {t.name: t.digest for t in self._lists.get(key, ())}
                 now = {t.name: t.digest for t in await session.list_tools()}
-                self._changed[server] = {name for name, digest in listed.items() if now.get(name) != digest}
-            if tool in self._changed.get(server, ()):
+                self._changed[key] = {name for name, digest in listed.items() if now.get(name) != digest}
+            if tool in self._changed.get(key, ()):
                 return McpResult(
                     f"MCP tool {server}.{tool} changed when its server restarted; it is refused until ca "
                     "restarts (review the change, then run `ca mcp lock`)",
@@ -318,6 +391,30 @@ class McpHub:
         await asyncio.to_thread(thread.join, 5)
         loop.close()
         self._loop = self._thread = None
+
+
+class BundleServers:
+    """:class:`McpServers` for one bundle: the shared hub, starting servers from that bundle's declarations."""
+
+    def __init__(self, hub: McpHub, declared: Declared) -> None:
+        self.hub = hub
+        self.declared = declared
+
+    def tools(self, server: str) -> Sequence[McpToolInfo]:
+        return self.hub.tools(server, self.declared)
+
+    async def prepare(self, servers: Iterable[str]) -> None:
+        await self.hub.prepare(servers, self.declared)
+
+    async def call(self, server: str, tool: str, args: Mapping[str, Any]) -> McpResult:
+        return await self.hub.call(server, tool, args, self.declared)
+
+    def add_clients(self, servers: Iterable[ClientServer]) -> None:
+        self.hub.add_clients(servers)
+
+    async def retire_others(self) -> None:
+        """This bundle serves now: stop the servers only other declarations started (:meth:`McpHub.retire`)."""
+        await self.hub.retire(self.declared)
 
 
 def _client_spec(client: ClientServer) -> McpServer:

@@ -259,11 +259,12 @@ def test_a_reload_that_changes_a_registry_variable_changes_the_next_requests_hea
 
     async def fetch_twice() -> None:
         tasks = TaskStore.open(root)
-        peers = Peers(load_project(root), tasks, {"TEAM_KEY": "old"})
+        project = load_project(root)
+        peers = Peers(project, tasks, {"TEAM_KEY": "old"})
         try:
             await peers.card(target.url + "/")
-            peers.environ = {"TEAM_KEY": "new"}  # what the runtime does when the project reloads
-            await peers.card(target.url + "/")
+            with peers.bundle(project, {"TEAM_KEY": "new"}):  # how the reloaded bundle's calls run
+                await peers.card(target.url + "/")
         finally:
             await peers.close()
             tasks.close()
