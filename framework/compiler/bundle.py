@@ -296,6 +296,7 @@ class Bundle:
             agent=spec.name,
             capabilities=capabilities,
             access=self.access(capabilities) if self.access else None,
+            sources=self.project.tool_files,
         )
         if isinstance(spec, LlmAgent):
             config = spec.model or self.project.config.defaults.model

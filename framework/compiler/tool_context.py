@@ -8,7 +8,8 @@ the implementations: kept in either, they would import each other.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from framework.compiler.confine import Access
@@ -28,6 +29,8 @@ class ToolContext:
     agent: str
     capabilities: Capabilities | None = None
     access: Access | None = None
+    sources: Mapping[str, bytes] = field(default_factory=dict)
+    """Python tool files as the project was validated (``Project.tool_files``): run instead of the file."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(os.path.realpath(self.root)))

@@ -166,45 +166,55 @@ def _import_file(tool: PythonTool, ctx: ToolContext) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ToolError(f"python tool {tool.python!r}: {rel!r} cannot be imported as a Python file")
-    # One import of a file at a time (two agents using it compile in threads of their own): its
-    # module is registered before it runs, like a normal import, since pydantic, dataclasses and
-    # typing look a class's module up by name while its classes are made.
-    with _importing(name):
-        return _run_file(tool, spec, name, path, rel)
+    # The bytes the project was validated with (a later edit is the next reload's), else the file's.
+    source = ctx.sources.get(rel)
+    if source is None:
+        source = path.read_bytes()
+    # One import of a version of a file at a time (two agents using it compile in threads of their
+    # own): its module is registered before it runs, like a normal import, since pydantic,
+    # dataclasses and typing look a class's module up by name while its classes are made. Another
+    # version (a fix saved while an import of the last one hangs) does not wait for it.
+    with _importing(name, hashlib.sha256(source).hexdigest()):
+        return _run_file(tool, spec, name, path, rel, source)
 
 
-def _importing(name: str) -> threading.Lock:
+def _importing(name: str, version: str) -> threading.Lock:
     with _IMPORT_LOCKS_LOCK:
-        return _IMPORT_LOCKS.setdefault(name, threading.Lock())
+        return _IMPORT_LOCKS.setdefault((name, version), threading.Lock())
 
 
-_IMPORT_LOCKS: dict[str, threading.Lock] = {}
+_IMPORT_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _IMPORT_LOCKS_LOCK = threading.Lock()
 
 
-def _run_file(tool: PythonTool, spec: ModuleSpec, name: str, path: Path, rel: str) -> ModuleType:
+def _run_file(tool: PythonTool, spec: ModuleSpec, name: str, path: Path, rel: str, source: bytes) -> ModuleType:
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+
+    def unregister() -> None:  # only this import's module: another version's import may have replaced it
+        if sys.modules.get(name) is module:
+            del sys.modules[name]
+
     try:
-        # Compiled from the file's current source, never from __pycache__: Python trusts a cached
-        # entry whose recorded mtime (whole seconds) and size match, so a quick same-size edit would
-        # otherwise run old code after a reload.
-        code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+        # Compiled from source, never from __pycache__: Python trusts a cached entry whose recorded
+        # mtime (whole seconds) and size match, so a quick same-size edit would otherwise run old
+        # code after a reload.
+        code = compile(source, str(path), "exec", dont_inherit=True)
         exec(code, module.__dict__)  # noqa: S102 - the user's declared tool file, as an import would run it
     except SyntaxError as exc:
-        sys.modules.pop(name, None)
+        unregister()
         where = rel if exc.filename and Path(exc.filename) == path else (exc.filename or rel)
         raise ToolError(
             f"{where}:{exc.lineno or 0}:{exc.offset or 0}: syntax error in python tool {tool.python!r}: {exc.msg}"
         ) from exc
     except (Exception, SystemExit) as exc:  # SystemExit: a tool file calling exit() must not stop `ca`
-        sys.modules.pop(name, None)
+        unregister()
         line = _line_in(exc, path)
         where = f"{rel}:{line}" if line else rel
         raise ToolError(f"{where}: importing python tool {tool.python!r} failed: {failure_line(exc)}") from exc
     except BaseException:  # e.g. KeyboardInterrupt: no half-run module left registered
-        sys.modules.pop(name, None)
+        unregister()
         raise
     return module
 

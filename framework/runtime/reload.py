@@ -1,8 +1,9 @@
 """Hot reload: watch the project's files and swap in a new bundle when they change.
 
 Watched: ``agents/``, ``profiles/``, ``skills/``, ``tools/``, ``ca.yaml`` and ``.env``
-(never ``.ca/``). A burst of saves is coalesced: changes that arrive while a reload runs
-trigger one more reload afterwards, so the end state is always the files' last state.
+(never ``.ca/``). A burst of saves is coalesced, and a change that arrives while a reload
+runs abandons that reload (it would load a state already gone: a tool whose import hangs holds
+up nothing) for a new one, so the end state is always the files' last state.
 """
 
 from __future__ import annotations
@@ -68,21 +69,31 @@ async def watch(runtime: Runtime, report: Report = print_report) -> None:
     root = runtime.root
     # The start-up bundle is compiled too, so it is a complete "last good version" to fall back to.
     warming = asyncio.create_task(_warm(runtime.bundle))
+    reloading: asyncio.Task[None] | None = None
     try:
         async for _changes in awatch(
             root, watch_filter=watched(root), debounce=DEBOUNCE_MS, step=STEP_MS, recursive=True
         ):
-            ok = await runtime.reload()
-            if ok and gc.get_freeze_count():  # the server froze its heap at start (heap.py): the old bundle may go
-                freeze_loaded()
-            if ok:
-                bundle = runtime.bundle
-                sys.stderr.write(f"reloaded: {bundle.project.summary()} (bundle {bundle.digest[:12]})\n")
-                if runtime.restart_needed:
-                    changed = ", ".join(runtime.restart_needed)
-                    sys.stderr.write(f"ca.yaml: restart to apply {changed}; the rest is live\n")
-            report(ok, list(runtime.diagnostics))
+            if reloading is not None:  # still compiling a state the files have left: abandoned, never swapped in
+                reloading.cancel()
+            reloading = asyncio.create_task(_reload(runtime, report))
     except Exception as exc:  # e.g. the system's limit on watched folders: say so, keep serving
         sys.stderr.write(f"error: hot reload stopped: {type(exc).__name__}: {exc}\n")
     finally:
         warming.cancel()
+        if reloading is not None:
+            reloading.cancel()
+
+
+async def _reload(runtime: Runtime, report: Report) -> None:
+    """One reload and its report (cancelled, before it swaps anything, when a newer change comes)."""
+    ok = await runtime.reload()
+    if ok and gc.get_freeze_count():  # the server froze its heap at start (heap.py): the old bundle may go
+        freeze_loaded()
+    if ok:
+        bundle = runtime.bundle
+        sys.stderr.write(f"reloaded: {bundle.project.summary()} (bundle {bundle.digest[:12]})\n")
+        if runtime.restart_needed:
+            changed = ", ".join(runtime.restart_needed)
+            sys.stderr.write(f"ca.yaml: restart to apply {changed}; the rest is live\n")
+    report(ok, list(runtime.diagnostics))

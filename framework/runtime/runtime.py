@@ -233,20 +233,22 @@ class Runtime:
             errors = list(exc.errors) or [Diagnostic(str(self.root), 0, 0, str(exc))]
         except Exception as exc:  # e.g. a file that vanished mid-read: the next change event reloads again
             errors = [Diagnostic(str(self.root), 0, 0, f"reload failed: {type(exc).__name__}: {exc}")]
+        # Decided: nothing below awaits until the swap and its listeners are done, so a reload
+        # cancelled from here on (a newer change abandons it) still leaves a whole version serving.
         if errors:
             self.diagnostics = errors
-            await self._serving()
+            await asyncio.shield(self._serving())
             return False
         self.audit.add_secrets(KNOWN.values)  # compile_project added the new project's
         self.bundle = bundle
         self.diagnostics = []
         self.restart_needed = restart_needed
-        await self._serving()
         for listener in list(self.listeners):
             try:
                 listener()
             except Exception as exc:  # one transport's failure must not stop the watcher or the others
                 print(f"error: after the reload: {type(exc).__name__}: {exc}", file=sys.stderr)
+        await asyncio.shield(self._serving())
         return True
 
     async def _serving(self) -> None:

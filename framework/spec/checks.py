@@ -56,6 +56,8 @@ class _Checker:
         self.texts = texts
         self.invalid = invalid
         self.partial = partial
+        self.files: dict[str, bytes] = {}
+        """The python tool files read, by their path as written (``Project.tool_files``)."""
         self.out: list[Diagnostic] = []
         self.step_ids: set[str] = set()
         """Every step id of the workflow being checked (to tell "later" from "unknown")."""
@@ -249,8 +251,9 @@ class _Checker:
                 hint=f"create {tool.target} with `def {tool.function}(...)`",
             )
             return
+        source = self.files[tool.target] = file.read_bytes()
         try:
-            tree = ast.parse(file.read_bytes(), filename=str(file))
+            tree = ast.parse(source, filename=str(file))
         except SyntaxError as exc:
             where = f" at line {exc.lineno}" if exc.lineno else ""
             self.report(owner, path, f"python tool file {tool.target!r} has a syntax error{where}: {exc.msg}")
@@ -503,8 +506,9 @@ def check_project(
     texts: Mapping[Path, str] | None = None,
     invalid: Mapping[str, Set[str]] | None = None,
     partial: Mapping[str, Salvaged[Any]] | None = None,
-) -> list[Diagnostic]:
-    """Every cross-reference problem and warning among the files that validated.
+) -> tuple[list[Diagnostic], dict[str, bytes]]:
+    """Every cross-reference problem and warning among the files that validated, and the python
+    tool files as read for the checks (the project's ``tool_files``).
 
     ``texts`` (file -> source) places problems inside a value exactly; ``invalid`` maps
     "agent" / "profile" / "skill" to names whose files have errors: references to those
@@ -515,4 +519,4 @@ def check_project(
     checker = _Checker(project, data, environ, texts or {}, invalid or {}, partial or {})
     checker.check_config()
     checker.check_cycles()
-    return checker.out
+    return checker.out, checker.files

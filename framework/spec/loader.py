@@ -121,16 +121,15 @@ class _Loader:
             secrets=frozenset(self.interpolate.secrets),
         )
         # An invalid ca.yaml does not stop the checks: agents are checked against the defaults.
-        self.diagnostics.extend(
-            check_project(
-                project,
-                self.data,
-                self.interpolate.variables,
-                texts=self.texts,
-                invalid=self.invalid,
-                partial=self.partial,
-            )
+        problems, tool_files = check_project(
+            project,
+            self.data,
+            self.interpolate.variables,
+            texts=self.texts,
+            invalid=self.invalid,
+            partial=self.partial,
         )
+        self.diagnostics.extend(problems)
         # A value whose ${VAR} is undefined still holds '${VAR}': what the models say about
         # that text is noise next to "variable is not set", so only the latter is reported.
         failed = self.interpolate.failed
@@ -140,7 +139,7 @@ class _Loader:
         errors = [d for d in diagnostics if d.severity == "error"]
         if errors:
             raise SpecError(diagnostics)
-        return replace(project, warnings=tuple(diagnostics))
+        return replace(project, warnings=tuple(diagnostics), tool_files=tool_files)
 
     def deployed(self, config: ProjectConfig) -> ProjectConfig:
         """``config`` with the deployment settings of the environment (``CA_STORE_URL`` …) over it:

@@ -357,6 +357,9 @@ class Project:
     warnings: tuple[Diagnostic, ...] = ()
     secrets: frozenset[str] = field(default=frozenset(), repr=False)
     """Values interpolated from secret-looking variables: mask them wherever text is shown."""
+    tool_files: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    """Each python tool file (``python: FILE:function``, by FILE as written) as it was validated:
+    every compile of this project runs these bytes, never a later edit of the file."""
 
     @property
     def default_agent(self) -> str | None:

@@ -469,3 +469,17 @@ def test_a_changed_python_tool_is_imported_again_and_a_broken_one_keeps_the_old(
         save(path, version_tool("").replace("{V}", "v5"), atomic=False)
     eventually(lambda: server.diagnostics()["errors"] == [], "diagnostics to clear")
     assert tool_results(server.send("tooly", "which?")) == ["v5"]
+
+
+def test_a_fix_saved_while_a_tool_import_hangs_is_served_without_waiting_for_it(server: Server) -> None:
+    """A reload compiling a tool whose import hangs is abandoned when the next save comes, and the
+    hung import holds no lock the fixed version needs (before, the fix waited out the hang)."""
+    path = server.root / "tools/version.py"
+    hanging = server.root / "import-started"
+    count = server.reloads()
+    hang = f"import pathlib, time; pathlib.Path({str(hanging)!r}).write_text('x'); time.sleep(60)"
+    save(path, version_tool(hang).replace("{V}", "hung"))
+    eventually(hanging.exists, "the import that hangs to start")
+    save(path, version_tool("").replace("{V}", "fixed"))
+    eventually(lambda: server.reloads() > count, "the reload of the fix")
+    assert tool_results(server.send("tooly", "which?")) == ["fixed"]

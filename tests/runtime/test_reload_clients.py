@@ -184,3 +184,30 @@ def test_an_edited_mcp_declaration_runs_its_own_server_and_the_others_stop(
     assert second.read_text() == "milk\n"
     assert not first.exists()
     assert _alive(pids) == set()
+
+
+def test_an_agent_compiled_after_a_rejected_reload_runs_the_tool_as_validated(make_project: ProjectFactory) -> None:
+    """The serving version compiles an agent it had not compiled yet (nothing ran it) from the tool
+    file as that version validated it, not from an edit the rejected reload read."""
+    version = '''
+def version() -> str:
+    """Which version of this file ran."""
+    return "{V}"
+'''
+    replies = [{"tool_calls": [{"name": "version", "args": {}}]}, "done"]
+    root = make_project(
+        {
+            **OTHER,
+            "agents/tooly.yaml": f"""
+                name: tooly
+                profile: autonomous
+                model: {{provider: scripted, replies: {json.dumps(replies)}}}
+                tools:
+                  - python: tools/version.py:version
+            """,
+            "tools/version.py": version.replace("{V}", "served"),
+        }
+    )
+    edit = {"tools/version.py": version.replace("{V}", "refused")}
+    events = asyncio.run(_rejected_then_run(root, "tooly", edit))
+    assert [(r.result, r.is_error) for r in results(events)] == [("served", False)]
