@@ -19,8 +19,10 @@ stores before the process exits 130.
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import signal
+import sys
 import threading
 from collections.abc import Coroutine
 from typing import Any, BinaryIO
@@ -87,16 +89,54 @@ def _settle(future: asyncio.Future[bytes | int], outcome: bytes | int | BaseExce
         future.set_result(outcome)
 
 
+LINE_LIMIT = 64 * 1024 * 1024
+"""Bytes one ACP or MCP message may have (a prompt or a tool call can embed files); a longer line
+is refused and skipped. A2A over stdio takes ``server.max_request_bytes``, as over HTTP."""
+
 EXIT_INTERRUPTED = 130
 """The exit code of a server stopped by Ctrl-C or SIGTERM."""
 
+STOP_GRACE = 10.0
+"""Seconds the work a stop cancelled gets to end (its task recorded, its tools' processes killed);
+``ca serve``'s too."""
+
 
 def run(main: Coroutine[Any, Any, int]) -> int:
-    """``main``'s exit code, or :data:`EXIT_INTERRUPTED` when Ctrl-C or SIGTERM cancelled it."""
+    """``main``'s exit code, or :data:`EXIT_INTERRUPTED` when Ctrl-C or SIGTERM cancelled it.
+
+    A stopped server ends its process here, once ``main`` has cancelled its work and closed its
+    stores: a synchronous tool still running in asyncio's default executor (a ``time.sleep``, a
+    blocking HTTP call) cannot be interrupted, and the interpreter would wait for it at exit.
+    """
+    runner = asyncio.Runner()
     try:
-        return asyncio.run(_stoppable(main))
-    except KeyboardInterrupt:  # asyncio.run cancelled main on Ctrl-C, and main has ended
-        return EXIT_INTERRUPTED
+        code = runner.run(_stoppable(main))
+    except KeyboardInterrupt:  # the runner cancelled main on Ctrl-C, and main has ended
+        code = EXIT_INTERRUPTED
+    except BaseException:
+        runner.close()
+        raise
+    if code == EXIT_INTERRUPTED:
+        _wind_down(runner.get_loop())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    runner.close()
+    return code
+
+
+def _wind_down(loop: asyncio.AbstractEventLoop) -> None:
+    """What ``Runner.close`` does but wait for the default executor's threads: the tasks left are
+    cancelled (a run's tool then kills its process group) and the async generators closed."""
+    left = asyncio.all_tasks(loop)
+    for task in left:
+        task.cancel()
+    if left:
+        loop.run_until_complete(asyncio.wait(left, timeout=STOP_GRACE))
+    try:
+        loop.run_until_complete(asyncio.wait_for(loop.shutdown_asyncgens(), STOP_GRACE))
+    except TimeoutError:
+        sys.stderr.write(f"warning: stopping: what was running did not end within {STOP_GRACE:g} s\n")
 
 
 async def _stoppable(main: Coroutine[Any, Any, int]) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,33 @@ PROJECT = {
     ),
 }
 SLEEP = '@tool shell {"command": "sleep 30"}'
+BLOCKING = {
+    "agents/blocker.yaml": "name: blocker\nprofile: autonomous\ntools:\n  - python: tools/block.py:block\n",
+    "tools/block.py": '''
+        import time
+
+
+        def block(seconds: float) -> str:
+            """Block the thread it runs in (a synchronous tool: asyncio's default executor)."""
+            time.sleep(seconds)
+            return "done"
+    ''',
+}
+SLOW_IMPORT = {
+    "agents/slow.yaml": "name: slow\ntools:\n  - python: tools/slow.py:hello\n",
+    "tools/slow.py": '''
+        import pathlib
+        import time
+
+        pathlib.Path("import-started").write_text("x")
+        time.sleep(60)
+
+
+        def hello() -> str:
+            """Say hello."""
+            return "hello"
+    ''',
+}
 INITIALIZE: Json = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
 
@@ -123,3 +151,48 @@ def test_ca_mcp_serve_stopped_mid_tool_cancels_its_task_and_kills_the_tool(proje
     assert not group_alive(sleeper), "the tool's process outlived the server"
     [task] = _tasks(project)
     assert (task["source"], task["state"]) == ("mcp", "canceled")
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+def test_a_synchronous_tool_blocking_its_thread_holds_up_no_stop(tmp_path: Path, sig: signal.Signals) -> None:
+    """asyncio's default executor runs synchronous tools, and the interpreter waits for its threads
+    at exit: the stopped server ends its process once its task is recorded and its stores closed."""
+    project = write_project(tmp_path, {**PROJECT, **BLOCKING})
+    peer = StdioPeer(project, "blocker")
+    try:
+        peer.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "send",
+                "method": "SendMessage",
+                "params": {"message": user_message('@tool block {"seconds": 60}')},
+            }
+        )
+        deadline = time.monotonic() + 30
+        while not [t for t in _tasks(project) if t["state"] == "working"]:
+            assert time.monotonic() < deadline, peer.stderr()
+            time.sleep(0.1)
+        time.sleep(0.5)  # the tool's thread is in time.sleep
+        _stopped(peer, sig)
+    finally:
+        peer.kill()
+    [task] = _tasks(project)
+    assert task["state"] == "canceled", task
+
+
+def test_acp_stopped_while_a_session_compiles_a_slow_tool_import_ends_at_once(tmp_path: Path) -> None:
+    project = write_project(tmp_path, {**PROJECT, "ca.yaml": "default_agent: slow\n", **SLOW_IMPORT})
+    peer = StdioPeer(project)
+    try:
+        peer.send(INITIALIZE)
+        peer.answer(0)
+        peer.send(
+            {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": str(project), "mcpServers": []}}
+        )
+        deadline = time.monotonic() + 30
+        while not (project / "import-started").exists():
+            assert time.monotonic() < deadline, peer.stderr()
+            time.sleep(0.05)
+        _stopped(peer, signal.SIGTERM)
+    finally:
+        peer.kill()

@@ -60,6 +60,7 @@ from framework.protocols.a2a.statuses import failure_status
 from framework.protocols.a2a.task_store import AgentTaskStore, SqliteTaskStore, WriteBehindTaskStore
 from framework.protocols.a2a.tracing import TraceContext, drop_idle_spans
 from framework.protocols.jsonrpc import error_for
+from framework.protocols.stdio_loop import STOP_GRACE
 from framework.runtime import telemetry
 from framework.runtime.cancel import StillRunning
 from framework.runtime.message_claims import MessageClaims
@@ -86,8 +87,6 @@ SHUT_DOWN = (
     "the server shut down before this task finished (server.shutdown_timeout {timeout:g} s passed); it was "
     "canceled, not resumed, because a tool may have run halfway: send the message again"
 )
-STOP_GRACE = 10.0
-"""Seconds the canceled runs of a stopping server get to end (their tools' processes killed)."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 

@@ -39,7 +39,7 @@ from starlette.types import Receive, Scope, Send
 
 from framework.protocols.a2a.auth import LOCAL_CALLER
 from framework.protocols.a2a.gate import V1_METHODS
-from framework.protocols.a2a.http import STOP_GRACE, build_server
+from framework.protocols.a2a.http import build_server
 from framework.protocols.a2a.stdio_shapes import CARD_METHODS, stdio_card, translate
 from framework.protocols.jsonrpc import (
     Code,
@@ -51,7 +51,7 @@ from framework.protocols.jsonrpc import (
     read_message,
     result,
 )
-from framework.protocols.stdio_loop import LineReader
+from framework.protocols.stdio_loop import STOP_GRACE, LineReader
 from framework.runtime import telemetry
 from framework.runtime.runtime import Runtime
 

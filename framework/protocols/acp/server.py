@@ -28,7 +28,7 @@ from framework.errors import CAError, Diagnostic, ModelError, SpecError
 from framework.protocols.acp.hello import initialize_result
 from framework.protocols.acp.session import Session
 from framework.protocols.jsonrpc import Code, JsonRpcError, answer_id, error_for, parse_request, read_message
-from framework.protocols.stdio_loop import LineReader, run
+from framework.protocols.stdio_loop import LINE_LIMIT, STOP_GRACE, LineReader, run
 from framework.spec.common import shown
 from framework.spec.root import find_root
 
@@ -461,10 +461,6 @@ def _require(params: dict[str, Any], name: str, kind: type) -> Any:
     return value
 
 
-LINE_LIMIT = 64 * 1024 * 1024
-"""Bytes one ACP message may have (a prompt can embed files); a longer line is refused and skipped."""
-
-
 async def _serve(
     root: Path,
     agent: str | None,
@@ -478,6 +474,7 @@ async def _serve(
     server = AcpServer(root, agent, out, initialized=first_answered, reload=reload, pinned=pinned)
     server.start_loading()
     in_flight: set[asyncio.Task[None]] = set()
+    stopped = False
     if first_answered:  # acp_hello answered initialize: keep what the client offers (fs, terminal)
         params = read_message(first).get("params")
         server.client_caps = (params.get("clientCapabilities") if isinstance(params, dict) else None) or {}
@@ -497,9 +494,14 @@ async def _serve(
                 task = asyncio.create_task(server.handle(line))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
+    except asyncio.CancelledError:
+        stopped = True
+        raise
     finally:  # end of input, Ctrl-C or SIGTERM: the turns in progress end cancelled before the stores close
         for session in server.sessions.values():
             server.cancel({"sessionId": session.id})
+        if stopped:
+            await _abandon(server, in_flight)
         if in_flight:
             await asyncio.gather(*in_flight, return_exceptions=True)
         if server.ready is not None:
@@ -508,6 +510,18 @@ async def _serve(
             server.watcher.cancel()
         await server.stack.aclose()  # the stack of the project in use (a session's cwd may have chosen it)
     return 0
+
+
+async def _abandon(server: AcpServer, in_flight: set[asyncio.Task[None]]) -> None:
+    """A stop: the cancelled prompts end (their updates, answers and task records written), then the
+    requests still waiting (a compile, the project loading) are cancelled rather than waited for."""
+    prompts = [s.prompt for s in server.sessions.values() if s.prompt is not None and not s.prompt.done()]
+    if prompts:
+        await asyncio.wait(prompts, timeout=STOP_GRACE)
+    if in_flight:
+        await asyncio.wait(in_flight, timeout=0.5)  # the answers of the prompts just ended
+    for task in [*in_flight, *([server.ready] if server.ready is not None else [])]:
+        task.cancel()
 
 
 def run_acp(

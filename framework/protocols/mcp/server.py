@@ -42,7 +42,7 @@ from framework import __version__
 from framework.compiler.mcp_tools import model_name
 from framework.errors import CAError
 from framework.protocols.a2a.auth import Caller
-from framework.protocols.stdio_loop import LineReader
+from framework.protocols.stdio_loop import LINE_LIMIT, LineReader
 from framework.runtime.events import Paused, RunFinished, TextChunk, ToolCallFinished, ToolCallStarted
 from framework.runtime.runtime import Runtime
 
@@ -298,14 +298,14 @@ async def serve_stdio(runtime: Runtime, stdin: BinaryIO) -> None:
     from mcp.server.stdio import stdio_server
 
     server = agent_server(runtime)
-    lines = _TextLines(LineReader(stdin, runtime.bundle.project.config.server.max_request_bytes))
+    lines = _TextLines(LineReader(stdin, LINE_LIMIT))
     async with stdio_server(stdin=lines) as (read, write):  # type: ignore[arg-type] # it only iterates
         await server.run(read, write, server.create_initialization_options())
 
 
 class _TextLines:
     """The lines of a :class:`LineReader` as the MCP SDK's stdio transport iterates them (text). A
-    line over the size limit becomes an empty line, which the transport reports as not JSON-RPC."""
+    line over :data:`LINE_LIMIT` is logged and becomes an empty line, which the transport drops."""
 
     def __init__(self, lines: LineReader) -> None:
         self._lines = lines
@@ -316,7 +316,7 @@ class _TextLines:
     async def __anext__(self) -> str:
         line = await self._lines.read()
         if isinstance(line, int):
-            logger.warning("refused an MCP message of %d bytes: over server.max_request_bytes", line)
+            logger.warning("refused an MCP message of %d bytes: longer than %d", line, LINE_LIMIT)
             return "\n"
         if not line:
             raise StopAsyncIteration
