@@ -38,7 +38,7 @@ from framework.spec.common import did_you_mean
 from framework.spec.tools import AgentSelector, AgentTool, BuiltinTool, McpTool, PythonTool
 
 USER_MODULE_PREFIX = "ca_user_tools"
-"""Python tool files are imported as ``ca_user_tools.<path slug>_<hash>``."""
+"""Python tool files are imported as ``ca_user_tools.<path slug>_<hash of the path>_<hash of the source>``."""
 
 
 ToolHook = Callable[[BaseTool, str], BaseTool]
@@ -142,10 +142,13 @@ def _described(func: Callable[..., Any], name: str, tool: PythonTool) -> Structu
         ) from exc
 
 
-def _module_name(rel: str, path: Path) -> str:
+def _module_name(rel: str, path: Path, source: bytes) -> str:
+    """The module of one version of a tool file: two versions imported at once (a hot reload's while
+    the last one's import still runs) never share ``sys.modules`` entries."""
     slug = re.sub(r"\W", "_", rel.removesuffix(".py")).strip("_") or "tool"
-    digest = hashlib.sha256(str(path).encode()).hexdigest()[:8]
-    return f"{USER_MODULE_PREFIX}.{slug}_{digest}"
+    where = hashlib.sha256(str(path).encode()).hexdigest()[:8]
+    version = hashlib.sha256(source).hexdigest()[:12]
+    return f"{USER_MODULE_PREFIX}.{slug}_{where}_{version}"
 
 
 def _line_in(exc: BaseException, path: Path) -> int | None:
@@ -162,28 +165,28 @@ def _import_file(tool: PythonTool, ctx: ToolContext) -> ModuleType:
         raise ToolError(f"python tool {tool.python!r}: {exc}") from exc
     if not path.is_file():
         raise ToolError(f"python tool {tool.python!r}: file {rel!r} not found in the project")
-    name = _module_name(rel, path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ToolError(f"python tool {tool.python!r}: {rel!r} cannot be imported as a Python file")
     # The bytes the project was validated with (a later edit is the next reload's), else the file's.
     source = ctx.sources.get(rel)
     if source is None:
         source = path.read_bytes()
+    name = _module_name(rel, path, source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ToolError(f"python tool {tool.python!r}: {rel!r} cannot be imported as a Python file")
     # One import of a version of a file at a time (two agents using it compile in threads of their
     # own): its module is registered before it runs, like a normal import, since pydantic,
     # dataclasses and typing look a class's module up by name while its classes are made. Another
-    # version (a fix saved while an import of the last one hangs) does not wait for it.
-    with _importing(name, hashlib.sha256(source).hexdigest()):
+    # version (a fix saved while an import of the last one hangs) has a module of its own.
+    with _importing(name):
         return _run_file(tool, spec, name, path, rel, source)
 
 
-def _importing(name: str, version: str) -> threading.Lock:
+def _importing(name: str) -> threading.Lock:
     with _IMPORT_LOCKS_LOCK:
-        return _IMPORT_LOCKS.setdefault((name, version), threading.Lock())
+        return _IMPORT_LOCKS.setdefault(name, threading.Lock())
 
 
-_IMPORT_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+_IMPORT_LOCKS: dict[str, threading.Lock] = {}
 _IMPORT_LOCKS_LOCK = threading.Lock()
 
 

@@ -1,9 +1,10 @@
 """Hot reload: watch the project's files and swap in a new bundle when they change.
 
 Watched: ``agents/``, ``profiles/``, ``skills/``, ``tools/``, ``ca.yaml`` and ``.env``
-(never ``.ca/``). A burst of saves is coalesced, and a change that arrives while a reload
-runs abandons that reload (it would load a state already gone: a tool whose import hangs holds
-up nothing) for a new one, so the end state is always the files' last state.
+(never ``.ca/``). A burst of saves is coalesced. A change that arrives while a reload runs
+waits for it up to :data:`ABANDON_AFTER` seconds from its start, then abandons it (it would
+load a state already gone; a tool whose import hangs holds up no fix) for a new one, so the end
+state is always the files' last state.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ WATCHED_DIRS = ("agents", "profiles", "skills", "tools")
 WATCHED_FILES = ("ca.yaml", "ca.yml", ".env")
 DEBOUNCE_MS = 60
 STEP_MS = 15
+ABANDON_AFTER = 2.0
+"""Seconds a reload runs before a newer change may abandon it (one takes ~50 ms; a tool's slow
+import longer): saves that come faster than reloads finish still get their states served."""
 
 Report = Callable[[bool, list[Diagnostic]], None]
 
@@ -70,19 +74,30 @@ async def watch(runtime: Runtime, report: Report = print_report) -> None:
     # The start-up bundle is compiled too, so it is a complete "last good version" to fall back to.
     warming = asyncio.create_task(_warm(runtime.bundle))
     reloading: asyncio.Task[None] | None = None
+    started = 0.0
     try:
         async for _changes in awatch(
             root, watch_filter=watched(root), debounce=DEBOUNCE_MS, step=STEP_MS, recursive=True
         ):
-            if reloading is not None:  # still compiling a state the files have left: abandoned, never swapped in
-                reloading.cancel()
+            if reloading is not None and not reloading.done():  # compiling a state the files have left
+                age = asyncio.get_running_loop().time() - started
+                await asyncio.wait([reloading], timeout=max(ABANDON_AFTER - age, 0))
+                reloading.cancel()  # still running: abandoned, never swapped in
+            started = asyncio.get_running_loop().time()
             reloading = asyncio.create_task(_reload(runtime, report))
+            reloading.add_done_callback(_said)
     except Exception as exc:  # e.g. the system's limit on watched folders: say so, keep serving
         sys.stderr.write(f"error: hot reload stopped: {type(exc).__name__}: {exc}\n")
     finally:
         warming.cancel()
         if reloading is not None:
             reloading.cancel()
+
+
+def _said(reloading: asyncio.Task[None]) -> None:
+    """A reload that failed in a way Runtime.reload does not report (its report itself): say so."""
+    if not reloading.cancelled() and (exc := reloading.exception()) is not None:
+        sys.stderr.write(f"error: reload failed: {type(exc).__name__}: {exc}\n")
 
 
 async def _reload(runtime: Runtime, report: Report) -> None:

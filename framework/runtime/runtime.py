@@ -82,6 +82,8 @@ class Runtime:
         self.compile_project: Callable[[Project], Awaitable[Bundle]] | None = None
         self.serving: Callable[[Bundle], Awaitable[None]] | None = None
         """Told the bundle that serves after each reload (``wiring.wire``)."""
+        self.settled: asyncio.Future[None] | None = None
+        """The last reload's settling (:meth:`_settle`), to await where it matters (tests)."""
         self.profiles: dict[str, str] = {}
         """Conversation -> automation profile chosen for it (ACP session modes)."""
         self.diagnostics: list[Diagnostic] = []
@@ -233,11 +235,11 @@ class Runtime:
             errors = list(exc.errors) or [Diagnostic(str(self.root), 0, 0, str(exc))]
         except Exception as exc:  # e.g. a file that vanished mid-read: the next change event reloads again
             errors = [Diagnostic(str(self.root), 0, 0, f"reload failed: {type(exc).__name__}: {exc}")]
-        # Decided: nothing below awaits until the swap and its listeners are done, so a reload
-        # cancelled from here on (a newer change abandons it) still leaves a whole version serving.
+        # Decided: nothing below awaits, so a reload is either abandoned before this point (a newer
+        # change cancels it) or done whole: the swap, its listeners and its report.
         if errors:
             self.diagnostics = errors
-            await asyncio.shield(self._serving())
+            self._settle()
             return False
         self.audit.add_secrets(KNOWN.values)  # compile_project added the new project's
         self.bundle = bundle
@@ -248,15 +250,18 @@ class Runtime:
                 listener()
             except Exception as exc:  # one transport's failure must not stop the watcher or the others
                 print(f"error: after the reload: {type(exc).__name__}: {exc}", file=sys.stderr)
-        await asyncio.shield(self._serving())
+        self._settle()
         return True
 
-    async def _serving(self) -> None:
-        """Once a reload is decided: what only the other bundles used stops (their MCP servers)."""
-        if self.serving is None:
-            return
+    def _settle(self) -> None:
+        """Once a reload is decided: what only the other bundles used stops (their MCP servers), in
+        the background (:attr:`settled`)."""
+        if self.serving is not None:
+            self.settled = asyncio.ensure_future(self._serving(self.serving))
+
+    async def _serving(self, serving: Callable[[Bundle], Awaitable[None]]) -> None:
         try:
-            await self.serving(self.bundle)
+            await serving(self.bundle)
         except Exception as exc:  # a server that does not stop cleanly must not fail the reload
             print(f"warning: after the reload: {type(exc).__name__}: {exc}", file=sys.stderr)
 

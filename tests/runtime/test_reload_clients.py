@@ -13,9 +13,10 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,10 +76,12 @@ async def _rejected_then_run(
         return [event async for event in runtime.send(agent, "go", conversation="c1")]
 
 
-def notebook(make_project: ProjectFactory, notes: Path, *, runs: int = 1, env: str = "") -> Path:
-    """A project whose agent ``notebook`` adds the note "milk" through the test MCP server ``notes``
-    once per run; the server writes its notes to ``$NOTES_AT`` (``.env``: ``notes``)."""
-    replies = [{"tool_calls": [{"name": "notes.add_note", "args": {"text": "milk"}}]}, "done"] * runs
+ADD_MILK = [{"tool_calls": [{"name": "notes.add_note", "args": {"text": "milk"}}]}, "done"]
+
+
+def notebook(make_project: ProjectFactory, notes: Path, *, replies: list[Any] = ADD_MILK, env: str = "") -> Path:
+    """A project whose agent ``notebook`` (by default) adds the note "milk" through the test MCP
+    server ``notes`` per run; the server writes its notes to ``$NOTES_AT`` (``.env``: ``notes``)."""
     return make_project(
         {
             **OTHER,
@@ -162,7 +165,7 @@ def test_an_edited_mcp_declaration_runs_its_own_server_and_the_others_stop(
     first, second = tmp_path / "first.txt", tmp_path / "second.txt"
     pids = tmp_path / "pids"
     pids.mkdir()
-    root = notebook(make_project, first, runs=2, env=f', MCP_PID_DIR: "{pids}"')
+    root = notebook(make_project, first, replies=ADD_MILK * 2, env=f', MCP_PID_DIR: "{pids}"')
 
     async def go() -> None:
         async with AsyncExitStack() as stack:
@@ -172,9 +175,12 @@ def test_an_edited_mcp_declaration_runs_its_own_server_and_the_others_stop(
             (root / ".env").write_text(f"NOTES_AT={second}\n")
             (root / "tools/other.py").write_text(BROKEN)
             assert not await runtime.reload()
+            assert runtime.settled is not None
+            await runtime.settled
             assert _alive(pids) == {served}, "the rejected edit's server still runs"
             (root / "tools/other.py").write_text(FINE)
             assert await runtime.reload(), runtime.diagnostics
+            await runtime.settled
             [edited] = _alive(pids)
             assert edited != served
             events = [event async for event in runtime.send("notebook", "go", conversation="c1")]
@@ -211,3 +217,30 @@ def version() -> str:
     edit = {"tools/version.py": version.replace("{V}", "refused")}
     events = asyncio.run(_rejected_then_run(root, "tooly", edit))
     assert [(r.result, r.is_error) for r in results(events)] == [("served", False)]
+
+
+def test_a_reload_lets_an_mcp_call_in_progress_finish_on_its_server(
+    make_project: ProjectFactory, tmp_path: Path
+) -> None:
+    """A task that started before the reload finishes on its version: the server it is in the middle
+    of calling is stopped only once that call ends, not with the reload."""
+    first = tmp_path / "first.txt"
+    nap = [{"tool_calls": [{"name": "notes.nap", "args": {"seconds": 3}}]}, "rested"]
+    root = notebook(make_project, first, replies=nap)
+
+    async def go() -> list[object]:
+        async with AsyncExitStack() as stack:
+            runtime = await Runtime.open(load_project(root), stack=stack, remote=open_remote, mcp=open_mcp)
+            run = asyncio.ensure_future(_events(runtime.send("notebook", "go", conversation="c1")))
+            await asyncio.sleep(1.5)  # the nap has started on the server
+            (root / ".env").write_text(f"NOTES_AT={tmp_path / 'second.txt'}\n")
+            assert await runtime.reload(), runtime.diagnostics
+            return await run
+
+    events = asyncio.run(go())
+    assert [(r.tool, r.is_error) for r in results(events)] == [("notes.nap", False)], results(events)
+    assert finished(events).state == "completed"
+
+
+async def _events(stream: AsyncIterator[object]) -> list[object]:
+    return [event async for event in stream]

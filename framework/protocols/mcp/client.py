@@ -65,6 +65,10 @@ class _Session:
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._owner: asyncio.Task[None] | None = None
+        self.calls = 0
+        """Tool calls in progress on this session."""
+        self.retired = False
+        """No bundle that serves declares it any more: it stops once its last call ends."""
 
     def _target(self) -> Any:
         from mcp import StdioServerParameters
@@ -203,6 +207,8 @@ class McpHub:
         self._relist: set[Key] = set()
         """Servers started again since their tools were listed: listed again before the next call."""
         self._changed: dict[Key, set[str]] = {}
+        self._retiring: set[_Session] = set()
+        """Retired sessions still in a call (:meth:`retire`): stopped when it ends, or with the hub."""
         """Tools whose definition differs from the one the agents were compiled with: refused."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -266,8 +272,8 @@ class McpHub:
 
     async def retire(self, serving: Declared) -> None:
         """Stop every declared server ``serving`` does not declare so (an edited or removed
-        declaration, or one of a rejected reload). A run of an older bundle that calls one again
-        starts it again; the next reload stops it."""
+        declaration, or one of a rejected reload); one in the middle of a call stops when the call
+        ends. A run of an older bundle that calls one again starts it again; the next reload stops it."""
         with self._guard:
             if self._loop is None or self._closed:  # no server was ever started, or all are stopping
                 return
@@ -332,7 +338,15 @@ class McpHub:
     async def _retire(self, kept: set[Key]) -> None:
         for key in [k for k in self._sessions if k[1] and k not in kept]:
             self._forget(key)
-            await self._drop(key)
+            async with self._lock(key):
+                session = self._sessions.pop(key, None)
+            if session is None:
+                continue
+            if session.calls:  # a run of an older version is in the middle of a call: stopped after it
+                session.retired = True
+                self._retiring.add(session)
+            else:
+                await session.close()
 
     async def _drop(self, key: Key) -> None:
         async with self._lock(key):
@@ -356,18 +370,14 @@ class McpHub:
         server = key[0]
         try:
             session = await self._session(key, declared)
-            if key in self._relist:  # a restarted server may list other tools than the agents were given
-                self._relist.discard(key)
-                listed = {t.name: t.digest for t in self._lists.get(key, ())}
-                now = {t.name: t.digest for t in await session.list_tools()}
-                self._changed[key] = {name for name, digest in listed.items() if now.get(name) != digest}
-            if tool in self._changed.get(key, ()):
-                return McpResult(
-                    f"MCP tool {server}.{tool} changed when its server restarted; it is refused until ca "
-                    "restarts (review the change, then run `ca mcp lock`)",
-                    is_error=True,
-                )
-            return await session.call(tool, args)
+            session.calls += 1  # counted before anything awaits: a retire now waits for this call
+            try:
+                return await self._call_on(session, key, tool, args)
+            finally:
+                session.calls -= 1
+                if session.retired and not session.calls:
+                    self._retiring.discard(session)
+                    await session.close()
         except ServerDown as exc:
             return McpResult(f"{exc}; it will be started again for the next call", is_error=True)
         except TimeoutError:
@@ -375,8 +385,24 @@ class McpHub:
         except Exception as exc:  # the server's error, or one starting it: the model gets it as the result
             return McpResult(f"MCP tool {server}.{tool} failed: {_reason(exc)}", is_error=True)
 
+    async def _call_on(self, session: _Session, key: Key, tool: str, args: Mapping[str, Any]) -> McpResult:
+        server = key[0]
+        if key in self._relist:  # a restarted server may list other tools than the agents were given
+            self._relist.discard(key)
+            listed = {t.name: t.digest for t in self._lists.get(key, ())}
+            now = {t.name: t.digest for t in await session.list_tools()}
+            self._changed[key] = {name for name, digest in listed.items() if now.get(name) != digest}
+        if tool in self._changed.get(key, ()):
+            return McpResult(
+                f"MCP tool {server}.{tool} changed when its server restarted; it is refused until ca "
+                "restarts (review the change, then run `ca mcp lock`)",
+                is_error=True,
+            )
+        return await session.call(tool, args)
+
     async def _close_all(self) -> None:
-        sessions, self._sessions = list(self._sessions.values()), {}
+        sessions, self._sessions = [*self._sessions.values(), *self._retiring], {}
+        self._retiring = set()
         await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
 
     async def close(self) -> None:
