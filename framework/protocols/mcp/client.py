@@ -5,12 +5,12 @@ session entered and left by one task (:class:`_Session` gives each an owner task
 being compiled needs a server's tool list from synchronous code, and a server starting must not
 stall the loop that serves requests. Calls cross threads through ``run_coroutine_threadsafe``.
 
-Lifecycle: a server starts on first use (its tool list or a call), once per runtime and declaration
-(see :class:`McpHub`); a crashed server gives the failing call an error result and is started
-again once, on the next call; after a second crash its calls fail until the process restarts. :meth:`McpHub.close` ends every
-session (the SDK closes a stdio server's stdin, then signals its process group). Stdio servers
-run in a session of their own and exit on end of input, so a ``ca`` killed with SIGKILL leaves
-none behind: their stdin closes with it.
+Lifecycle: a server starts on first use (its tool list or a call), once per runtime and
+declaration (see :class:`McpHub`); a crashed server gives the failing call an error result and is
+started again once, on the next call; after a second crash its calls fail until the process
+restarts. :meth:`McpHub.close` ends every session (the SDK closes a stdio server's stdin, then
+signals its process group). Stdio servers run in a session of their own and exit on end of
+input, so a ``ca`` killed with SIGKILL leaves none behind: their stdin closes with it.
 """
 
 from __future__ import annotations
@@ -207,9 +207,9 @@ class McpHub:
         self._relist: set[Key] = set()
         """Servers started again since their tools were listed: listed again before the next call."""
         self._changed: dict[Key, set[str]] = {}
+        """Tools whose definition differs from the one the agents were compiled with: refused."""
         self._retiring: set[_Session] = set()
         """Retired sessions still in a call (:meth:`retire`): stopped when it ends, or with the hub."""
-        """Tools whose definition differs from the one the agents were compiled with: refused."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._guard = threading.Lock()
