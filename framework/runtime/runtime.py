@@ -82,6 +82,8 @@ class Runtime:
         self.compile_project: Callable[[Project], Awaitable[Bundle]] | None = None
         self.serving: Callable[[Bundle], Awaitable[None]] | None = None
         """Told the bundle that serves after each reload (``wiring.wire``)."""
+        self.abandoned: Callable[[Bundle], None] | None = None
+        """Told of a bundle whose reload was cancelled (``wiring.wire``)."""
         self.settled: asyncio.Future[None] | None = None
         """The last reload's settling (:meth:`_settle`), to await where it matters (tests)."""
         self.profiles: dict[str, str] = {}
@@ -140,6 +142,7 @@ class Runtime:
         runtime = cls(wired.bundle, wired.tasks, wired.audit, wired.turns, source=source, meter=wired.meter)
         runtime.compile_project = wired.compile_project
         runtime.serving = wired.serving
+        runtime.abandoned = wired.abandoned
         runtime.settled_at_open = await runtime.settle_orphans()
         return runtime
 
@@ -225,19 +228,24 @@ class Runtime:
 
         if self.compile_project is None:
             raise RunError("this runtime was not opened with Runtime.open and cannot reload")
+        bundle: Bundle | None = None
         try:
             project = await asyncio.to_thread(load_project, self.root)
             restart_needed = needs_restart(self.started, project.config)
             project = dataclasses.replace(project, config=pinned(self.started, project.config))
             bundle = await self.compile_project(project)
             errors = await compile_graphs(bundle)
+        except asyncio.CancelledError:  # abandoned for a newer change: its compiles may still run, in threads
+            if bundle is not None and self.abandoned is not None:
+                self.abandoned(bundle)
+            raise
         except SpecError as exc:
             errors = list(exc.errors) or [Diagnostic(str(self.root), 0, 0, str(exc))]
         except Exception as exc:  # e.g. a file that vanished mid-read: the next change event reloads again
             errors = [Diagnostic(str(self.root), 0, 0, f"reload failed: {type(exc).__name__}: {exc}")]
         # Decided: nothing below awaits, so a reload is either abandoned before this point (a newer
         # change cancels it) or done whole: the swap, its listeners and its report.
-        if errors:
+        if errors or bundle is None:
             self.diagnostics = errors
             self._settle()
             return False

@@ -57,6 +57,8 @@ class Wired:
     meter: Meter
     serving: Callable[[Bundle], Awaitable[None]]
     """Told which bundle serves once a reload is decided: the MCP servers only others started stop."""
+    abandoned: Callable[[Bundle], None]
+    """Told of a bundle whose reload a newer change abandoned: its compile still running starts no MCP server."""
 
 
 async def wire(
@@ -158,7 +160,11 @@ async def wire(
         if bundle.mcp is not None:
             await cast(Any, bundle.mcp).retire_others()  # the hub's view of that bundle (mcp_servers above)
 
-    return Wired(await compile_project(project), tasks, audit, turns, compile_project, meter, serving)
+    def abandoned(bundle: Bundle) -> None:
+        if bundle.mcp is not None:
+            cast(Any, bundle.mcp).abandon()
+
+    return Wired(await compile_project(project), tasks, audit, turns, compile_project, meter, serving, abandoned)
 
 
 class ChildTasks:

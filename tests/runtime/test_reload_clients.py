@@ -244,3 +244,34 @@ def test_a_reload_lets_an_mcp_call_in_progress_finish_on_its_server(
 
 async def _events(stream: AsyncIterator[object]) -> list[object]:
     return [event async for event in stream]
+
+
+def test_a_reload_abandoned_mid_compile_starts_no_mcp_server_afterwards(
+    make_project: ProjectFactory, tmp_path: Path
+) -> None:
+    """A newer change cancels a reload whose compile is still importing a slow tool; that compile
+    goes on in its thread, and when it reaches the agent's MCP server it must not start it (the
+    version it would serve is gone; nothing would stop the server before the next reload)."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    root = notebook(make_project, tmp_path / "first.txt", env=f', MCP_PID_DIR: "{pids}"')
+    agent = (root / "agents/notebook.yaml").read_text()
+    (root / "agents/notebook.yaml").write_text(agent.replace("tools:\n", "tools:\n  - python: tools/other.py:fine\n"))
+    slow = "import time\ntime.sleep(3)\n" + FINE
+
+    async def go() -> None:
+        async with AsyncExitStack() as stack:
+            runtime = await Runtime.open(load_project(root), stack=stack, remote=open_remote, mcp=open_mcp)
+            await runtime.bundle.agraph("notebook")
+            [served] = _alive(pids)
+            (root / ".env").write_text(f"NOTES_AT={tmp_path / 'second.txt'}\n")  # another declaration
+            (root / "tools/other.py").write_text(slow)
+            reloading = asyncio.ensure_future(runtime.reload())
+            await asyncio.sleep(1.0)  # its compile is in the slow import
+            reloading.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reloading
+            await asyncio.sleep(3.5)  # the import has ended; the compile went on to the MCP server
+            assert _alive(pids) == {served}
+
+    asyncio.run(go())

@@ -425,18 +425,31 @@ class BundleServers:
     def __init__(self, hub: McpHub, declared: Declared) -> None:
         self.hub = hub
         self.declared = declared
+        self.abandoned = False
+        """A newer change abandoned this bundle's reload: a compile still running starts no server."""
 
     def tools(self, server: str) -> Sequence[McpToolInfo]:
+        self._starting(server)
         return self.hub.tools(server, self.declared)
 
     async def prepare(self, servers: Iterable[str]) -> None:
+        servers = list(servers)
+        for server in servers:
+            self._starting(server)
         await self.hub.prepare(servers, self.declared)
+
+    def _starting(self, server: str) -> None:
+        if self.abandoned:
+            raise McpServerFailed(f"MCP server {server!r} is not started: a newer change abandoned this version")
 
     async def call(self, server: str, tool: str, args: Mapping[str, Any]) -> McpResult:
         return await self.hub.call(server, tool, args, self.declared)
 
     def add_clients(self, servers: Iterable[ClientServer]) -> None:
         self.hub.add_clients(servers)
+
+    def abandon(self) -> None:
+        self.abandoned = True
 
     async def retire_others(self) -> None:
         """This bundle serves now: stop the servers only other declarations started (:meth:`McpHub.retire`)."""
