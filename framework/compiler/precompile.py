@@ -1,6 +1,6 @@
 """Compile every graph of a bundle ahead of its first run; a tool that fails becomes a Diagnostic.
 
-``Runtime.reload`` awaits :func:`compile_graphs` on a new bundle before swapping it in, so a tool
+``reload.apply`` awaits :func:`compile_graphs` on a new bundle before swapping it in, so a tool
 file that no longer imports is a bad edit like a YAML error; the watcher calls it on the
 start-up bundle so the "last good version" is complete. Each graph compiles through
 ``Bundle.agraph``: in a daemon thread, which neither the event loop nor a stopping process waits
@@ -25,7 +25,7 @@ _WHERE = re.compile(r"^(?P<file>[^\s:]+\.py)(?::(?P<line>\d+))?(?::(?P<column>\d
 async def compile_graphs(bundle: Bundle) -> list[Diagnostic]:
     """Compile every agent's graph now (python tools are imported again); the tools that failed.
 
-    Awaited by ``Runtime.reload`` so a bundle is swapped in already compiled, and a tool
+    Awaited by ``reload.apply`` so a bundle is swapped in already compiled, and a tool
     file that no longer imports is a bad edit like a YAML error. A model that cannot be built
     (e.g. an unset API key) or an MCP server that does not start is not an error here: it fails when
     that agent runs, as at start-up.

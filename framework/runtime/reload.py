@@ -1,5 +1,8 @@
 """Hot reload: watch the project's files and swap in a new bundle when they change.
 
+:func:`apply` is one reload of a :class:`~framework.runtime.runtime.Runtime` (load, validate,
+compile, swap, then stop what only the old bundles used); :func:`watch` runs one per change.
+
 Watched: ``agents/``, ``profiles/``, ``skills/``, ``tools/``, ``ca.yaml`` and ``.env``
 (never ``.ca/``). A burst of saves is coalesced. A change that arrives while a reload runs
 waits for it up to :data:`ABANDON_AFTER` seconds from its start, then abandons it (it would
@@ -10,15 +13,18 @@ state is always the files' last state.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from framework.compiler.bundle import Bundle
 from framework.compiler.precompile import compile_graphs
-from framework.errors import Diagnostic
+from framework.errors import Diagnostic, RunError
+from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.heap import freeze_loaded
+from framework.runtime.restart import needs_restart, pinned
 from framework.runtime.runtime import Runtime
 
 WATCHED_DIRS = ("agents", "profiles", "skills", "tools")
@@ -95,14 +101,14 @@ async def watch(runtime: Runtime, report: Report = print_report) -> None:
 
 
 def _said(reloading: asyncio.Task[None]) -> None:
-    """A reload that failed in a way Runtime.reload does not report (its report itself): say so."""
+    """A reload that failed in a way reload.apply does not report (its report itself): say so."""
     if not reloading.cancelled() and (exc := reloading.exception()) is not None:
         sys.stderr.write(f"error: reload failed: {type(exc).__name__}: {exc}\n")
 
 
 async def _reload(runtime: Runtime, report: Report) -> None:
     """One reload and its report (cancelled, before it swaps anything, when a newer change comes)."""
-    ok = await runtime.reload()
+    ok = await apply(runtime)
     if ok and gc.get_freeze_count():  # the server froze its heap at start (heap.py): the old bundle may go
         freeze_loaded()
     if ok:
@@ -112,3 +118,69 @@ async def _reload(runtime: Runtime, report: Report) -> None:
             changed = ", ".join(runtime.restart_needed)
             sys.stderr.write(f"ca.yaml: restart to apply {changed}; the rest is live\n")
     report(ok, list(runtime.diagnostics))
+
+
+async def apply(runtime: Runtime) -> bool:
+    """Load, validate and compile ``runtime``'s project again, then swap its bundle in one assignment.
+
+    Every graph is compiled (python tools imported again) off the event loop before the swap,
+    in threads a stopping process does not wait for.
+    A bad edit changes nothing: the last good bundle keeps serving and the errors are kept
+    in ``runtime.diagnostics`` (and returned by ``_cleveragents/diagnostics``) until a fix loads.
+    Tasks already running finish on the bundle they started with; a task paused for a
+    decision resumes on the bundle current when the decision arrives. Settings read once at
+    start-up (``server.auth``, the address, ...) keep their start-up values in the new bundle;
+    the ones the files change are listed in ``runtime.restart_needed``.
+    """
+    from framework.errors import SpecError
+    from framework.spec import load_project
+
+    if runtime.compile_project is None:
+        raise RunError("this runtime was not opened with Runtime.open and cannot reload")
+    root = runtime.root
+    bundle: Bundle | None = None
+    try:
+        project = await asyncio.to_thread(load_project, root)
+        restart_needed = needs_restart(runtime.started, project.config)
+        project = dataclasses.replace(project, config=pinned(runtime.started, project.config))
+        bundle = await runtime.compile_project(project)
+        errors = await compile_graphs(bundle)
+    except asyncio.CancelledError:  # abandoned for a newer change: its compiles may still run, in threads
+        if bundle is not None and runtime.abandoned is not None:
+            runtime.abandoned(bundle)
+        raise
+    except SpecError as exc:
+        errors = list(exc.errors) or [Diagnostic(str(root), 0, 0, str(exc))]
+    except Exception as exc:  # e.g. a file that vanished mid-read: the next change event reloads again
+        errors = [Diagnostic(str(root), 0, 0, f"reload failed: {type(exc).__name__}: {exc}")]
+    # Decided: nothing below awaits, so a reload is either abandoned before this point (a newer
+    # change cancels it) or done whole: the swap, its listeners and its report.
+    if errors or bundle is None:
+        runtime.diagnostics = errors
+        _settle(runtime)
+        return False
+    runtime.audit.add_secrets(KNOWN.values)  # compile_project added the new project's
+    runtime.bundle = bundle
+    runtime.diagnostics = []
+    runtime.restart_needed = restart_needed
+    for listener in list(runtime.listeners):
+        try:
+            listener()
+        except Exception as exc:  # one transport's failure must not stop the watcher or the others
+            print(f"error: after the reload: {type(exc).__name__}: {exc}", file=sys.stderr)
+    _settle(runtime)
+    return True
+
+
+def _settle(runtime: Runtime) -> None:
+    """Once a reload is decided: what only the other bundles used stops (their MCP servers), in
+    the background (``runtime.settled``)."""
+    if runtime.serving is not None:
+        runtime.settled = asyncio.ensure_future(_serving(runtime.serving, runtime.bundle))
+
+
+async def _serving(serving: Callable[[Bundle], Awaitable[None]], bundle: Bundle) -> None:
+    try:
+        await serving(bundle)
+    except Exception as exc:  # a server that does not stop cleanly must not fail the reload
+        print(f"warning: after the reload: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -26,7 +25,6 @@ from typing import Any
 from framework.compiler.agent import RunContext
 from framework.compiler.bundle import Bundle
 from framework.compiler.models import ModelHook
-from framework.compiler.precompile import compile_graphs
 from framework.compiler.tools import ToolHook
 from framework.errors import (
     ApprovalTimedOut,
@@ -48,7 +46,6 @@ from framework.runtime.fence import Fence
 from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.metrics import Meter, Metrics
 from framework.runtime.remote import RemoteFactory
-from framework.runtime.restart import needs_restart, pinned
 from framework.runtime.resumes import why_not_resumed
 from framework.runtime.runner import Runner
 from framework.runtime.task_record import FINAL_STATES, Held, Task
@@ -85,7 +82,7 @@ class Runtime:
         self.abandoned: Callable[[Bundle], None] | None = None
         """Told of a bundle whose reload was cancelled (``wiring.wire``)."""
         self.settled: asyncio.Future[None] | None = None
-        """The last reload's settling (:meth:`_settle`), to await where it matters (tests)."""
+        """The last reload's settling (``reload.apply``), to await where it matters (tests)."""
         self.profiles: dict[str, str] = {}
         """Conversation -> automation profile chosen for it (ACP session modes)."""
         self.diagnostics: list[Diagnostic] = []
@@ -210,68 +207,6 @@ class Runtime:
             note={"resumed_from": owner},
         ):
             yield event
-
-    async def reload(self) -> bool:
-        """Load, validate and compile the project again, then swap the bundle in one assignment.
-
-        Every graph is compiled (python tools imported again) off the event loop before the swap,
-        in threads a stopping process does not wait for.
-        A bad edit changes nothing: the last good bundle keeps serving and the errors are kept
-        in ``diagnostics`` (and returned by ``_cleveragents/diagnostics``) until a fix loads.
-        Tasks already running finish on the bundle they started with; a task paused for a
-        decision resumes on the bundle current when the decision arrives. Settings read once at
-        start-up (``server.auth``, the address, ...) keep their start-up values in the new bundle;
-        the ones the files change are listed in ``restart_needed``.
-        """
-        from framework.errors import SpecError
-        from framework.spec import load_project
-
-        if self.compile_project is None:
-            raise RunError("this runtime was not opened with Runtime.open and cannot reload")
-        bundle: Bundle | None = None
-        try:
-            project = await asyncio.to_thread(load_project, self.root)
-            restart_needed = needs_restart(self.started, project.config)
-            project = dataclasses.replace(project, config=pinned(self.started, project.config))
-            bundle = await self.compile_project(project)
-            errors = await compile_graphs(bundle)
-        except asyncio.CancelledError:  # abandoned for a newer change: its compiles may still run, in threads
-            if bundle is not None and self.abandoned is not None:
-                self.abandoned(bundle)
-            raise
-        except SpecError as exc:
-            errors = list(exc.errors) or [Diagnostic(str(self.root), 0, 0, str(exc))]
-        except Exception as exc:  # e.g. a file that vanished mid-read: the next change event reloads again
-            errors = [Diagnostic(str(self.root), 0, 0, f"reload failed: {type(exc).__name__}: {exc}")]
-        # Decided: nothing below awaits, so a reload is either abandoned before this point (a newer
-        # change cancels it) or done whole: the swap, its listeners and its report.
-        if errors or bundle is None:
-            self.diagnostics = errors
-            self._settle()
-            return False
-        self.audit.add_secrets(KNOWN.values)  # compile_project added the new project's
-        self.bundle = bundle
-        self.diagnostics = []
-        self.restart_needed = restart_needed
-        for listener in list(self.listeners):
-            try:
-                listener()
-            except Exception as exc:  # one transport's failure must not stop the watcher or the others
-                print(f"error: after the reload: {type(exc).__name__}: {exc}", file=sys.stderr)
-        self._settle()
-        return True
-
-    def _settle(self) -> None:
-        """Once a reload is decided: what only the other bundles used stops (their MCP servers), in
-        the background (:attr:`settled`)."""
-        if self.serving is not None:
-            self.settled = asyncio.ensure_future(self._serving(self.serving))
-
-    async def _serving(self, serving: Callable[[Bundle], Awaitable[None]]) -> None:
-        try:
-            await serving(self.bundle)
-        except Exception as exc:  # a server that does not stop cleanly must not fail the reload
-            print(f"warning: after the reload: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     @property
     def metrics(self) -> Metrics | None:

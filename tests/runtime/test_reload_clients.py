@@ -22,6 +22,7 @@ import pytest
 
 from framework.protocols.a2a import open_remote
 from framework.protocols.mcp import open_mcp
+from framework.runtime import reload
 from framework.runtime.runtime import Runtime
 from framework.spec import load_project
 from tests.conftest import REPO, ProjectFactory
@@ -70,7 +71,7 @@ async def _rejected_then_run(
         runtime = await Runtime.open(load_project(root), stack=stack, remote=open_remote, mcp=open_mcp)
         for path, text in {**edit, "tools/other.py": BROKEN}.items():
             (root / path).write_text(text)
-        assert not await runtime.reload(), "the edit should have been rejected"
+        assert not await reload.apply(runtime), "the edit should have been rejected"
         assert any("an edit that does not import" in d.message for d in runtime.diagnostics), runtime.diagnostics
         rejected()
         return [event async for event in runtime.send(agent, "go", conversation="c1")]
@@ -174,12 +175,12 @@ def test_an_edited_mcp_declaration_runs_its_own_server_and_the_others_stop(
             [served] = _alive(pids)
             (root / ".env").write_text(f"NOTES_AT={second}\n")
             (root / "tools/other.py").write_text(BROKEN)
-            assert not await runtime.reload()
+            assert not await reload.apply(runtime)
             assert runtime.settled is not None
             await runtime.settled
             assert _alive(pids) == {served}, "the rejected edit's server still runs"
             (root / "tools/other.py").write_text(FINE)
-            assert await runtime.reload(), runtime.diagnostics
+            assert await reload.apply(runtime), runtime.diagnostics
             await runtime.settled
             [edited] = _alive(pids)
             assert edited != served
@@ -234,7 +235,7 @@ def test_a_reload_lets_an_mcp_call_in_progress_finish_on_its_server(
             run = asyncio.ensure_future(_events(runtime.send("notebook", "go", conversation="c1")))
             await asyncio.sleep(1.5)  # the nap has started on the server
             (root / ".env").write_text(f"NOTES_AT={tmp_path / 'second.txt'}\n")
-            assert await runtime.reload(), runtime.diagnostics
+            assert await reload.apply(runtime), runtime.diagnostics
             return await run
 
     events = asyncio.run(go())
@@ -266,7 +267,7 @@ def test_a_reload_abandoned_mid_compile_starts_no_mcp_server_afterwards(
             [served] = _alive(pids)
             (root / ".env").write_text(f"NOTES_AT={tmp_path / 'second.txt'}\n")  # another declaration
             (root / "tools/other.py").write_text(slow)
-            reloading = asyncio.ensure_future(runtime.reload())
+            reloading = asyncio.ensure_future(reload.apply(runtime))
             await asyncio.sleep(1.0)  # its compile is in the slow import
             reloading.cancel()
             with pytest.raises(asyncio.CancelledError):
