@@ -19,6 +19,7 @@ without a trailing dot, the port explicit (80 for http, 443 for https), so
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, NamedTuple
 
 import httpx
@@ -100,9 +101,12 @@ def pinned_client(origin: Origin, credentials: Credentials, *, timeout: httpx.Ti
     """An HTTP client whose every request (and redirect hop) must go to ``origin`` and carries ``credentials()``.
 
     A request hook rather than a transport, so the environment's proxy settings still apply.
+    It keeps no cookies: the client serves every caller's calls to the origin (and every version
+    of the project), so a cookie one call was given would ride on the next caller's requests.
     """
     pin = _Pin(origin, credentials)
-    return httpx.AsyncClient(timeout=timeout, follow_redirects=True, event_hooks={"request": [pin]})
+    cookies = CookieJar(DefaultCookiePolicy(allowed_domains=[]))  # takes in no cookie, so sends none
+    return httpx.AsyncClient(timeout=timeout, follow_redirects=True, event_hooks={"request": [pin]}, cookies=cookies)
 
 
 def pinned_card(card: AgentCard, url: str) -> AgentCard:

@@ -271,3 +271,38 @@ def test_a_reload_that_changes_a_registry_variable_changes_the_next_requests_hea
 
     asyncio.run(fetch_twice())
     assert [s.headers.get("x-api-key") for s in target.seen] == ["old", "new"]
+
+
+def test_a_cookie_a_remote_agent_sets_is_never_sent_back(
+    make_project: ProjectFactory, agent: Callable[[], FakeAgent]
+) -> None:
+    """One HTTP client serves every call to an origin: every caller's tasks and every version of the
+    project. A cookie it kept would carry one caller's session (or a rejected reload's) into the
+    next caller's requests, so none is kept."""
+    target = agent()
+    target.card(target.url + "/")
+    card = target.routes["GET", CARD]
+
+    def with_cookie(body: bytes) -> tuple[int, dict[str, str], bytes]:
+        status, headers, payload = card(body)
+        return status, {**headers, "Set-Cookie": "session=caller-a; Path=/"}, payload
+
+    target.routes["GET", CARD] = with_cookie
+    root = caller(make_project, target.url + "/", allow=f"127.0.0.1:{target.port}")
+
+    async def fetch_twice() -> None:
+        tasks = TaskStore.open(root)
+        project = load_project(root)
+        peers = Peers(project, tasks, {})
+        try:
+            await peers.card(target.url + "/")
+            with peers.bundle(project, {}):
+                await peers.card(target.url + "/")
+            await peers.card(target.url + "/")
+        finally:
+            await peers.close()
+            tasks.close()
+
+    asyncio.run(fetch_twice())
+    assert len(target.seen) == 3
+    assert target.with_header("cookie") == []
