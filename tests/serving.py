@@ -282,6 +282,24 @@ def sleeping_child(parent: int, output: Callable[[], str], timeout: float = 30) 
     pytest.fail(f"the shell tool never started sleep:\n{output()}")
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (a zombie waiting for its parent has)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:  # reaped meanwhile
+        return False
+
+
+def still_running(marks: Path) -> set[int]:
+    """Of the processes that each left a file named by its pid in ``marks``, those still running."""
+    return {int(mark.name) for mark in marks.iterdir() if running(int(mark.name))}
+
+
 def group_alive(pgid: int) -> bool:
     """Whether any process of the group ``pgid`` is still alive."""
     try:

@@ -28,6 +28,7 @@ from framework.spec import load_project
 from tests.conftest import REPO, ProjectFactory
 from tests.driving import finished, results
 from tests.fake_agent import FakeAgent
+from tests.serving import still_running
 
 pytestmark = pytest.mark.e2e
 
@@ -148,16 +149,6 @@ def test_a_rejected_reload_keeps_the_mcp_servers_declarations(make_project: Proj
     assert not refused.exists()
 
 
-def _alive(pids: Path) -> set[int]:
-    """The test MCP servers still running (each wrote its pid into ``pids``)."""
-    running = set()
-    for mark in pids.iterdir():
-        stat = Path(f"/proc/{mark.name}/stat")
-        if stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z":
-            running.add(int(mark.name))
-    return running
-
-
 def test_an_edited_mcp_declaration_runs_its_own_server_and_the_others_stop(
     make_project: ProjectFactory, tmp_path: Path
 ) -> None:
@@ -172,17 +163,17 @@ def test_an_edited_mcp_declaration_runs_its_own_server_and_the_others_stop(
         async with AsyncExitStack() as stack:
             runtime = await Runtime.open(load_project(root), stack=stack, remote=open_remote, mcp=open_mcp)
             await runtime.bundle.agraph("notebook")  # as ca serve warms up: the server starts
-            [served] = _alive(pids)
+            [served] = still_running(pids)
             (root / ".env").write_text(f"NOTES_AT={second}\n")
             (root / "tools/other.py").write_text(BROKEN)
             assert not await reload.apply(runtime)
             assert runtime.settled is not None
             await runtime.settled
-            assert _alive(pids) == {served}, "the rejected edit's server still runs"
+            assert still_running(pids) == {served}, "the rejected edit's server still runs"
             (root / "tools/other.py").write_text(FINE)
             assert await reload.apply(runtime), runtime.diagnostics
             await runtime.settled
-            [edited] = _alive(pids)
+            [edited] = still_running(pids)
             assert edited != served
             events = [event async for event in runtime.send("notebook", "go", conversation="c1")]
             assert finished(events).state == "completed", finished(events)
@@ -190,7 +181,7 @@ def test_an_edited_mcp_declaration_runs_its_own_server_and_the_others_stop(
     asyncio.run(go())
     assert second.read_text() == "milk\n"
     assert not first.exists()
-    assert _alive(pids) == set()
+    assert still_running(pids) == set()
 
 
 def test_an_agent_compiled_after_a_rejected_reload_runs_the_tool_as_validated(make_project: ProjectFactory) -> None:
@@ -264,7 +255,7 @@ def test_a_reload_abandoned_mid_compile_starts_no_mcp_server_afterwards(
         async with AsyncExitStack() as stack:
             runtime = await Runtime.open(load_project(root), stack=stack, remote=open_remote, mcp=open_mcp)
             await runtime.bundle.agraph("notebook")
-            [served] = _alive(pids)
+            [served] = still_running(pids)
             (root / ".env").write_text(f"NOTES_AT={tmp_path / 'second.txt'}\n")  # another declaration
             (root / "tools/other.py").write_text(slow)
             reloading = asyncio.ensure_future(reload.apply(runtime))
@@ -273,6 +264,6 @@ def test_a_reload_abandoned_mid_compile_starts_no_mcp_server_afterwards(
             with pytest.raises(asyncio.CancelledError):
                 await reloading
             await asyncio.sleep(3.5)  # the import has ended; the compile went on to the MCP server
-            assert _alive(pids) == {served}
+            assert still_running(pids) == {served}
 
     asyncio.run(go())

@@ -25,7 +25,7 @@ import pytest
 from framework.runtime.audit import AuditLog
 from tests.a2a_peers import result_of, user_message
 from tests.conftest import CA, REPO, ProjectFactory, events, free_port, run_ca, write_project
-from tests.serving import start_serve
+from tests.serving import running, start_serve
 
 SERVER = REPO / "tests" / "fixtures" / "mcp" / "server.py"
 
@@ -75,20 +75,11 @@ def started(env: dict[str, str]) -> list[int]:
     return [int(p.name) for p in Path(env["MCP_PID_DIR"]).iterdir()]
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
-
-
 def assert_no_servers_left(pids: Path, wait: float = 5.0) -> None:
     deadline = time.monotonic() + wait
     left = [int(p.name) for p in pids.iterdir()]
     while left and time.monotonic() < deadline:
-        left = [pid for pid in left if alive(pid)]
+        left = [pid for pid in left if running(pid)]
         time.sleep(0.05)
     assert not left, f"MCP server processes outlived ca: {left}"
 
