@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import importlib.util
 import logging
@@ -62,6 +63,7 @@ import sys
 import urllib.request
 import weakref
 from collections.abc import AsyncIterator
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -135,6 +137,36 @@ def _loop_client_class() -> type[Any] | None:
 
     httpx = sdk_httpx()
 
+    class Cookieless(aiohttp_client):  # type: ignore[misc]
+        """The SDK's aiohttp client, keeping no cookies: the models of every key, caller and version
+        of the project share it, so a cookie one call was given would ride on the others' calls.
+        Both of its jars refuse them: httpx's (redirects) and each aiohttp session's (every request)."""
+
+        def __init__(self) -> None:
+            super().__init__(cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])))
+
+        def _init_transport(self, *args: Any, **kwargs: Any) -> Any:
+            return _without_cookies(super()._init_transport(*args, **kwargs))
+
+        def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> Any:  # a proxy of the environment's
+            return _without_cookies(super()._init_proxy_transport(*args, **kwargs))
+
+    def _without_cookies(transport: Any) -> Any:
+        """``transport`` (the SDK's aiohttp transport, its session not opened yet) opening the session
+        it would open, with a jar that keeps nothing."""
+        if getattr(transport, "client", False) is not None:  # not that transport, or given a session
+            return transport
+        default = copy.copy(transport)
+
+        def session() -> aiohttp.ClientSession:
+            made = default.get_client()
+            connector = made.connector
+            made.detach()  # the same connector, in a session that keeps no cookies
+            return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+
+        transport.client = session
+        return transport
+
     def retyped(exc: Exception, request: Any) -> Exception:
         """The transport calls every broken connection a ConnectTimeout, and lets a malformed answer
         through as aiohttp's own error: each is typed as the SDK's default client types it, so the
@@ -177,7 +209,7 @@ def _loop_client_class() -> type[Any] | None:
             server = (request.url.scheme, request.url.host, request.url.port)
             client = clients.get(server)
             if client is None or client.is_closed:
-                client = clients[server] = aiohttp_client()
+                client = clients[server] = Cookieless()
             try:
                 return await client.send(request, **kwargs)
             except (httpx.ConnectTimeout, aiohttp.ClientResponseError) as exc:

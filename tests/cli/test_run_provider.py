@@ -50,6 +50,15 @@ def _chunk(delta: dict[str, object], finish: str | None = None) -> str:
 async def completions(request: Request) -> Response:
     body = await request.json()
     request.app.state.requests.append(body)
+    request.app.state.seen.append((request.headers.get("authorization"), request.headers.get("cookie")))
+    response = await _answer(body)
+    # as a gateway might: a session cookie for the key that asked
+    key = (request.headers.get("authorization") or "").rpartition(" ")[2]
+    response.set_cookie("gateway_session", f"of-{key}", path="/")
+    return response
+
+
+async def _answer(body: dict[str, object]) -> Response:
     if not body.get("stream"):
         return JSONResponse(
             {
@@ -81,19 +90,27 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def fake_openai() -> Iterator[tuple[str, list[dict[str, object]]]]:
+def provider() -> Iterator[Starlette]:
+    """The fake provider's app, serving on loopback at ``app.state.port``: ``app.state.requests`` holds
+    each request's body, ``app.state.seen`` its (Authorization, Cookie) headers."""
     app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
     app.state.requests = []
-    port = _free_port()
+    app.state.seen = []
+    app.state.port = port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}/v1", app.state.requests
+    yield app
     server.should_exit = True
     thread.join(timeout=5)
+
+
+@pytest.fixture
+def fake_openai(provider: Starlette) -> tuple[str, list[dict[str, object]]]:
+    return f"http://127.0.0.1:{provider.state.port}/v1", provider.state.requests
 
 
 def _project(make_project: ProjectFactory, base_url: str) -> Path:
@@ -565,3 +582,25 @@ def test_a_streamed_answer_with_its_headers_has_its_chunks_validated() -> None:
     assert _read(ours) == _read(theirs)
     assert ours.content == "Hello"
     assert ours.response_metadata["headers"]["x-request-id"] == "req_1"
+
+
+def test_a_cookie_the_provider_sets_is_never_sent_back(provider: Starlette) -> None:
+    """The models that call one server share its HTTP client, whatever their API keys (two agents, two
+    callers' runs, two versions of a project): a cookie the server set for one key's request (a
+    gateway's session) must not ride on another key's requests."""
+    url = f"http://localhost:{provider.state.port}/v1"  # a host name: cookies of an IP address are not kept anyway
+
+    def model(key: str) -> BaseChatModel:
+        config = ModelConfig(
+            provider="openai", name="fake-model", base_url=url, api_key_env="KEY", params={"max_retries": 0}
+        )
+        return build_model(config, agent="remote", environ={"KEY": key})
+
+    async def ask() -> None:
+        first, second = model("key-a"), model("key-b")
+        async with loop_clients():
+            for each in (first, second, first):
+                await each.ainvoke("hi")
+
+    asyncio.run(ask())
+    assert provider.state.seen == [("Bearer key-a", None), ("Bearer key-b", None), ("Bearer key-a", None)]
