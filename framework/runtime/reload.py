@@ -176,11 +176,11 @@ def _settle(runtime: Runtime) -> None:
     """Once a reload is decided: what only the other bundles used stops (their MCP servers), in
     the background (``runtime.settled``)."""
     if runtime.serving is not None:
-        runtime.settled = asyncio.ensure_future(_serving(runtime.serving, runtime.bundle))
+        runtime.settled = asyncio.ensure_future(_serving(runtime.serving, runtime))
 
 
-async def _serving(serving: Callable[[Bundle], Awaitable[None]], bundle: Bundle) -> None:
+async def _serving(serving: Callable[[Bundle], Awaitable[None]], runtime: Runtime) -> None:
     try:
-        await serving(bundle)
+        await serving(runtime.bundle)  # the bundle serving when this starts: a later reload's, if it swapped meanwhile
     except Exception as exc:  # a server that does not stop cleanly must not fail the reload
         print(f"warning: after the reload: {type(exc).__name__}: {exc}", file=sys.stderr)
