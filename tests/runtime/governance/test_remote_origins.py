@@ -290,7 +290,7 @@ def test_a_cookie_a_remote_agent_sets_is_never_sent_back(
     target.routes["GET", CARD] = with_cookie
     root = caller(make_project, target.url + "/", allow=f"127.0.0.1:{target.port}")
 
-    async def fetch_twice() -> None:
+    async def fetch_three_times() -> None:
         tasks = TaskStore.open(root)
         project = load_project(root)
         peers = Peers(project, tasks, {})
@@ -303,6 +303,6 @@ def test_a_cookie_a_remote_agent_sets_is_never_sent_back(
             await peers.close()
             tasks.close()
 
-    asyncio.run(fetch_twice())
+    asyncio.run(fetch_three_times())
     assert len(target.seen) == 3
     assert target.with_header("cookie") == []
