@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from framework.cli import terminal
 from framework.errors import UsageError
 
 if TYPE_CHECKING:
@@ -127,13 +128,19 @@ async def call(options: CallOptions) -> int:
 
 
 def _ask(pending: str) -> dict[str, Any] | None:
+    """The decision typed at the terminal; None without one, or when Ctrl-C answers (the task waits)."""
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         return None
-    sys.stderr.write(f"\n{pending}\n[a]pprove or [r]eject? ")
-    sys.stderr.flush()
-    answer = sys.stdin.readline().strip().lower()
-    if answer.startswith("a") or answer.startswith("y"):
-        return {"decision": "approve"}
-    sys.stderr.write("reason: ")
-    sys.stderr.flush()
-    return {"decision": "reject", "reason": sys.stdin.readline().strip() or None}
+    try:
+        with terminal.ctrl_c_interrupts_reads():
+            sys.stderr.write(f"\n{pending}\n[a]pprove or [r]eject? ")
+            sys.stderr.flush()
+            answer = terminal.line().strip().lower()
+            if answer.startswith("a") or answer.startswith("y"):
+                return {"decision": "approve"}
+            sys.stderr.write("reason: ")
+            sys.stderr.flush()
+            return {"decision": "reject", "reason": terminal.line().strip() or None}
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        return None

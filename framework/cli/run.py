@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import sys
-import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from framework.cli import terminal
 from framework.errors import Cancelled, Failure, UsageError
 from framework.runtime.events import (
     ArtifactOut,
@@ -213,8 +210,8 @@ def ask(pause: Pause) -> dict[str, Any] | None:
     if isinstance(pause, Question):
         err.write("your answer: ")
         err.flush()
-        line = sys.stdin.readline()
-        return {"decision": "answer", "text": line.rstrip("\n")} if line else None
+        typed = terminal.line()
+        return {"decision": "answer", "text": typed.rstrip("\n")} if typed else None
     full = isinstance(pause, ToolApproval)
     if isinstance(pause, ToolApproval) and pause.reason:
         err.write(f"  ({pause.reason})\n")
@@ -222,7 +219,7 @@ def ask(pause: Pause) -> dict[str, Any] | None:
     while True:
         err.write(f"{choices}? ")
         err.flush()
-        answer = sys.stdin.readline()
+        answer = terminal.line()
         if not answer:
             return None
         key = answer.strip().lower()[:1]
@@ -233,11 +230,11 @@ def ask(pause: Pause) -> dict[str, Any] | None:
         if key in ("r", "n"):
             err.write("reason (the agent sees it): ")
             err.flush()
-            return {"decision": "reject", "reason": sys.stdin.readline().strip() or None}
+            return {"decision": "reject", "reason": terminal.line().strip() or None}
         if key == "e" and isinstance(pause, ToolApproval):
             err.write(f"new arguments as JSON [{json.dumps(dict(pause.args))}]: ")
             err.flush()
-            text = sys.stdin.readline().strip()
+            text = terminal.line().strip()
             try:
                 args = json.loads(text) if text else dict(pause.args)
             except json.JSONDecodeError as exc:
@@ -246,23 +243,6 @@ def ask(pause: Pause) -> dict[str, Any] | None:
             if isinstance(args, dict):
                 return {"decision": "edit", "args": args}
             err.write("the arguments must be a JSON object; try again\n")
-
-
-@contextmanager
-def _ctrl_c_interrupts_reads() -> Iterator[None]:
-    """Make Ctrl-C raise ``KeyboardInterrupt`` in a blocking read of the terminal.
-
-    asyncio's own SIGINT handler only cancels the main task, which a read blocking the loop
-    never notices: the prompt would swallow Ctrl-C until Enter.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class CliTurn:
@@ -290,7 +270,7 @@ class CliTurn:
             return None
         self.view.stop_waiting()
         try:
-            with _ctrl_c_interrupts_reads():
+            with terminal.ctrl_c_interrupts_reads():
                 decision = ask(pauses[-1].pause)
         except KeyboardInterrupt:
             # Nothing was decided: the task stays input-required (recorded when the run paused).

@@ -6,6 +6,7 @@ import json
 import os
 import pty
 import select
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -174,3 +175,44 @@ def test_call_answers_input_required_at_a_terminal(servers: Servers, tmp_path: P
     assert b"writer wants to run append" in seen
     assert out.decode() == "written\n"
     assert (servers.ca.root / "writer.log").read_text() == "hello\n"
+
+
+def test_ctrl_c_at_the_call_prompt_leaves_the_task_waiting_and_says_how_to_answer(
+    servers: Servers, tmp_path: Path
+) -> None:
+    log = servers.ca.root / "writer.log"  # shared with the other tests of the module
+    before = log.read_text() if log.exists() else ""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*CA, "call", agent(servers, "writer"), "write it"],
+        cwd=tmp_path,
+        env={**os.environ, **SERVER_ENV},
+        stdin=slave,
+        stderr=slave,
+        stdout=subprocess.PIPE,
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"[a]pprove or [r]eject?" not in seen:
+            assert time.monotonic() < deadline, f"no prompt; saw {seen!r}"
+            if select.select([master], [], [], 0.5)[0]:
+                seen += os.read(master, 4096)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)  # at once: nothing typed, no Enter
+        while select.select([master], [], [], 0.2)[0]:
+            try:
+                seen += os.read(master, 4096)
+            except OSError:  # the terminal's other end closed with the process
+                break
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    terminal = seen.decode(errors="replace")
+    assert proc.returncode == 3, terminal
+    assert "Traceback" not in terminal
+    assert "is waiting for input; answer it with:" in terminal
+    assert (log.read_text() if log.exists() else "") == before  # the tool did not run
