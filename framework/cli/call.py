@@ -128,19 +128,27 @@ async def call(options: CallOptions) -> int:
 
 
 def _ask(pending: str) -> dict[str, Any] | None:
-    """The decision typed at the terminal; None without one, or when Ctrl-C answers (the task waits)."""
+    """The decision typed at the terminal; None without a terminal, or when Ctrl-C or the end of input
+    (Ctrl-D) answers: nothing is decided, the task waits."""
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         return None
     try:
         with terminal.ctrl_c_interrupts_reads():
-            sys.stderr.write(f"\n{pending}\n[a]pprove or [r]eject? ")
-            sys.stderr.flush()
-            answer = terminal.line().strip().lower()
-            if answer.startswith("a") or answer.startswith("y"):
-                return {"decision": "approve"}
-            sys.stderr.write("reason: ")
-            sys.stderr.flush()
-            return {"decision": "reject", "reason": terminal.line().strip() or None}
+            sys.stderr.write(f"\n{pending}\n")
+            while True:
+                sys.stderr.write("[a]pprove or [r]eject? ")
+                sys.stderr.flush()
+                answer = terminal.line()
+                if not answer:
+                    sys.stderr.write("\n")
+                    return None
+                key = answer.strip().lower()[:1]
+                if key in ("a", "y"):
+                    return {"decision": "approve"}
+                if key in ("r", "n"):
+                    sys.stderr.write("reason: ")
+                    sys.stderr.flush()
+                    return {"decision": "reject", "reason": terminal.line().strip() or None}
     except KeyboardInterrupt:
         sys.stderr.write("\n")
         return None

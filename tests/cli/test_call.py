@@ -177,9 +177,11 @@ def test_call_answers_input_required_at_a_terminal(servers: Servers, tmp_path: P
     assert (servers.ca.root / "writer.log").read_text() == "hello\n"
 
 
-def test_ctrl_c_at_the_call_prompt_leaves_the_task_waiting_and_says_how_to_answer(
-    servers: Servers, tmp_path: Path
+@pytest.mark.parametrize("key", ["ctrl-c", "ctrl-d"])
+def test_ctrl_c_or_d_at_the_call_prompt_leaves_the_task_waiting_and_says_how_to_answer(
+    servers: Servers, tmp_path: Path, key: str
 ) -> None:
+    """Neither decides anything (a Ctrl-D used to ask for a reason, then reject)."""
     log = servers.ca.root / "writer.log"  # shared with the other tests of the module
     before = log.read_text() if log.exists() else ""
     master, slave = pty.openpty()
@@ -199,8 +201,11 @@ def test_ctrl_c_at_the_call_prompt_leaves_the_task_waiting_and_says_how_to_answe
             assert time.monotonic() < deadline, f"no prompt; saw {seen!r}"
             if select.select([master], [], [], 0.5)[0]:
                 seen += os.read(master, 4096)
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=10)  # at once: nothing typed, no Enter
+        if key == "ctrl-c":
+            proc.send_signal(signal.SIGINT)
+        else:
+            os.write(master, b"\x04")  # the end of input, typed
+        proc.wait(timeout=10)  # at once: nothing else typed, no Enter
         while select.select([master], [], [], 0.2)[0]:
             try:
                 seen += os.read(master, 4096)
