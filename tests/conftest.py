@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -59,6 +60,20 @@ def free_ports(n: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def read_rest(master: int) -> bytes:
+    """What a pseudo-terminal's program still wrote to it, read until it goes quiet or closes."""
+    rest = b""
+    while select.select([master], [], [], 0.2)[0]:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the terminal's other end closed with the process
+            break
+        if not chunk:
+            break
+        rest += chunk
+    return rest
 
 
 def events(stdout: str) -> list[dict[str, Any]]:

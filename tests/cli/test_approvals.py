@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.conftest import CA, REPO, ProjectFactory, events, run_ca
+from tests.conftest import CA, REPO, ProjectFactory, events, read_rest, run_ca
 
 SIDE_EFFECT = '''
 from pathlib import Path
@@ -65,11 +65,7 @@ def _pause_then_signal(root: Path, sig: signal.Signals) -> tuple[int, str]:
         assert b"writer wants to run append" in seen
         proc.send_signal(sig)
         proc.wait(timeout=10)
-        while select.select([master], [], [], 0.2)[0]:
-            try:
-                seen += os.read(master, 4096)
-            except OSError:  # the terminal's other end closed with the process
-                break
+        seen += read_rest(master)
     finally:
         os.close(master)
         if proc.poll() is None:

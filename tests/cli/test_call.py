@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,16 @@ from a2a.types import StreamResponse, TaskState
 from google.protobuf.json_format import ParseDict
 
 from tests.a2a_peers import PLAIN_ECHO
-from tests.conftest import CA, SIDE_EFFECT, ProjectFactory, free_ports, run_ca, write_project, writer_agent
+from tests.conftest import (
+    CA,
+    SIDE_EFFECT,
+    ProjectFactory,
+    free_ports,
+    read_rest,
+    run_ca,
+    write_project,
+    writer_agent,
+)
 from tests.serving import SERVER_ENV, ServerProcess, launch_script, launch_serve
 
 pytestmark = pytest.mark.e2e
@@ -145,34 +155,50 @@ def test_call_stops_at_input_required_without_a_terminal_and_names_the_task(serv
     assert "is waiting for input" in as_json.stderr
 
 
-def test_call_answers_input_required_at_a_terminal(servers: Servers, tmp_path: Path) -> None:
+@dataclass
+class Terminal:
+    """`ca call` on a pseudo-terminal, at its approval prompt: its process, the terminal's keyboard
+    end and what it wrote there so far."""
+
+    proc: subprocess.Popen[bytes]
+    master: int
+    seen: bytes = b""
+
+
+@contextmanager
+def at_the_prompt(servers: Servers, cwd: Path) -> Iterator[Terminal]:
+    """`ca call` asking writer to write, on a terminal, once it shows its approval prompt."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         [*CA, "call", agent(servers, "writer"), "write it"],
-        cwd=tmp_path,
+        cwd=cwd,
         env={**os.environ, **SERVER_ENV},
         stdin=slave,
         stderr=slave,
         stdout=subprocess.PIPE,
     )
     os.close(slave)
-    seen = b""
+    terminal = Terminal(proc, master)
     try:
         deadline = time.monotonic() + 60
-        while b"[a]pprove or [r]eject?" not in seen:
-            assert time.monotonic() < deadline, f"no prompt; saw {seen!r}"
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if ready:
-                seen += os.read(master, 4096)
-        os.write(master, b"a\n")
-        out, _ = proc.communicate(timeout=60)
+        while b"[a]pprove or [r]eject?" not in terminal.seen:
+            assert time.monotonic() < deadline, f"no prompt; saw {terminal.seen!r}"
+            if select.select([master], [], [], 0.5)[0]:
+                terminal.seen += os.read(master, 4096)
+        yield terminal
     finally:
         os.close(master)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0, seen
-    assert b"writer wants to run append" in seen
+
+
+def test_call_answers_input_required_at_a_terminal(servers: Servers, tmp_path: Path) -> None:
+    with at_the_prompt(servers, tmp_path) as terminal:
+        os.write(terminal.master, b"a\n")
+        out, _ = terminal.proc.communicate(timeout=60)
+    assert terminal.proc.returncode == 0, terminal.seen
+    assert b"writer wants to run append" in terminal.seen
     assert out.decode() == "written\n"
     assert (servers.ca.root / "writer.log").read_text() == "hello\n"
 
@@ -184,40 +210,15 @@ def test_ctrl_c_or_d_at_the_call_prompt_leaves_the_task_waiting_and_says_how_to_
     """Neither decides anything (a Ctrl-D used to ask for a reason, then reject)."""
     log = servers.ca.root / "writer.log"  # shared with the other tests of the module
     before = log.read_text() if log.exists() else ""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        [*CA, "call", agent(servers, "writer"), "write it"],
-        cwd=tmp_path,
-        env={**os.environ, **SERVER_ENV},
-        stdin=slave,
-        stderr=slave,
-        stdout=subprocess.PIPE,
-    )
-    os.close(slave)
-    seen = b""
-    try:
-        deadline = time.monotonic() + 60
-        while b"[a]pprove or [r]eject?" not in seen:
-            assert time.monotonic() < deadline, f"no prompt; saw {seen!r}"
-            if select.select([master], [], [], 0.5)[0]:
-                seen += os.read(master, 4096)
+    with at_the_prompt(servers, tmp_path) as terminal:
         if key == "ctrl-c":
-            proc.send_signal(signal.SIGINT)
+            terminal.proc.send_signal(signal.SIGINT)
         else:
-            os.write(master, b"\x04")  # the end of input, typed
-        proc.wait(timeout=10)  # at once: nothing else typed, no Enter
-        while select.select([master], [], [], 0.2)[0]:
-            try:
-                seen += os.read(master, 4096)
-            except OSError:  # the terminal's other end closed with the process
-                break
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    terminal = seen.decode(errors="replace")
-    assert proc.returncode == 3, terminal
-    assert "Traceback" not in terminal
-    assert "is waiting for input; answer it with:" in terminal
+            os.write(terminal.master, b"\x04")  # the end of input, typed
+        terminal.proc.wait(timeout=10)  # at once: nothing else typed, no Enter
+        terminal.seen += read_rest(terminal.master)
+    shown = terminal.seen.decode(errors="replace")
+    assert terminal.proc.returncode == 3, shown
+    assert "Traceback" not in shown
+    assert "is waiting for input; answer it with:" in shown
     assert (log.read_text() if log.exists() else "") == before  # the tool did not run
