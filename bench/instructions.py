@@ -1,7 +1,7 @@
 """What one request costs `ca serve`, counted in instructions: the same on a quiet or a busy machine.
 
     python bench/instructions.py [--requests 150] [--concurrency 16] [--no-context | --conversations]
-                                 [--against CHECKOUT] [--echo]
+                                 [--against CHECKOUT] [--echo] [--floor]
 
 CPU time per request on this machine moves by ±10 % from one run of bench/serve.py to the next (the
 host's other guests), so a change worth 2 % needs many interleaved rounds to show there. valgrind's
@@ -22,7 +22,9 @@ checkout of this repository (e.g. ``git worktree add /tmp/base main``) under the
 the difference. ``--echo``: also count bench/serve.py's bare a2a-sdk echo with its in-memory task store
 under the same load, and print how many times its instructions ``ca serve`` executes (bench/serve.py's
 headline ratio, as a count that does not depend on the machine). Needs valgrind (Debian: ``apt-get
-install valgrind``).
+install valgrind``). ``--floor``: also count bench/serve.py's floor of the required stack (a2a-sdk
+serving LangGraph's prebuilt agent on an echo model, its checkpoints committed to SQLite; no ca code)
+under the same load, and print its ratio to ``ca serve`` (and to the echo, with ``--echo``).
 """
 
 from __future__ import annotations
@@ -60,16 +62,17 @@ def total_instructions(profile: Path) -> int:
     )
 
 
-def measure(checkout: Path | None, args: argparse.Namespace, work: Path) -> float:
-    """Millions of instructions per request of the ``ca serve`` of ``checkout``, or (None) of the bare echo."""
+def measure(checkout: Path | None, args: argparse.Namespace, work: Path, store: str = "memory") -> float:
+    """Millions of instructions per request of the ``ca serve`` of ``checkout``, or (None) of
+    bench/serve.py's bare server on ``store`` (``memory``: the echo; ``graph-sqlite:PATH``: the floor)."""
     project = Path(tempfile.mkdtemp(dir=work))
     write_project(project)
     port = free_port()
     profile = work / f"callgrind.{port}.out"
     command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={profile}"]
     if checkout is None:
-        command += [sys.executable, serve.__file__, "--bare-server", str(port), "--store-url", "memory"]
-        server = spawn("the bare a2a-sdk echo", command, REPO, port)
+        command += [sys.executable, serve.__file__, "--bare-server", str(port), "--store-url", store]
+        server = spawn(f"bench/serve.py's bare server ({store})", command, REPO, port)
     else:
         command += [sys.executable, "-m", "framework", "serve", "--port", str(port)]
         env = {**server_env(), "PYTHONPATH": str(checkout)}
@@ -102,6 +105,9 @@ def main() -> None:
     shapes.add_argument("--conversations", action="store_true", help="each client keeps one conversation")
     parser.add_argument("--against", type=Path, metavar="CHECKOUT", help="another checkout to compare with")
     parser.add_argument("--echo", action="store_true", help="also count the bare a2a-sdk echo (in memory)")
+    parser.add_argument(
+        "--floor", action="store_true", help="also count the required stack's floor (a2a-sdk + LangGraph agent)"
+    )
     args = parser.parse_args()
     if not (1 <= args.requests <= 10_000 and 1 <= args.concurrency <= 256):
         sys.exit("--requests must be 1..10000, --concurrency 1..256")
@@ -124,6 +130,12 @@ def main() -> None:
             echo = measure(None, args, Path(tmp))
             print(f"the bare a2a-sdk echo, in memory: {echo:.3f} M instructions per request")
             print(f"{REPO} executes {here / echo:.2f}× the echo's instructions per request")
+        if args.floor:
+            floor = measure(None, args, Path(tmp), f"graph-sqlite:{Path(tmp) / 'floor.db'}")
+            print(f"the required stack's floor, checkpoints in SQLite: {floor:.3f} M instructions per request")
+            print(f"{REPO} executes {here / floor:.2f}× the floor's instructions per request")
+            if args.echo:
+                print(f"the floor executes {floor / echo:.2f}× the echo's instructions per request")
     print(f"machine: load average {os.getloadavg()[0]:.2f} (does not change the counts)")
 
 

@@ -1,12 +1,18 @@
 """What running an agent costs: cold start to first token, and framework overhead per turn.
 
-    python bench/run.py [--runs 7] [--turns 200] [--telemetry [--rounds 3]]
+    python bench/run.py [--runs 7] [--turns 200] [--floor] [--telemetry [--rounds 3]]
 
 1. Cold `ca run` on the offline model, whole process: time from spawn to the first
    streamed text event on stdout (median of --runs).
 2. Turns per second of a compiled agent with a zero-latency scripted model, in one
    process, through the real Runner (event translation) and the SQLite conversation
    store: one turn = one user message answered, each in a new conversation.
+
+``--floor`` times, interleaved with each cold `ca run`, the required stack's floor: a process
+that imports LangGraph's prebuilt agent (langchain's ``create_agent``, as ca compiles one), builds
+it on a chat model that echoes with its checkpoints in SQLite (bench/serve.py's floor agent), and
+prints its first streamed token; no ca code: what the stack costs a process that uses it as its
+libraries ship it (ca defers parts of their imports: framework/deferred.py).
 
 ``--telemetry`` measures what tracing costs, on and off interleaved, exporting over OTLP/HTTP to
 a local sink in a process of its own (bench/otlp_sink.py):
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import socket
 import statistics
@@ -43,8 +50,10 @@ model:
 """
 
 
-def time_to_first_token(project: Path, extra: dict[str, str] | None = None) -> float:
+def time_to_first_token(project: Path, extra: dict[str, str] | None = None, *, floor: bool = False) -> float:
     command = [sys.executable, "-m", "framework", "run", "assistant", "hello there", "--json"]
+    if floor:
+        command = [sys.executable, __file__, "--floor-process", str(project / "floor.db")]
     env = {**os.environ, "PYTHONPATH": str(REPO), "CA_MODEL": "offline", **(extra or {})}
     start = time.perf_counter()
     with subprocess.Popen(command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
@@ -55,8 +64,19 @@ def time_to_first_token(project: Path, extra: dict[str, str] | None = None) -> f
                 first = time.perf_counter() - start
         proc.wait()
     if first is None or proc.returncode != 0:
-        sys.exit(f"ca run failed (exit {proc.returncode})")
+        sys.exit(f"{command[1]} failed (exit {proc.returncode})")
     return first
+
+
+async def floor_process(path: str) -> None:
+    """The floor's one turn: its first token on stdout as `ca run --json` prints one."""
+    from bench.serve import agent_graph
+
+    graph = agent_graph(f"graph-sqlite:{path}")
+    config = {"configurable": {"thread_id": os.urandom(8).hex()}}
+    async for chunk, _ in graph.astream({"messages": [("user", "hello there")]}, config, stream_mode="messages"):
+        if chunk.text:
+            print(json.dumps({"kind": "text", "text": chunk.text}), flush=True)
 
 
 async def turns_per_second(project: Path, turns: int) -> tuple[float, float]:
@@ -179,7 +199,12 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--telemetry", action="store_true", help="also measure tracing off against on (see above)")
     parser.add_argument("--rounds", type=int, default=3, help="with --telemetry: interleaved rounds off and on")
+    parser.add_argument("--floor", action="store_true", help="also time the required stack's floor (see above)")
+    parser.add_argument("--floor-process", metavar="DB", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.floor_process:
+        asyncio.run(floor_process(args.floor_process))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
         env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -188,10 +213,19 @@ def main() -> None:
         )
         (project / "agents" / "fast.yaml").write_text(AGENT)
         time_to_first_token(project)  # warm the OS file cache and .ca/ once
-        firsts = [time_to_first_token(project) for _ in range(args.runs)]
+        if args.floor:
+            time_to_first_token(project, floor=True)
+        firsts, floors = [], []
+        for _ in range(args.runs):
+            firsts.append(time_to_first_token(project))
+            if args.floor:
+                floors.append(time_to_first_token(project, floor=True))
         rate, per_turn = asyncio.run(turns_per_second(project, args.turns))
         print(f"cold `ca run` to first token (offline model, whole process, {args.runs} runs)")
         print(f"  median {statistics.median(firsts):.3f} s   min {min(firsts):.3f} s   max {max(firsts):.3f} s")
+        if floors:
+            print("the required stack's floor to first token (LangGraph's prebuilt agent on SQLite, no ca code)")
+            print(f"  median {statistics.median(floors):.3f} s   min {min(floors):.3f} s   max {max(floors):.3f} s")
         print(f"turns per second, zero-latency scripted model, one process ({args.turns} turns, SQLite store)")
         print(f"  {rate:.1f} turns/s   {per_turn:.2f} ms per turn")
         if args.telemetry:

@@ -1,6 +1,6 @@
 """What serving costs: `ca serve` against two bare a2a-sdk echo servers, under the same load.
 
-    python bench/serve.py [--requests 600] [--concurrency 16] [--rounds 3] [--warmup 50]
+    python bench/serve.py [--requests 600] [--concurrency 16] [--rounds 3] [--warmup 50] [--floor]
                           [--store sqlite|sqlite-sdk-default|postgresql://USER@HOST:PORT/DB] [--telemetry]
 
 Three servers, each in its own process on a free loopback port, on a2a-sdk 1.3.0's Starlette
@@ -12,6 +12,14 @@ routes and uvicorn, with the SDK's OpenTelemetry wrappers off
 * the bare echo with DatabaseTaskStore on SQLite (--store sqlite|sqlite-sdk-default): the SDK's
   own durable store, with ca serve's engine settings or SQLAlchemy's defaults;
 * `ca serve` with an offline echo agent: tasks, conversations, audit all durable in SQLite.
+
+``--floor`` adds, before `ca serve` in every round, the least a server on ca's required stack
+does: the bare echo's a2a-sdk server (InMemoryTaskStore) whose executor runs LangGraph's prebuilt
+agent (langchain's ``create_agent``, as ca compiles one) on a chat model that echoes, each
+request a new thread, its checkpoints in memory, then committed to SQLite once per run as ca
+commits them. No ca code, no task, audit or governance record: its ratio to the in-memory echo
+is the best any server that compiles its agents into LangGraph graphs and keeps its
+conversations can reach here.
 
 Rounds are interleaved (memory, durable, ca, then again), each server a fresh process per round
 and alone on the machine while it is loaded. Per server: --requests non-streaming SendMessage
@@ -120,9 +128,16 @@ def bare_server(port: int, store: str) -> None:
     )
     from starlette.applications import Starlette
 
+    graph = agent_graph(store) if store.startswith("graph-") else None
+
     class Echo(AgentExecutor):
         async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
             task_id, context_id = context.task_id or "", context.context_id or ""
+            reply = context.get_user_input()
+            if graph is not None:  # the floor: the reply is the graph's, its conversation kept by thread
+                config = {"configurable": {"thread_id": context_id}}
+                values = await graph.ainvoke({"messages": [("user", reply)]}, config, durability="exit")
+                reply = values["messages"][-1].text
             if context.current_task is None:
                 await event_queue.enqueue_event(
                     Task(
@@ -133,7 +148,7 @@ def bare_server(port: int, store: str) -> None:
                     )
                 )
             updater = TaskUpdater(event_queue, task_id, context_id)
-            await updater.add_artifact([new_text_part(context.get_user_input())], name="reply")
+            await updater.add_artifact([new_text_part(reply)], name="reply")
             await updater.complete()
 
         async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -151,7 +166,7 @@ def bare_server(port: int, store: str) -> None:
         skills=[AgentSkill(id="echo", name="Echo", description="Echoes the input", tags=["echo"])],
     )
     task_store: TaskStore
-    if store == "memory":
+    if store == "memory" or graph is not None:
         task_store = InMemoryTaskStore()
     elif store.startswith("sdk-default:"):
         from sqlalchemy.ext.asyncio import create_async_engine
@@ -183,6 +198,56 @@ def bare_server(port: int, store: str) -> None:
 
     app = Starlette(routes=routes, lifespan=lifespan)
     uvicorn.run(app, host=HOST, port=port, log_level="warning", lifespan="on")
+
+
+def agent_graph(store: str) -> Any:
+    """The floor's agent: LangGraph's prebuilt agent (langchain's ``create_agent``, as ca compiles
+    one) on a chat model that echoes, its checkpoints in memory (``graph-memory``) or committed to
+    the SQLite file of ``graph-sqlite:PATH`` once per run (``durability="exit"``, as ca runs it),
+    by the library's saver called on the event loop (as ca does; aiosqlite's thread hops cost more)."""
+    import sqlite3
+
+    from langchain.agents import create_agent
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    class EchoModel(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "echo"
+
+        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **_: Any) -> Any:
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content=messages[-1].text))])
+
+        async def _agenerate(
+            self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **_: Any
+        ) -> Any:
+            return self._generate(messages)
+
+    class OnLoop(SqliteSaver):
+        async def aget_tuple(self, config: Any) -> Any:
+            return self.get_tuple(config)
+
+        async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            return self.put(config, checkpoint, metadata, new_versions)
+
+        async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+            self.put_writes(config, writes, task_id, task_path)
+
+    saver: BaseCheckpointSaver[Any]
+    if store == "graph-memory":
+        saver = InMemorySaver()
+    else:
+        conn = sqlite3.connect(store.removeprefix("graph-sqlite:"), check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # as ca's stores: a SIGKILL loses nothing committed
+        saver = OnLoop(conn)
+        saver.setup()
+    return create_agent(EchoModel(), tools=[], checkpointer=saver)
 
 
 # -- processes -----------------------------------------------------------------------------
@@ -412,11 +477,14 @@ def report(name: str, rounds: list[Round]) -> None:
         print(f"    e.g. {problem}")
 
 
-def ratios(ca: list[Round], base: list[Round], name: str) -> None:
+def ratios(ca: list[Round], base: list[Round], name: str, who: str = "ca") -> None:
     """Per-round ratios (each round's servers ran back to back), as medians with min–max."""
     rate = [c.load.rate / b.load.rate for c, b in zip(ca, base, strict=True) if b.load.rate]
     cpu = [b.load.server_cpu / c.load.server_cpu for c, b in zip(ca, base, strict=True) if c.load.server_cpu]
-    print(f"  against {name}: throughput ca/base {spread(rate, '×', 2)}, CPU per request base/ca {spread(cpu, '×', 2)}")
+    print(
+        f"  against {name}: throughput {who}/base {spread(rate, '×', 2)},"
+        f" CPU per request base/{who} {spread(cpu, '×', 2)}"
+    )
 
 
 def compared(name: str, these: list[Round], base: list[Round]) -> None:
@@ -449,6 +517,16 @@ def overhead(what: str, traced: list[Round], plain: list[Round]) -> None:
     print(f"  throughput   on/off {spread(rate, '×', 2)}")
 
 
+def check_floor(path: Path, requests: int) -> None:
+    """That the durable floor ran its graph and committed each request's conversation: one thread each."""
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        (threads,) = conn.execute("SELECT count(DISTINCT thread_id) FROM checkpoints").fetchone()
+    if threads != requests:
+        sys.exit(f"the durable floor kept {threads} conversations in {path} for {requests} requests")
+
+
 def store_option(value: str) -> str:
     """``--store``: ``sqlite``, ``sqlite-sdk-default`` or a PostgreSQL URL."""
     if value in ("sqlite", "sqlite-sdk-default") or is_postgres(value):
@@ -458,6 +536,8 @@ def store_option(value: str) -> str:
 
 MEMORY = "bare a2a-sdk echo, InMemoryTaskStore"
 DURABLE = "bare a2a-sdk echo, DatabaseTaskStore on SQLite"
+FLOOR = "a2a-sdk + LangGraph agent (create_agent, echo model), checkpoints in memory"
+FLOOR_DURABLE = "a2a-sdk + LangGraph agent (create_agent, echo model), checkpoints committed to SQLite"
 CA = "ca serve, offline echo agent, SQLite (.ca/state.db)"
 TRACED = "ca serve, tracing on (ca's and a2a-sdk's spans), OTLP/HTTP to a local sink"
 OURS = f"ca serve, tracing on, ca's spans only ({OTEL_ENV}=false), OTLP/HTTP to a local sink"
@@ -474,7 +554,12 @@ def run_rounds(
     ttfe: list[float] = []
     for n in range(args.rounds):
         sqlite = f"sqlite+aiosqlite:///{tmp / f'bare{n}.db'}"
-        stores = {MEMORY: "memory", DURABLE: f"sdk-default:{sqlite}" if args.store == "sqlite-sdk-default" else sqlite}
+        stores = {
+            MEMORY: "memory",
+            DURABLE: f"sdk-default:{sqlite}" if args.store == "sqlite-sdk-default" else sqlite,
+            FLOOR: "graph-memory",
+            FLOOR_DURABLE: f"graph-sqlite:{tmp / f'floor{n}.db'}",
+        }
         # Interleaved, fresh processes (projects, databases) per round, one server (or pair) at a time.
         for index, name in enumerate(names):
             with ExitStack() as stack:
@@ -499,6 +584,8 @@ def run_rounds(
                     if name == PG_TWO and replica == 0:
                         wait_ready(server)  # the second starts once the first has set up the empty database
                 rounds[name].append(measure(servers, args.requests, args.concurrency, args.warmup, db))
+                if name == FLOOR_DURABLE:
+                    check_floor(Path(stores[name].removeprefix("graph-sqlite:")), args.requests + args.warmup)
                 if name == CA and n == args.rounds - 1:
                     ttfe = asyncio.run(time_to_first_event(servers[0].url + "/", args.ttfe_runs))
     return rounds, ttfe
@@ -519,6 +606,12 @@ def main() -> None:
         " ca serve with that store.url, one replica and two, each on a fresh database (named after DB) per round",
     )
     parser.add_argument("--ttfe-runs", type=int, default=20)
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also load the required stack's floor: a2a-sdk serving a LangGraph agent (create_agent on an echo"
+        " model), its checkpoints in memory, then committed to SQLite; no ca code, no task or audit records",
+    )
     parser.add_argument(
         "--telemetry",
         action="store_true",
@@ -547,7 +640,12 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start")
     honoured = "honoured by" if otel_honoured() else "NOT read by"
     print(f"{OTEL_ENV}=false for every server but the traced one: {honoured} a2a-sdk")
-    names = [MEMORY, DURABLE, CA] + ([TRACED, OURS] if args.telemetry else []) + ([PG_ONE, PG_TWO] if postgres else [])
+    floor = [FLOOR, FLOOR_DURABLE] if args.floor else []
+    names = (
+        [MEMORY, DURABLE, *floor, CA]
+        + ([TRACED, OURS] if args.telemetry else [])
+        + ([PG_ONE, PG_TWO] if postgres else [])
+    )
     sink = None
     if args.telemetry:
         from bench.otlp_sink import Sink
@@ -571,6 +669,11 @@ def main() -> None:
     print("ca serve")
     ratios(rounds[CA], rounds[MEMORY], "the in-memory echo (headline; goal >= 0.55×, CPU <= 2.4 ms/request)")
     ratios(rounds[CA], rounds[DURABLE], "the durable SQLite echo")
+    if args.floor:
+        ratios(rounds[CA], rounds[FLOOR_DURABLE], "the stack's durable floor")
+        print("the required stack's floor (no task, audit or governance records; no ca code)")
+        ratios(rounds[FLOOR], rounds[MEMORY], "the in-memory echo, checkpoints in memory", who="floor")
+        ratios(rounds[FLOOR_DURABLE], rounds[MEMORY], "the in-memory echo, checkpoints in SQLite", who="floor")
     if args.telemetry:
         overhead("ca's and a2a-sdk's spans", rounds[TRACED], rounds[CA])
         overhead("ca's spans only", rounds[OURS], rounds[CA])
