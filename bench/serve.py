@@ -108,8 +108,9 @@ STATS_WAIT = 10.0  # seconds PostgreSQL may take to publish the load's counts (a
 # -- the bare a2a-sdk server (run in its own process) --------------------------------------
 
 
-def bare_server(port: int, store: str) -> None:
-    """A minimal a2a-sdk echo agent on ``port``; ``store`` is a SQLAlchemy URL or ``memory``."""
+def bare_server(port: int, store: str, model_url: str | None = None) -> None:
+    """A minimal a2a-sdk echo agent on ``port``; ``store`` is a SQLAlchemy URL or ``memory``, or
+    ``graph-…`` for the floor's agent (:func:`agent_graph`, on the model at ``model_url`` if given)."""
     import uvicorn
     from a2a.helpers.proto_helpers import new_text_part
     from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -128,7 +129,7 @@ def bare_server(port: int, store: str) -> None:
     )
     from starlette.applications import Starlette
 
-    graph = agent_graph(store) if store.startswith("graph-") else None
+    graph = agent_graph(store, model_url) if store.startswith("graph-") else None
 
     class Echo(AgentExecutor):
         async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -200,11 +201,13 @@ def bare_server(port: int, store: str) -> None:
     uvicorn.run(app, host=HOST, port=port, log_level="warning", lifespan="on")
 
 
-def agent_graph(store: str) -> Any:
+def agent_graph(store: str, model_url: str | None = None) -> Any:
     """The floor's agent: LangGraph's prebuilt agent (langchain's ``create_agent``, as ca compiles
     one) on a chat model that echoes, its checkpoints in memory (``graph-memory``) or committed to
     the SQLite file of ``graph-sqlite:PATH`` once per run (``durability="exit"``, as ca runs it),
-    by the library's saver called on the event loop (as ca does; aiosqlite's thread hops cost more)."""
+    by the library's saver called on the event loop (as ca does; aiosqlite's thread hops cost more).
+    With ``model_url``, the model is langchain-openai's ``ChatOpenAI`` on that OpenAI-compatible
+    server (bench/slow_model.py's), as langchain-openai ships it."""
     import sqlite3
 
     from langchain.agents import create_agent
@@ -247,7 +250,12 @@ def agent_graph(store: str) -> Any:
         conn.execute("PRAGMA synchronous=NORMAL")  # as ca's stores: a SIGKILL loses nothing committed
         saver = OnLoop(conn)
         saver.setup()
-    return create_agent(EchoModel(), tools=[], checkpointer=saver)
+    model: BaseChatModel = EchoModel()
+    if model_url is not None:
+        from langchain_openai import ChatOpenAI
+
+        model = ChatOpenAI(model="slow", base_url=model_url, api_key="sk-bench", max_retries=0, timeout=60)
+    return create_agent(model, tools=[], checkpointer=saver)
 
 
 # -- processes -----------------------------------------------------------------------------
@@ -273,10 +281,10 @@ def traced_env(endpoint: str, *, sdk_spans: bool) -> dict[str, str]:
     }
 
 
-def spawn_bare(store: str) -> Server:
+def spawn_bare(store: str, model_url: str | None = None) -> Server:
     port = free_port()
     command = [sys.executable, str(Path(__file__).resolve()), "--bare-server", str(port), "--store-url", store]
-    return spawn("bare a2a-sdk", command, REPO, port)
+    return spawn("bare a2a-sdk", command + (["--model-url", model_url] if model_url else []), REPO, port)
 
 
 # -- load ----------------------------------------------------------------------------------
@@ -619,9 +627,10 @@ def main() -> None:
     )
     parser.add_argument("--bare-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--store-url", help=argparse.SUPPRESS)
+    parser.add_argument("--model-url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_server:
-        bare_server(args.bare_server, args.store_url)
+        bare_server(args.bare_server, args.store_url, args.model_url)
         return
     if not (
         1 <= args.requests <= 100_000

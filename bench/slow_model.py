@@ -1,6 +1,6 @@
 """Concurrency under a slow model: many tasks in flight at once, each waiting on its model.
 
-    python bench/slow_model.py [--tasks 1000] [--delay 2.0]
+    python bench/slow_model.py [--tasks 1000] [--delay 2.0] [--floor]
 
 `ca serve` runs one agent whose model is a local OpenAI-compatible server (this file run
 with ``--fake-provider``) that answers every chat completion after --delay seconds, through
@@ -11,6 +11,10 @@ delay plus our own CPU: the goal is <= 5 s for 1000 tasks at a 2-s delay. Printe
 time, failures, p50/p99, the peak number of model requests in flight at the provider, the
 server's RSS per in-flight task (peak RSS during the load minus RSS before it, divided by
 --tasks) and its CPU time per task (the server process and its children).
+
+``--floor`` loads, after `ca serve` in each mode, bench/serve.py's floor of the required stack on
+the same provider: a2a-sdk serving LangGraph's prebuilt agent on langchain-openai's ``ChatOpenAI``
+as it ships, its checkpoints committed to SQLite; no ca code, no task or audit record.
 """
 
 from __future__ import annotations
@@ -28,7 +32,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from serve import HEADERS, REQUEST_TIMEOUT, free_port, rss_kib, send_body, spawn, stop, tree_cpu_seconds, wait_ready
+from serve import (
+    HEADERS,
+    REQUEST_TIMEOUT,
+    free_port,
+    rss_kib,
+    send_body,
+    spawn,
+    spawn_bare,
+    stop,
+    tree_cpu_seconds,
+    wait_ready,
+)
 
 REPLY = "slow and steady"
 
@@ -173,14 +188,19 @@ async def load(url: str, tasks: int, streaming: bool, pid: int) -> dict[str, Any
     }
 
 
-def run_mode(root: Path, provider_port: int, tasks: int, delay: float, streaming: bool) -> None:
-    """One mode's load on a new `ca serve` of a new project; its figures printed."""
+def run_mode(root: Path, provider_port: int, tasks: int, delay: float, streaming: bool, *, floor: bool = False) -> None:
+    """One mode's load on a new `ca serve` of a new project (or a new floor server); its figures printed."""
     import httpx
 
-    project(root, f"http://127.0.0.1:{provider_port}/v1")
-    port = free_port()
-    os.environ["FAKE_PROVIDER_KEY"] = "sk-bench"
-    server = spawn("ca serve", [sys.executable, "-m", "framework", "serve", "--port", str(port)], root, port)
+    provider_url = f"http://127.0.0.1:{provider_port}/v1"
+    if floor:
+        root.mkdir(parents=True)
+        server = spawn_bare(f"graph-sqlite:{root / 'floor.db'}", provider_url)
+    else:
+        project(root, provider_url)
+        port = free_port()
+        os.environ["FAKE_PROVIDER_KEY"] = "sk-bench"
+        server = spawn("ca serve", [sys.executable, "-m", "framework", "serve", "--port", str(port)], root, port)
     try:
         wait_ready(server)
         url = server.url + "/"
@@ -196,7 +216,8 @@ def run_mode(root: Path, provider_port: int, tasks: int, delay: float, streaming
     verdict = ""
     if tasks == 1000 and delay == 2.0:
         verdict = " (" + ("meets" if figures["wall"] <= 5.0 else "ABOVE") + " the goal of <= 5 s)"
-    print(f"{tasks} concurrent {mode}, model delay {delay:g} s, a fresh server")
+    who = "the stack's floor (a2a-sdk + LangGraph agent on ChatOpenAI, no ca code)" if floor else "ca serve"
+    print(f"{tasks} concurrent {mode}, model delay {delay:g} s, a fresh server: {who}")
     print(
         f"  wall {figures['wall']:.2f} s{verdict}   p50 {figures['p50']:.2f} s"
         f"   p99 {figures['p99']:.2f} s   failures {len(figures['failures'])}/{tasks}"
@@ -214,6 +235,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--delay", type=float, default=2.0)
+    parser.add_argument("--floor", action="store_true", help="also load the required stack's floor (see above)")
     parser.add_argument("--fake-provider", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fake_provider:
@@ -242,8 +264,9 @@ def main() -> None:
                     sys.exit("the fake provider did not start")
                 time.sleep(0.05)
         for streaming in (False, True):  # each mode on a fresh server: its memory is not the last mode's
-            with tempfile.TemporaryDirectory() as tmp:
-                run_mode(Path(tmp) / "project", provider_port, args.tasks, args.delay, streaming)
+            for floor in (False, True) if args.floor else (False,):
+                with tempfile.TemporaryDirectory() as tmp:
+                    run_mode(Path(tmp) / "project", provider_port, args.tasks, args.delay, streaming, floor=floor)
     finally:
         stop(provider)
     print(f"machine: load average {os.getloadavg()[0]:.2f} at the end")
