@@ -82,28 +82,3 @@ def test_an_unreachable_postgresql_server_is_one_line_with_its_password_hidden()
     assert result.stderr.startswith("--store postgresql://bench:***@127.0.0.1:1/bench: OperationalError: ")
     assert result.stderr.count("\n") == 1
     assert "secret" not in result.stderr
-
-
-FLOOR = (
-    "a2a-sdk + LangGraph agent (create_agent, echo model), checkpoints in memory",
-    "a2a-sdk + LangGraph agent (create_agent, echo model), checkpoints committed to SQLite",
-)
-
-
-@pytest.mark.e2e
-def test_the_floor_runs_the_required_stack_beside_ca_serve_and_prints_each_ratio() -> None:
-    options = ["--requests", "8", "--concurrency", "2", "--rounds", "1", "--warmup", "2", "--ttfe-runs", "1"]
-    result = subprocess.run(
-        [*BENCH, *options, "--floor"], cwd=REPO, capture_output=True, text=True, timeout=100, check=False
-    )
-    assert result.returncode == 0, result.stdout + result.stderr  # the durable floor kept 10 conversations
-    blocks = _blocks(result.stdout)
-    for row in (*FLOOR, ROWS[0]):
-        assert "failures     0/8" in blocks[row], (row, result.stdout)
-    assert any(line.startswith("against the stack's durable floor: throughput ca/base") for line in blocks["ca serve"])
-    floor = blocks["the required stack's floor (no task, audit or governance records; no ca code)"]
-    assert [line.split(":")[0] for line in floor] == [
-        "against the in-memory echo, checkpoints in memory",
-        "against the in-memory echo, checkpoints in SQLite",
-    ]
-    assert all("throughput floor/base" in line for line in floor), floor
