@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from tests.bench_output import CA_ROW, blocks
 from tests.conftest import REPO
-from tests.test_bench_serve import ROWS, _blocks
 
 FLOOR = (
     "a2a-sdk + LangGraph agent (create_agent, echo model), checkpoints in memory",
@@ -39,11 +39,11 @@ def test_the_floor_runs_the_required_stack_beside_ca_serve_and_prints_each_ratio
     out = _bench(
         "serve.py", "--requests", "8", "--concurrency", "2", "--rounds", "1", "--warmup", "2", "--ttfe-runs", "1"
     )
-    blocks = _blocks(out)  # it succeeded: the durable floor kept 10 conversations, one per request
-    for row in (*FLOOR, ROWS[0]):
-        assert "failures     0/8" in blocks[row], (row, out)
-    assert any(line.startswith("against the stack's durable floor: throughput ca/base") for line in blocks["ca serve"])
-    floor = blocks["the required stack's floor (no task, audit or governance records; no ca code)"]
+    found = blocks(out)  # it succeeded: the durable floor kept 10 conversations, one per request
+    for row in (*FLOOR, CA_ROW):
+        assert "failures     0/8" in found[row], (row, out)
+    assert any(line.startswith("against the stack's durable floor: throughput ca/base") for line in found["ca serve"])
+    floor = found["the required stack's floor (no task, audit or governance records; no ca code)"]
     assert [line.split(":")[0] for line in floor] == [
         "against the in-memory echo, checkpoints in memory",
         "against the in-memory echo, checkpoints in SQLite",

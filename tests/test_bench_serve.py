@@ -9,27 +9,16 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.bench_output import CA_ROW, blocks
 from tests.conftest import REPO
 from tests.postgres_db import SERVER_URL, fresh_database
 
 BENCH = [sys.executable, "bench/serve.py"]
 ROWS = (
-    "ca serve, offline echo agent, SQLite (.ca/state.db)",
+    CA_ROW,
     "ca serve, PostgreSQL store.url, 1 replica",
     "ca serve, PostgreSQL store.url, 2 replicas (two folders, one database), requests round-robin",
 )
-
-
-def _blocks(out: str) -> dict[str, list[str]]:
-    """The report's rows: each unindented line with the indented lines below it."""
-    blocks: dict[str, list[str]] = {}
-    current: list[str] = []
-    for line in out.splitlines():
-        if line.startswith(" "):
-            current.append(line.strip())
-        else:
-            current = blocks.setdefault(line, [])
-    return blocks
 
 
 def _databases(prefix: str) -> list[str]:
@@ -49,15 +38,15 @@ def test_a_postgresql_store_adds_one_and_two_replicas_next_to_sqlite_and_drops_i
             [*BENCH, *options, "--store", url], cwd=REPO, capture_output=True, text=True, timeout=100, check=False
         )
         assert result.returncode == 0, result.stdout + result.stderr
-        blocks = _blocks(result.stdout)
+        found = blocks(result.stdout)
         for row in ROWS:
-            assert "failures     0/8" in blocks[row], (row, result.stdout)
-            assert any(line.startswith("throughput") and "req/s" in line for line in blocks[row]), result.stdout
+            assert "failures     0/8" in found[row], (row, result.stdout)
+            assert any(line.startswith("throughput") and "req/s" in line for line in found[row]), result.stdout
         for row in ROWS[1:]:
-            lines = [line for line in blocks[row] if line.startswith("PostgreSQL")]
+            lines = [line for line in found[row] if line.startswith("PostgreSQL")]
             assert any(line.endswith("CPU/request in its backends for this database") for line in lines), result.stdout
             assert any("transactions/request" in line for line in lines), result.stdout
-        ratios = blocks[f"ca serve on PostgreSQL ({url}, a fresh database each), per round"]
+        ratios = found[f"ca serve on PostgreSQL ({url}, a fresh database each), per round"]
         assert [line for line in ratios if "/" in line and "×" not in line] == [
             "1 replica / SQLite",
             "2 replicas / SQLite",
