@@ -101,6 +101,13 @@ def _database_is_not_one(root: Path) -> tuple[list[str], str]:
     ], f"error: {root / '.ca' / 'tasks.db'} is not a usable database (file is not a database)"
 
 
+def _task_rows_database_is_not_one(root: Path) -> tuple[list[str], str]:
+    write_project(root, ECHO)
+    (root / ".ca").mkdir()
+    (root / ".ca" / "state.db").write_bytes(b"garbage, not SQLite" * 100)
+    return ["serve", "--port", str(free_port())], f"error: {root / '.ca' / 'state.db'} is not a usable database"
+
+
 def _postgres_unreachable(root: Path) -> tuple[list[str], str]:
     write_project(root, {**ECHO, "ca.yaml": "store:\n  url: postgresql://127.0.0.1:1/x\n"})
     return ["serve", "--port", str(free_port())], "error: cannot use the store postgresql://127.0.0.1:1/x ("
@@ -116,6 +123,7 @@ MISTAKES = [
     _schema_out_a_file,
     _state_folder_is_a_file,
     _database_is_not_one,
+    _task_rows_database_is_not_one,
     _postgres_unreachable,
     _port_in_use,
 ]
@@ -137,3 +145,16 @@ def test_a_user_mistake_is_one_line_and_exit_2(
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(expected.replace("{busy}", port)), result.stderr
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+@pytest.mark.e2e
+def test_a_task_rows_file_that_is_not_a_database_is_one_line_over_a2a_stdio_too(tmp_path: Path) -> None:
+    write_project(tmp_path, ECHO)
+    (tmp_path / ".ca").mkdir()
+    (tmp_path / ".ca" / "state.db").write_bytes(b"garbage, not SQLite" * 100)
+    message = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    request = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}})
+    result = run_ca("run", "--stdio", "--protocol", "a2a", cwd=tmp_path, stdin=request + "\n", timeout=90)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: {tmp_path / '.ca' / 'state.db'} is not a usable database"), result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -68,7 +69,7 @@ from framework.runtime.metrics import CONTENT_TYPE, Metrics
 from framework.runtime.runtime import Runtime
 from framework.runtime.store_locks import in_wal
 from framework.runtime.store_url import libpq_url
-from framework.runtime.stores import state_dir
+from framework.runtime.stores import opening, state_dir
 from framework.runtime.task_record import FINAL_STATES
 from framework.runtime.task_record import Task as Record
 from framework.runtime.tasks import TaskStore
@@ -225,6 +226,10 @@ def task_store(runtime: Runtime, resumed: Collection[str] = ()) -> WriteBehindTa
     lock_timeout = runtime.bundle.project.config.store.lock_timeout
     engine = create_async_engine(url, connect_args={"timeout": lock_timeout}, pool_size=1, max_overflow=0)
     path = Path(url.split(":///", 1)[1])
+    # A file that is not a database says so here, in one line, as the other files of .ca/ do: the
+    # engine would meet it inside the server's start, in a traceback.
+    with opening(path), closing(sqlite3.connect(path)) as probe:
+        probe.execute("PRAGMA schema_version")
     event.listen(engine.sync_engine, "connect", lambda connection, _record: _wal(connection, path, lock_timeout))
     store = SqliteTaskStore(engine, path, lock_timeout=lock_timeout)
     follower = TaskFollower(poll=LOCAL_POLL_S)  # subscribers here follow runs without an SDK run here
