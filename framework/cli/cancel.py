@@ -21,7 +21,6 @@ async def cancel_command(project_dir: Path, task_id: str, wait: float = STOP_WAI
     process is stopped by that process (this waits up to ``wait`` seconds for it)."""
     from framework.runtime.audit import AuditLog
     from framework.runtime.audit_chain import chain_key
-    from framework.runtime.governance.secrets import KNOWN
     from framework.runtime.tasks import TaskStore
     from framework.spec import load_project
 
@@ -30,7 +29,7 @@ async def cancel_command(project_dir: Path, task_id: str, wait: float = STOP_WAI
     lock_timeout = project.config.store.lock_timeout
     tasks = TaskStore.open(project.root, url=project.config.store.url, lock_timeout=lock_timeout)
     try:
-        with AuditLog.of_project(project, secrets=KNOWN.values, key=key, lock_timeout=lock_timeout) as audit:
+        with AuditLog.of_project(project, key=key, lock_timeout=lock_timeout) as audit:
             return await cancel_task(tasks, audit, task_id, by=f"cli:{getpass.getuser()}", source="cli", wait=wait)
     finally:
         tasks.close()

@@ -173,6 +173,8 @@ class Bundle:
     middleware: MiddlewareFactory | None = field(default=None, repr=False)
     access: AccessFactory | None = field(default=None, repr=False)
     """The capability rules for each llm agent's builtin tools (the runtime's governance provides them)."""
+    mask: Callable[[str], str] = field(default=str, repr=False)
+    """Masks known secrets out of what a builtin tool cuts short (the runtime provides it)."""
     remote: RemoteCaller | None = field(default=None, repr=False)
     call_hooks: CallHooks | None = field(default=None, repr=False)
     directory: tuple[RemoteAgent, ...] = ()
@@ -297,6 +299,7 @@ class Bundle:
             capabilities=capabilities,
             access=self.access(capabilities) if self.access else None,
             sources=self.project.tool_files,
+            mask=self.mask,
         )
         if isinstance(spec, LlmAgent):
             config = spec.model or self.project.config.defaults.model
@@ -499,6 +502,7 @@ def build_bundle(
     *,
     middleware: MiddlewareFactory | None = None,
     access: AccessFactory | None = None,
+    mask: Callable[[str], str] = str,
     remote: RemoteCaller | None = None,
     call_hooks: CallHooks | None = None,
     directory: Sequence[RemoteAgent] = (),
@@ -522,6 +526,7 @@ def build_bundle(
         base_url=base_url,
         middleware=middleware,
         access=access,
+        mask=mask,
         remote=remote,
         call_hooks=call_hooks,
         directory=tuple(directory),

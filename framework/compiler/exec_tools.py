@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from langchain_core.tools import ToolException
 
-from framework.compiler.tool_context import ToolContext, failure_line
+from framework.compiler.tool_context import OVERHANG, ToolContext, failure_line, head
 from framework.spec.capabilities import SHELL_BASE_ENV, ShellCapabilities
 from framework.spec.common import shown
 
@@ -102,16 +102,18 @@ async def run_command(ctx: ToolContext, command: str) -> str:
     except OSError as exc:
         raise ToolException(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
     try:
-        output, total, code = await asyncio.wait_for(_drain(proc, limits.max_output_bytes), limits.timeout)
+        output, total, code = await asyncio.wait_for(_drain(proc, limits.max_output_bytes + OVERHANG), limits.timeout)
     except TimeoutError as exc:
         raise ToolException(f"command timed out after {limits.timeout:g} s and was killed: {command}") from exc
     finally:
         if proc.returncode is None:
             _kill(proc)
             await proc.wait()
-    lines = [output.decode("utf-8", errors="replace").rstrip("\n")] if output else []
-    if total > len(output):
-        lines.append(f"[output truncated: showing the first {len(output)} of {total} bytes]")
+    limit = limits.max_output_bytes
+    text = head(ctx, output, limit, lambda part: part.decode("utf-8", errors="replace"))
+    lines = [text.rstrip("\n")] if output else []
+    if total > limit:
+        lines.append(f"[output truncated: showing the first {limit} of {total} bytes]")
     lines.append(f"exit code {code}")
     return "\n".join(lines)
 
@@ -173,20 +175,21 @@ def _http_failure(url: str, exc: httpx.HTTPError) -> ToolException:
     return ToolException(f"GET {url} failed: {failure_line(exc)}")
 
 
-def _http_result(url: httpx.URL, response: httpx.Response, body: bytes) -> str:
+def _http_result(ctx: ToolContext, url: httpx.URL, response: httpx.Response, body: bytes) -> str:
     truncated = len(body) > HTTP_BODY_LIMIT
-    body = body[:HTTP_BODY_LIMIT]
+    charset = response.charset_encoding or "utf-8"
     try:
-        text = body.decode(response.charset_encoding or "utf-8", errors="replace")
+        b"".decode(charset)
     except LookupError:  # an unknown charset name in Content-Type
-        text = body.decode("utf-8", errors="replace")
-    head = [f"{response.http_version} {response.status_code} {response.reason_phrase}".rstrip()]
+        charset = "utf-8"
+    text = head(ctx, body, HTTP_BODY_LIMIT, lambda part: part.decode(charset, errors="replace"))
+    lines = [f"{response.http_version} {response.status_code} {response.reason_phrase}".rstrip()]
     if response.url != url:
-        head.append(f"final URL: {response.url}")
+        lines.append(f"final URL: {response.url}")
     if content_type := response.headers.get("content-type"):
-        head.append(f"content-type: {content_type}")
+        lines.append(f"content-type: {content_type}")
     note = f"\n[body truncated: showing the first {HTTP_BODY_LIMIT} bytes]" if truncated else ""
-    return "\n".join(head) + "\n\n" + text + note
+    return "\n".join(lines) + "\n\n" + text + note
 
 
 # Redirects are followed here, not by httpx, so that each hop passes _admit before it is requested.
@@ -208,9 +211,9 @@ def http_get(ctx: ToolContext, url: str) -> str:
                         body = bytearray()
                         for chunk in response.iter_bytes():
                             body += chunk
-                            if len(body) > HTTP_BODY_LIMIT:
+                            if len(body) > HTTP_BODY_LIMIT + OVERHANG:
                                 break
-                        return _http_result(first, response, bytes(body))
+                        return _http_result(ctx, first, response, bytes(body))
                 target, hop = following, hop + 1
     except httpx.HTTPError as exc:
         raise _http_failure(url, exc) from exc
@@ -231,9 +234,9 @@ async def ahttp_get(ctx: ToolContext, url: str) -> str:
                         body = bytearray()
                         async for chunk in response.aiter_bytes():
                             body += chunk
-                            if len(body) > HTTP_BODY_LIMIT:
+                            if len(body) > HTTP_BODY_LIMIT + OVERHANG:
                                 break
-                        return _http_result(first, response, bytes(body))
+                        return _http_result(ctx, first, response, bytes(body))
                 target, hop = following, hop + 1
     except httpx.HTTPError as exc:
         raise _http_failure(url, exc) from exc

@@ -29,7 +29,7 @@ from langchain_core.tools import ToolException
 
 from framework.compiler.confine import confine, open_confined, scan_confined
 from framework.compiler.search_worker import Outcome
-from framework.compiler.tool_context import ToolContext
+from framework.compiler.tool_context import OVERHANG, ToolContext, head
 from framework.errors import PathChanged, PathRefused
 from framework.spec.common import shown
 
@@ -85,15 +85,15 @@ def read_file(ctx: ToolContext, path: str) -> str:
         fd = _open(ctx, rel, os.O_RDONLY | _NONBLOCK)
         with os.fdopen(_regular(fd, rel, "use fs.list to see its entries"), "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
-            data = fh.read(READ_LIMIT)
+            data = fh.read(READ_LIMIT + OVERHANG)
     except FileNotFoundError as exc:
         raise ToolException(f"no such file: {rel!r}") from exc
     except OSError as exc:
         raise ToolException(f"cannot read {rel!r}: {exc.strerror or exc}") from exc
-    text = data.decode("utf-8", errors="replace")
-    if size > READ_LIMIT:
-        text += f"\n[truncated: showing the first {READ_LIMIT} of {size} bytes]"
-    return text
+    if size <= READ_LIMIT:
+        return data.decode("utf-8", errors="replace")
+    text = head(ctx, data, READ_LIMIT, lambda part: part.decode("utf-8", errors="replace"))
+    return text + f"\n[truncated: showing the first {READ_LIMIT} of {size} bytes]"
 
 
 def _regular(fd: int, rel: str, folder_hint: str) -> int:

@@ -48,7 +48,7 @@ from framework.runtime.audit_chain import (
 )
 from framework.runtime.audit_groups import Row
 from framework.runtime.audit_store import AuditStore
-from framework.runtime.governance.secrets import SecretValues
+from framework.runtime.governance.secrets import KNOWN, SecretValues
 from framework.runtime.store_locks import LOCK_TIMEOUT_S
 from framework.runtime.store_url import is_postgres, psycopg_url
 from framework.runtime.stores import state_dir
@@ -68,6 +68,18 @@ HOLD_S = 0.05
 _log = logging.getLogger(__name__)
 _PLAIN = json.JSONEncoder(default=str)
 """What a record's data becomes before it is masked: what JSON cannot represent, as its ``str()``."""
+
+
+def _masked(masker: SecretValues, plain: str) -> Any:
+    """The record data of the JSON text ``plain``, its secrets masked: in the text, where they are in
+    their JSON-escaped form (data nested as deep as JSON takes it needs no walk); for a secret whose
+    mask breaks the JSON (one that spans a quote of it), by walking the data."""
+    if not masker.found_in(plain):
+        return json.loads(plain)
+    try:
+        return json.loads(masker.text(plain))
+    except ValueError:
+        return masker.value(json.loads(plain))
 
 
 @dataclass
@@ -135,7 +147,9 @@ class AuditLog:
         self._store = store
         # The key is masked like any secret: a record carrying it would hand it to whoever reads the log.
         self._secrets = {*secrets, key.secret.decode("utf-8")} if key else set(secrets)
-        self._masker = SecretValues(self._secrets)
+        self._known: frozenset[str] | None = None
+        """The process's secrets (KNOWN) that :attr:`_masker` masks: it is remade when they grow."""
+        self._masker = self._masking()
         self._key = key
         self.observers: list[Callable[[AuditRecord], None]] = []
         """Called with each record once it is stored (masked): the run's trace shows it as an event."""
@@ -150,10 +164,14 @@ class AuditLog:
         self._in_flight: list[_Batch] = []
         """Held records handed to the store, not settled yet."""
 
-    def add_secrets(self, secrets: Iterable[str]) -> None:
-        """Mask these values too from now on (a reload may bring new ``${VAR}`` secrets)."""
-        self._secrets = {*getattr(self, "_secrets", set()), *secrets}
-        self._masker = SecretValues(self._secrets)
+    def _masking(self) -> SecretValues:
+        """What masks the records: this log's own secrets and every secret the process knows now —
+        :data:`~framework.runtime.governance.secrets.KNOWN` grows while the log is open (a reload's
+        new ``${VAR}`` secrets, the headers an editor gives an MCP server over ACP)."""
+        known = KNOWN.values
+        if known is not self._known:
+            self._known, self._masker = known, SecretValues({*self._secrets, *known})
+        return self._masker
 
     @classmethod
     def open(
@@ -408,8 +426,9 @@ class AuditLog:
             raise TypeError(f"audit record fields must be text: {', '.join(wrong)}")
         if not self._extendable:  # one more read, before the first append only
             self.check_extendable()
-        mask = self._masker.text
-        body = self._masker.value(json.loads(_PLAIN.encode(data or {})))
+        masker = self._masking()
+        mask = masker.text
+        body = _masked(masker, _PLAIN.encode(data or {}))
         fields = {"kind": mask(kind), "source": source, "task_id": mask(task_id)}
         fields |= {"conversation_id": mask(conversation_id), "agent": mask(agent)}
         key = self._key

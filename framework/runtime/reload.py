@@ -22,7 +22,6 @@ from pathlib import Path
 from framework.compiler.bundle import Bundle
 from framework.compiler.precompile import compile_graphs
 from framework.errors import Diagnostic, RunError
-from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.heap import freeze_loaded
 from framework.runtime.restart import needs_restart, pinned
 from framework.runtime.runtime import Runtime
@@ -159,7 +158,6 @@ async def apply(runtime: Runtime) -> bool:
         runtime.diagnostics = errors
         _settle(runtime)
         return False
-    runtime.audit.add_secrets(KNOWN.values)  # compile_project added the new project's
     runtime.bundle = bundle
     runtime.diagnostics = []
     runtime.restart_needed = restart_needed

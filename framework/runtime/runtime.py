@@ -43,7 +43,7 @@ from framework.runtime.database import Database
 from framework.runtime.decisions import answers_of, check_decision, pending_of
 from framework.runtime.events import Paused, RunEvent, RunFinished, Usage
 from framework.runtime.fence import Fence
-from framework.runtime.governance.secrets import KNOWN
+from framework.runtime.masked_stream import MaskedStream
 from framework.runtime.metrics import Meter, Metrics
 from framework.runtime.remote import RemoteFactory
 from framework.runtime.resumes import why_not_resumed
@@ -479,22 +479,25 @@ class Runtime:
         await self.tasks.aset(task.id, state="working")
         await self._audit_task(task, "working", **(note or {}))
         pauses: list[Paused] = []
+        masked = MaskedStream()  # what any transport shows, stores or logs: never a secret, even split
         async for raw in events:
-            event = KNOWN.value(raw)  # what any transport shows, stores or logs: never a secret
-            if isinstance(event, Paused):
-                pauses.append(event)
-            if isinstance(event, RunFinished) and await self._taken_over(task, event):
-                # The task is another process's now: its record and audit are that run's to write.
-                yield dataclasses.replace(RunFinished.failed(Failure.of(_taken_over(task))), task_id=task.id)
-                return
-            if isinstance(event, RunFinished):
-                # A task resumed after a pause reports (and stores) its whole usage, not the last part
-                # (only its own run writes it: ``task`` was read, or made, just before the run began).
-                before = task.usage
-                total = event.usage + Usage(**{k: int(v) for k, v in before.items() if k in _USAGE_FIELDS})
-                event = dataclasses.replace(event, task_id=task.id, usage=total)
-                self.watch.finishing(task.id)  # a cancel request that comes now is too late: the end stands
-                await self._finish(task, event, pauses)
+            for event in masked.feed(raw):
+                if isinstance(event, Paused):
+                    pauses.append(event)
+                if isinstance(event, RunFinished) and await self._taken_over(task, event):
+                    # The task is another process's now: its record and audit are that run's to write.
+                    yield dataclasses.replace(RunFinished.failed(Failure.of(_taken_over(task))), task_id=task.id)
+                    return
+                if isinstance(event, RunFinished):
+                    # A task resumed after a pause reports (and stores) its whole usage, not the last
+                    # part (only its own run writes it: ``task`` was read, or made, just before the run).
+                    before = task.usage
+                    total = event.usage + Usage(**{k: int(v) for k, v in before.items() if k in _USAGE_FIELDS})
+                    event = dataclasses.replace(event, task_id=task.id, usage=total)
+                    self.watch.finishing(task.id)  # a cancel request that comes now is too late: the end stands
+                    await self._finish(task, event, pauses)
+                yield event
+        for event in masked.end():
             yield event
 
     async def _taken_over(self, task: Task, event: RunFinished) -> bool:

@@ -140,9 +140,13 @@ LoopSqliteSaver.aput_writes.__signature__ = inspect.signature(LoopSqliteSaver.ap
 
 
 def _rebuilt(item: Any, mask: Callable[[Any], Any]) -> Any:
-    """Checkpoint objects that are neither dataclasses nor models: a pending ``Send`` to the tools."""
+    """Checkpoint objects that are neither dataclasses nor models: a pending ``Send`` to the tools;
+    the error a step raised (a provider's, quoting the key it was given), which LangGraph's
+    serializer keeps as its ``repr``: kept as that text, masked."""
     if isinstance(item, Send):
         return Send(item.node, mask(item.arg))
+    if isinstance(item, BaseException):
+        return mask(repr(item))
     return item
 
 

@@ -86,7 +86,7 @@ async def wire(
     KNOWN.add(project_secrets(project, {**dotenv, **os.environ}, dotenv))
     if key is not None:
         KNOWN.add([key.secret.decode("utf-8")])
-    audit = AuditLog.of_project(project, secrets=KNOWN.values, key=key, lock_timeout=lock_timeout)
+    audit = AuditLog.of_project(project, key=key, lock_timeout=lock_timeout)
     stack.callback(audit.close)
     audit.check_extendable()
     audit.observers.append(logs.audited)  # at INFO: shown by --log-format json
@@ -146,6 +146,7 @@ async def wire(
             checkpointer=saver,
             middleware=governance_middleware if governed else None,
             access=CapabilityAccess if governed else None,
+            mask=KNOWN.text,
             remote=call_remote,
             call_hooks=hooks,
             directory=found.agents,

@@ -18,7 +18,7 @@ from framework.spec.source import Loc, diag, read_text
 
 _REF = re.compile(r"\$\$\{|\$\{([^}]*)\}?")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE", re.IGNORECASE)
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE", re.IGNORECASE)
 """A variable whose name matches this holds a secret: its value is masked wherever text leaves the process."""
 
 

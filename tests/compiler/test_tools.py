@@ -319,6 +319,25 @@ def test_shell_caps_the_output(root: Path) -> None:
     assert text == "a" * 100 + "\n[output truncated: showing the first 100 of 5000 bytes]\nexit code 0"
 
 
+def test_what_a_tool_cuts_short_is_masked_before_the_cut(root: Path) -> None:
+    """A secret running across the cut is masked whole, not shown in part (the runtime's masker); the
+    limit is then of what is shown."""
+    secret = "sk-cut-in-half-0123456789"
+    context = ToolContext(
+        root=root,
+        agent="tester",
+        capabilities=Capabilities.model_validate({"shell": {"max_output_bytes": 20}}),
+        mask=lambda text: text.replace(secret, "***"),
+    )
+    shown = ok(call(build_builtin("shell", context), command=f"echo 'the key: {secret} ends here'"))
+    assert shown == "the key: *** ends he\n[output truncated: showing the first 20 of 45 bytes]\nexit code 0"
+    (root / "big.txt").write_text("x" * (builtin_tools.READ_LIMIT - 5) + secret + "y" * 10)
+    read = ok(call(build_builtin("fs.read", context), path="big.txt"))
+    assert read.startswith("x" * 100) and "sk-cu" not in read
+    size = builtin_tools.READ_LIMIT + len(secret) + 5
+    assert read.endswith(f"x***yy\n[truncated: showing the first {builtin_tools.READ_LIMIT} of {size} bytes]")
+
+
 def test_shell_combines_stdout_and_stderr(root: Path) -> None:
     script = "import sys; print('out', flush=True); print('err', file=sys.stderr); sys.exit(3)"
     assert ok(call(builtin(root, "shell"), command=f'{sys.executable} -c "{script}"')) == "out\nerr\nexit code 3"

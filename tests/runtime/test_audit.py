@@ -27,6 +27,7 @@ from framework.runtime import store_locks
 from framework.runtime.audit import HOLD_S, AuditLog, AuditRecord, format_record
 from framework.runtime.audit_chain import ChainKey, VerifyResult, chain_key, record_hash
 from framework.runtime.audit_store import AuditStore
+from framework.runtime.governance.secrets import KNOWN
 from framework.runtime.restart import needs_restart
 from framework.spec.project import AuditConfig, ProjectConfig
 
@@ -979,6 +980,16 @@ def test_secrets_are_masked_before_storage(tmp_path: Path) -> None:
     assert SECRET.encode() not in stored
 
 
+def test_a_secret_the_process_learns_after_the_log_opened_is_masked_too(tmp_path: Path) -> None:
+    """An editor gives an MCP server's headers over ACP once the runtime (and its log) is open."""
+    later = "Bearer edtok-secret-5555-audit"
+    with AuditLog.open(tmp_path) as audit:
+        audit.append("decision", source="cli", task_id="t", data={"a": "before"})
+        KNOWN.add([later])
+        record = audit.append("tool.call", source="cli", task_id="t", data={"text": later, "token": later[7:]})
+    assert record.data == {"text": "***", "token": "***"}
+
+
 def test_the_longest_secret_is_masked_first_and_short_values_are_left_alone(tmp_path: Path) -> None:
     with AuditLog.open(tmp_path, secrets=["hunter22", "hunter22-extra", "no"]) as audit:
         record = audit.append("decision", source="cli", task_id="t", data={"a": "hunter22-extra hunter22 no"})
@@ -997,3 +1008,16 @@ def test_a_deeply_nested_record_verifies(log: AuditLog) -> None:
     log.append("tool.result", source="cli", task_id="t")
     result = log.verify()
     assert result.ok and result.checked == 2, result.problems
+
+
+def test_a_secret_deep_in_a_record_is_masked(tmp_path: Path) -> None:
+    args: dict[str, Any] = {}
+    inner = args
+    for _ in range(900):
+        inner["a"] = {}
+        inner = inner["a"]
+    inner["key"] = f'say "{SECRET}"'
+    with AuditLog.open(tmp_path, secrets=[SECRET]) as audit:
+        record = audit.append("tool.call", source="cli", task_id="t", data={"args": args})
+        assert audit.verify().ok
+    assert SECRET not in json.dumps(record.data) and 'say \\"***\\"' in json.dumps(record.data)

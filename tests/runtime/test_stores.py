@@ -113,6 +113,36 @@ def test_a_known_secret_never_reaches_the_store(tmp_path: Path, store_url: str |
     assert SECRET not in _everything_stored(tmp_path, store_url)
 
 
+def test_a_known_secret_a_failed_step_quotes_never_reaches_the_store(tmp_path: Path, store_url: str | None) -> None:
+    """A provider's error quoting the key it was sent is kept as the step's error write, masked."""
+
+    class AuthenticationError(Exception):
+        def __init__(self, message: str, *, response: object) -> None:  # as a provider SDK's: more than args
+            super().__init__(message)
+            self.response = response
+
+    def fail(state: MessagesState) -> dict[str, Any]:
+        raise AuthenticationError(f"Error code: 401 - Incorrect API key provided: {SECRET}", response=object())
+
+    async def main() -> None:
+        async with open_checkpointer(tmp_path, url=store_url) as saver:
+            builder = StateGraph(MessagesState)
+            builder.add_node("fail", fail)
+            builder.add_edge(START, "fail")
+            graph = builder.compile(checkpointer=saver)
+            with pytest.raises(AuthenticationError):
+                await graph.ainvoke({"messages": [HumanMessage("hi")]}, config("failed"), durability="exit")
+            state = await graph.aget_state(config("failed"))
+            assert [task.error for task in state.tasks] == [
+                "AuthenticationError('Error code: 401 - Incorrect API key provided: ***')"
+            ]
+
+    KNOWN.add([SECRET])
+    asyncio.run(main())
+    stored = _everything_stored(tmp_path, store_url)
+    assert SECRET not in stored
+
+
 def _everything_stored(root: Path, url: str | None) -> str:
     """Every byte of every conversation table, as text."""
     if url is None:

@@ -15,17 +15,26 @@ replaced first, in one pass, so a secret containing another is masked whole. Val
 than :data:`MIN_SECRET_CHARS` are left alone (masking ``"1"`` or ``"on"`` would mangle ordinary
 text while hiding nothing), and so are ambient values — secret-looking variables of the
 environment the project does not name — shorter than :data:`MIN_AMBIENT_CHARS`.
+
+A value is masked in each form it takes in text ca emits (:func:`forms`): as it is, without the
+scheme of an ``Authorization`` value (``Bearer TOKEN`` also masks ``TOKEN``, which is what leaks),
+escaped inside a JSON string or a Python ``repr`` (a tool's result holding it in a dict), and
+percent-encoded (in a URL). A model streams text in chunks that may split a secret anywhere:
+:meth:`SecretValues.held_back` says how much of a chunk's end to keep until the next one
+(:mod:`framework.runtime.masked_stream`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from pydantic import BaseModel
 
@@ -47,6 +56,21 @@ def _pattern(secrets: frozenset[str]) -> re.Pattern[str] | None:
     return re.compile("|".join(re.escape(v) for v in values))
 
 
+_SCHEME = re.compile(r"(?:bearer|basic|token|bot|apikey)\s+(\S+)", re.IGNORECASE)
+"""An ``Authorization`` value: the scheme, then the credential that is the secret."""
+
+
+def forms(value: str) -> set[str]:
+    """The forms ``value`` takes in text ca emits (see the module docstring)."""
+    found = {value}
+    if scheme := _SCHEME.fullmatch(value.strip()):
+        found.add(scheme.group(1))
+    for plain in list(found):
+        found |= {json.dumps(plain)[1:-1], json.dumps(plain, ensure_ascii=False)[1:-1], repr(plain)[1:-1]}
+        found.add(quote(plain, safe=""))
+    return found
+
+
 def mask(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every secret value of at least four characters replaced by ``***``."""
     pattern = _pattern(frozenset(secrets))
@@ -62,20 +86,40 @@ class SecretValues:
         self._lock = threading.Lock()
         self._values: frozenset[str] = frozenset()
         self._regex: re.Pattern[str] | None = None
+        self._starts: dict[str, tuple[str, ...]] = {}
+        """The values (every form) by their first character, for :meth:`held_back`."""
+        self._longest = 0
         self.add(values)
 
     def add(self, values: Iterable[str]) -> None:
-        """Mask these values too from now on."""
+        """Mask these values too from now on, in each of their :func:`forms`."""
         with self._lock:
-            grown = self._values | {v for v in values if len(v) >= MIN_SECRET_CHARS}
+            added = {form for v in values if len(v) >= MIN_SECRET_CHARS for form in forms(v)}
+            grown = self._values | {form for form in added if len(form) >= MIN_SECRET_CHARS}
             if grown != self._values:
+                starts: dict[str, list[str]] = {}
+                for form in grown:
+                    starts.setdefault(form[0], []).append(form)
+                self._starts = {first: tuple(found) for first, found in starts.items()}
+                self._longest = max(map(len, grown))
                 self._values = grown
                 self._regex = _pattern(grown)
 
     @property
     def values(self) -> frozenset[str]:
-        """The values masked now."""
+        """The values masked now (every form of each)."""
         return self._values
+
+    def held_back(self, text: str) -> int:
+        """How many characters at the end of ``text`` (masked already) may be the start of a secret
+        that the next chunk of a stream completes: the longest end of ``text`` that begins a known
+        value and is shorter than it. Those characters wait for that chunk."""
+        starts, window = self._starts, text[-(self._longest - 1) :] if self._longest > 1 else ""
+        for at, first in enumerate(window):
+            rest = window[at:]
+            if any(len(rest) < len(value) and value.startswith(rest) for value in starts.get(first, ())):
+                return len(rest)
+        return 0
 
     def __contains__(self, value: object) -> bool:
         return value in self._values

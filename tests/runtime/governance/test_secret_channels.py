@@ -3,7 +3,9 @@
 The secrets are a ``.env`` value interpolated into the agent, a ``.env`` value nobody
 interpolates, a provider key in the environment and a ``server.auth`` token. They come back
 out the ways a real run would bring them: the user pastes one, a file the agent reads holds
-one, a tool's error message quotes one.
+one, a tool's error message quotes one. One more ``.env`` value is several words, which the
+offline model streams a word at a time (as a model streams tokens): every client reads the text
+it was streamed joined, and a secret split over chunks counts as reached.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ INTERPOLATED = "tok-interp-93f1a7c2"
 DOTENV_ONLY = "pw-dotenv-5be0d411"
 PROVIDER = "sk-provider-0d9e8c7b6a5f4e3d"
 AUTH = "bearer-auth-77aa66bb55cc"
-SECRETS = (INTERPOLATED, DOTENV_ONLY, PROVIDER, AUTH)
+SPLIT = "correct horse battery staple"
+SECRETS = (INTERPOLATED, DOTENV_ONLY, PROVIDER, AUTH, SPLIT)
 ENV = {"OPENAI_API_KEY": PROVIDER, "CA_TEST_AUTH_TOKENS": AUTH}
 
 PROMPT = (
-    f"mine are {INTERPOLATED} and {DOTENV_ONLY} and {PROVIDER} and {AUTH}\n"
+    f"mine are {INTERPOLATED} and {DOTENV_ONLY} and {PROVIDER} and {AUTH} and {SPLIT}\n"
     '@tool fs.read {"path": "notes.txt"}\n'
     f'@tool fs.read {{"path": "{DOTENV_ONLY}.txt"}}'
 )
@@ -39,8 +42,8 @@ echoed in an A2A task's history, so a pasted secret would come back to the clien
 def _project(make_project: ProjectFactory) -> Path:
     return make_project(
         {
-            ".env": f"DEPLOY_TOKEN={INTERPOLATED}\nDB_PASSWORD={DOTENV_ONLY}\n",
-            "notes.txt": f"the deploy token is {INTERPOLATED}; the key is {PROVIDER}\n{DOTENV_ONLY} {AUTH}\n",
+            ".env": f"DEPLOY_TOKEN={INTERPOLATED}\nDB_PASSWORD={DOTENV_ONLY}\nDB_PASSPHRASE={SPLIT}\n",
+            "notes.txt": f"the deploy token is {INTERPOLATED}; the key is {PROVIDER}\n{DOTENV_ONLY} {AUTH} {SPLIT}\n",
             "agents/keeper.yaml": """
                 name: keeper
                 instructions: "Deploy with ${DEPLOY_TOKEN}."
@@ -54,8 +57,32 @@ def _project(make_project: ProjectFactory) -> Path:
 
 
 def _assert_nowhere(text: str, where: str) -> None:
+    streamed = "".join(_texts(text))
     for secret in SECRETS:
         assert secret not in text, f"{secret!r} reached {where}"
+        assert secret not in streamed, f"{secret!r} reached {where}, split over the chunks of a stream"
+
+
+def _texts(received: str) -> list[str]:
+    """Every ``text`` of every JSON message in ``received`` (lines, SSE ``data:`` lines), in order."""
+    found: list[str] = []
+
+    def walk(item: object) -> None:
+        if isinstance(item, dict):
+            for key, value in item.items():
+                found.append(value) if key == "text" and isinstance(value, str) else walk(value)
+        elif isinstance(item, list):
+            for value in item:
+                walk(value)
+
+    for line in received.splitlines():
+        body = line.removeprefix("data:").strip()
+        if body.startswith("{"):
+            try:
+                walk(json.loads(body))
+            except ValueError:
+                continue  # a line of a log, not a message
+    return found
 
 
 def _assert_not_stored(root: Path) -> None:
