@@ -304,6 +304,9 @@ def serve_command(
 ) -> None:
     """Serve every agent of the project over A2A (JSON-RPC and HTTP+JSON) until Ctrl-C or SIGTERM.
 
+    Either lets the running tasks finish for up to server.shutdown_timeout; a second Ctrl-C
+    cancels them at once. Exit codes: 0 after SIGTERM, 130 after Ctrl-C, 2 usage.
+
     Settings from the environment win over ca.yaml; a flag wins over both (docs/deploy.md):
 
     \b
@@ -320,7 +323,7 @@ def serve_command(
     """
     import asyncio
 
-    from framework.cli.serve import ServeOptions, event_loop, serve
+    from framework.cli.serve import INTERRUPTED, ServeOptions, event_loop, serve
 
     if log_format not in (None, "human", "json"):
         raise typer.BadParameter(f"{log_format!r} is not a log format: use human or json", param_hint="--log-format")
@@ -329,8 +332,8 @@ def serve_command(
     try:
         with asyncio.Runner(loop_factory=event_loop()) as runner:
             code = runner.run(serve(options))
-    except KeyboardInterrupt:
-        code = 0
+    except KeyboardInterrupt:  # Ctrl-C before the server took its signals over (or after it let them go)
+        code = INTERRUPTED
     raise typer.Exit(code)
 
 

@@ -8,15 +8,19 @@ import gc
 import ipaddress
 import logging
 import os
+import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import IO, TYPE_CHECKING
 
 import uvicorn
+from uvicorn.server import HANDLED_SIGNALS
 
 from framework.errors import UsageError
 from framework.runtime.heap import freeze_loaded, starting_up
@@ -94,22 +98,84 @@ def event_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
+INTERRUPTED = 130
+"""The exit code of a ``ca serve`` stopped by Ctrl-C (SIGINT), as of every ``ca`` command; SIGTERM's is 0."""
+
+STREAMS_GRACE = 1.0
+"""Seconds the streams still open once the runs have stopped get to end on their own before they are
+ended (a subscription to a task another replica runs never ends here)."""
+
+
 class Draining(uvicorn.Server):
     """uvicorn's server, stopping as ``ca serve`` must: on SIGTERM (or Ctrl-C) it stops accepting,
     lets the running tasks finish for up to ``server.shutdown_timeout``, cancels what is left
-    (``stop_runs``), and only then closes the connections and runs the lifespan's shutdown."""
+    (``stop_runs``), and only then closes the connections and runs the lifespan's shutdown.
 
-    def __init__(self, config: uvicorn.Config, stop_runs: Callable[[], Awaitable[None]]) -> None:
+    A second Ctrl-C cancels the runs at once (``stop_runs``'s ``now`` is set); the stop goes on as
+    above, the clients told their tasks' ends and the lifespan shut down, instead of uvicorn's
+    ``force_exit``, which skips both. The signals are not raised again once stopped, as uvicorn does:
+    ``ca serve`` closes its runtime and exits with :attr:`exit_code`.
+    """
+
+    def __init__(self, config: uvicorn.Config, stop_runs: Callable[[asyncio.Event], Awaitable[None]]) -> None:
         super().__init__(config)
         self.stop_runs = stop_runs
+        self.now = asyncio.Event()
+        """Set by a second Ctrl-C: cancel the runs now."""
+        self.signals: list[int] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # sse-starlette ends every SSE stream as soon as uvicorn gets the signal, each without its end:
+        # a streaming client of a run allowed to finish got a truncated body. The streams are ended here
+        # once the runs are stopped (``shutdown``).
+        from sse_starlette.sse import AppStatus
+
+        AppStatus.enable_automatic_graceful_drain = False  # what its (untyped) disable_automatic_graceful_drain does
+
+    @property
+    def exit_code(self) -> int:
+        """:data:`INTERRUPTED` after a Ctrl-C, 0 otherwise (SIGTERM: a graceful stop)."""
+        return INTERRUPTED if signal.SIGINT in self.signals else 0
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, without raising the signals again once stopped: raised again, SIGTERM killed the
+        process before its runtime was closed (exit -15), and SIGINT became a KeyboardInterrupt."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.signals.append(sig)
+        if self.should_exit and sig == signal.SIGINT and self._loop is not None:
+            self._loop.call_soon_threadsafe(self.now.set)  # a signal handler: not on the loop's turn
+        self.should_exit = True
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        from sse_starlette.sse import AppStatus
+
         for listening in self.servers:
             listening.close()
         for sock in sockets or []:
             sock.close()
-        await self.stop_runs()
-        await super().shutdown(sockets)
+        await self.stop_runs(self.now)
+        # The streams of the runs stopped end with their tasks' ends, written meanwhile; the others
+        # are ended before uvicorn's own wait runs out (it would cancel them: a traceback each).
+        ending = asyncio.get_running_loop().call_later(STREAMS_GRACE, setattr, AppStatus, "should_exit", True)
+        try:
+            await super().shutdown(sockets)
+        finally:
+            ending.cancel()
+            AppStatus.should_exit = False  # process-wide: a later server of this process streams again
 
 
 def listen_on(host: str, port: int) -> socket.socket:
@@ -220,7 +286,7 @@ async def serve(options: ServeOptions) -> int:
             lifespan="on",
             timeout_graceful_shutdown=5,
         )
-        uv = Draining(config, lambda: served.stop(runtime.bundle.project.config.server.shutdown_timeout, None))
+        uv = Draining(config, lambda now: served.stop(runtime.bundle.project.config.server.shutdown_timeout, None, now))
         task = asyncio.create_task(uv.serve(sockets=[listening]))
         watcher = None
         if options.reload:
@@ -244,4 +310,4 @@ async def serve(options: ServeOptions) -> int:
         if not uv.started:
             sys.stderr.write(f"error: could not start the server on {host}:{port}\n")
             return 1
-    return 0
+    return uv.exit_code

@@ -89,6 +89,11 @@ SHUT_DOWN = (
     "canceled, not resumed, because a tool may have run halfway: send the message again"
 )
 
+SHUT_DOWN_NOW = (
+    "the server shut down before this task finished (a second Ctrl-C stopped it without waiting); it was "
+    "canceled, not resumed, because a tool may have run halfway: send the message again"
+)
+
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 logger = logging.getLogger(__name__)
@@ -339,18 +344,26 @@ class Agents:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.current.app(scope, receive, send)
 
+    def running(self) -> list[asyncio.Task[Any]]:
+        """The runs in progress of every agent served."""
+        return [
+            run
+            for h in self.current.handlers.values()
+            if isinstance(e := h.agent_executor, CleverAgentExecutor)
+            for run in e.running()
+        ]
+
     async def stop(self, timeout: float, reason: str | None = None) -> None:
         """Let the runs in progress finish for up to ``timeout`` seconds, then cancel what is left
         (canceled with ``reason``, by default :data:`SHUT_DOWN`; tools stopped) and wait for those runs to end."""
-        executors = [h.agent_executor for h in self.current.handlers.values()]
-        mine = [e for e in executors if isinstance(e, CleverAgentExecutor)]
         deadline = time.monotonic() + timeout
-        while any(e.running() for e in mine) and time.monotonic() < deadline:
+        while self.running() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         reason = reason or SHUT_DOWN.format(timeout=timeout)
-        for executor in mine:
-            executor.stop(reason)
-        left = [run for e in mine for run in e.running()]
+        for handler in self.current.handlers.values():
+            if isinstance(executor := handler.agent_executor, CleverAgentExecutor):
+                executor.stop(reason)
+        left = self.running()
         if left:
             await asyncio.wait(left, timeout=STOP_GRACE)
 
@@ -360,9 +373,9 @@ class Server:
     """The ASGI app of ``ca serve`` and how to stop its runs (see :meth:`Agents.stop`)."""
 
     app: Starlette
-    stop: Callable[[float, str | None], Awaitable[None]]
-    """``stop(timeout, reason)``: let the runs finish for ``timeout`` s, then cancel them with
-    ``reason`` (None: :data:`SHUT_DOWN`)."""
+    stop: Callable[[float, str | None, asyncio.Event | None], Awaitable[None]]
+    """``stop(timeout, reason, now)``: let the runs finish for ``timeout`` s, or until ``now`` is set,
+    then cancel them with ``reason`` (None: :data:`SHUT_DOWN`, or :data:`SHUT_DOWN_NOW` once ``now`` is set)."""
 
 
 def build_app(runtime: Runtime) -> Starlette:
@@ -453,11 +466,21 @@ def build_server(runtime: Runtime) -> Server:
         lifespan=lifespan,
     )
 
-    async def stop(timeout: float, reason: str | None = None) -> None:
+    async def stop(timeout: float, reason: str | None = None, now: asyncio.Event | None = None) -> None:
         probes.drain()  # /readyz answers 503 from now on
         runtime.resumer = None  # an orphan found from now on is left to the next server
-        reason = reason or SHUT_DOWN.format(timeout=timeout)
-        await asyncio.gather(agents.stop(timeout, reason), resumer.stop(timeout, reason))
+        hurry = now or asyncio.Event()
+        waited = len(agents.running()) + len(resumer.runs)
+        if waited and timeout > 0 and not hurry.is_set():
+            logger.warning(
+                "stopping: waiting up to %gs for %d running task(s); Ctrl-C again cancels them now", timeout, waited
+            )
+        # Runs may still start meanwhile, on connections kept alive: all of them are waited for.
+        deadline = time.monotonic() + timeout
+        while (agents.running() or resumer.runs) and time.monotonic() < deadline and not hurry.is_set():
+            await asyncio.sleep(0.05)
+        reason = reason or (SHUT_DOWN_NOW if hurry.is_set() else SHUT_DOWN.format(timeout=timeout))
+        await asyncio.gather(agents.stop(0, reason), resumer.stop(0, reason))
 
     return Server(app, stop)
 

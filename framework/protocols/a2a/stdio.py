@@ -255,7 +255,7 @@ async def serve_stdio(runtime: Runtime, agent: str, stdin: BinaryIO, stdout: Tex
         except asyncio.CancelledError:
             # Ctrl-C or SIGTERM, reading or draining: the runs in progress end canceled (their tools
             # stopped) while the stores are open, and each request in flight gets its task's end.
-            await served.stop(0, STOPPED)
+            await served.stop(0, STOPPED, None)
             if in_flight:
                 await asyncio.wait(in_flight, timeout=STOP_GRACE)
             raise
