@@ -5,7 +5,8 @@ come from /proc: a server's process and its live descendants. For a PostgreSQL s
 measurement gets a database of its own (:func:`fresh_database`), and the CPU of the PostgreSQL
 backends serving it is read from /proc too when the server is on this machine.
 
-Nothing here imports ca: the bare a2a-sdk server of bench/serve.py imports this module as well.
+Nothing here imports ca but :func:`shown`, when it runs: the bare a2a-sdk server of bench/serve.py
+imports this module as well.
 """
 
 from __future__ import annotations
@@ -226,11 +227,11 @@ def backend_cpu_between(before: dict[int, float] | None, after: dict[int, float]
 
 
 def shown(url: str) -> str:
-    """``url`` with its password, if any, as ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+    """``url`` with its passwords (the user part's, ``?password=`` …) as ``***``: ca's own function,
+    imported only here, when a URL is printed (never by the bare server)."""
+    from framework.spec.urls import hidden
+
+    return hidden(url)
 
 
 def check_postgres(url: str) -> None:

@@ -71,3 +71,11 @@ def test_an_unreachable_postgresql_server_is_one_line_with_its_password_hidden()
     assert result.stderr.startswith("--store postgresql://bench:***@127.0.0.1:1/bench: OperationalError: ")
     assert result.stderr.count("\n") == 1
     assert "secret" not in result.stderr
+
+
+def test_a_password_in_the_query_of_an_unreachable_store_is_hidden_too() -> None:
+    url = "postgresql://bench@127.0.0.1:1/bench?sslmode=disable&password=secret"
+    result = subprocess.run([*BENCH, "--store", url], cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.startswith("--store postgresql://bench@127.0.0.1:1/bench?sslmode=disable&password=***: ")
+    assert "secret" not in result.stderr

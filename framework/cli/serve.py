@@ -208,7 +208,8 @@ async def check_store(url: str) -> None:
     from sqlalchemy.exc import SQLAlchemyError
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from framework.runtime.store_url import hidden, libpq_url
+    from framework.runtime.store_url import libpq_url
+    from framework.spec.urls import hidden
 
     where = hidden(libpq_url(url))
     try:

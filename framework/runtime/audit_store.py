@@ -44,6 +44,7 @@ from framework.errors import StoreError, UsageError
 from framework.runtime.audit_groups import Group, GroupCommits, Row
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, in_wal, no_wait, retried
 from framework.runtime.store_url import unreachable
+from framework.spec.urls import hidden
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine, Table
@@ -251,7 +252,7 @@ class AuditStore(GroupCommits):
             return
         engine = self._engine
         database = engine.url.database if engine.dialect.name == "sqlite" else None
-        self.where = database or engine.url.render_as_string(hide_password=True)
+        self.where = database or hidden(engine.url.render_as_string(hide_password=False))
         self._file = database
         try:
             with self._reported():

@@ -33,8 +33,9 @@ from typing import Any, Literal
 
 from framework.errors import StoreError, StoreUnreachable
 from framework.runtime.store_locks import LOCK_TIMEOUT_S, in_wal, is_busy, no_wait, retried, until_free
-from framework.runtime.store_url import hidden, is_postgres, libpq_url
+from framework.runtime.store_url import is_postgres, libpq_url
 from framework.runtime.stores import opening, state_dir
+from framework.spec.urls import hidden
 
 TASKS_DB = "tasks.db"
 PG_SCHEMA = "ca"

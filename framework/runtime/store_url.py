@@ -2,14 +2,15 @@
 
 ``store.url`` is written once (``postgresql://…`` or ``postgresql+asyncpg://…``); the
 conversations reach it through psycopg (a libpq URI), the audit through SQLAlchemy on psycopg,
-the A2A task rows through SQLAlchemy on asyncpg. No driver is imported here.
+the A2A task rows through SQLAlchemy on asyncpg. No driver is imported here. A message shows
+the URL through :func:`framework.spec.urls.hidden` (its passwords ``***``, in the user part and
+the query string); the drivers get it as written.
 """
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
 from framework.errors import StoreUnreachable
+from framework.spec.urls import hidden
 
 _POSTGRES = ("postgresql://", "postgresql+")
 
@@ -27,16 +28,6 @@ def libpq_url(url: str) -> str:
 def psycopg_url(url: str) -> str:
     """``postgresql+psycopg://…``: SQLAlchemy on psycopg (its plain ``postgresql://`` means psycopg2)."""
     return "postgresql+psycopg://" + url.split("://", 1)[1]
-
-
-def hidden(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
 def unreachable(url: str, exc: BaseException) -> StoreUnreachable:

@@ -5,6 +5,8 @@ ca.yaml, agents/**/*.yaml, profiles/*.yaml, skills/*.yaml, .env
     ──extends: (deep merge)──▶ LMap
     ──pydantic models──▶ specs
     ──cross-reference checks──▶ Project
+
+Every diagnostic is reported with the project's secret values masked (framework.spec.secret_values).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from framework.spec.interpolate import Interpolator, load_dotenv
 from framework.spec.profile import Profile
 from framework.spec.project import Project, ProjectConfig, sets_deployment
 from framework.spec.salvage import Salvaged, salvage
+from framework.spec.secret_values import masked, secret_values
 from framework.spec.skill import SkillFile
 from framework.spec.source import LList, LMap, Loc, SourceError, diag, parse, read_text
 from framework.spec.validation import validate
@@ -136,6 +139,8 @@ class _Loader:
         self.diagnostics = [d for d in self.diagnostics if (d.file, d.line, d.column) not in failed]
         self.diagnostics.extend(self.interpolate.diagnostics)
         diagnostics = self.with_source_lines(self.diagnostics)
+        if diagnostics:  # a message quotes the value it refuses, which may be a secret
+            diagnostics = masked(diagnostics, secret_values(project, self.interpolate.variables, dotenv))
         errors = [d for d in diagnostics if d.severity == "error"]
         if errors:
             raise SpecError(diagnostics)

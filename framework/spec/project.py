@@ -19,6 +19,7 @@ from framework.spec.mcp import McpServer
 from framework.spec.model import ModelConfig
 from framework.spec.profile import Profile
 from framework.spec.skill import Skill, SkillFile
+from framework.spec.urls import hidden
 
 
 def _check_url(value: str) -> str:
@@ -211,7 +212,7 @@ def _check_store_url(value: str) -> str:
         raise fail(
             "store",
             "unsupported store URL {value!r}: use one of {schemes}",
-            value=value,
+            value=hidden(value),
             schemes=", ".join(f"{s}://" for s in _STORE_SCHEMES),
         )
     return value

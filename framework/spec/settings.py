@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
@@ -23,6 +22,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 from framework.errors import Diagnostic, SpecError
 from framework.spec.common import Duration
 from framework.spec.project import SETTINGS_PREFIX, HttpUrl, LogFormat, Port, ProjectConfig, StoreUrl
+from framework.spec.urls import hidden
 
 
 class Deployment(BaseSettings):
@@ -99,20 +99,10 @@ def read(environ: Mapping[str, str]) -> Deployment:
         for error in exc.errors():
             name = variable(str(error["loc"][0]))
             value = environ.get(name, "")
-            shown = _without_password(value)
+            shown = hidden(value)  # a store URL may carry a password: the message reaches a terminal or a log
             message = f"{name}={shown!r}: {error['msg'].replace(value, shown)}; fix or unset {name}"
             problems.append(Diagnostic("environment", 0, 0, message))
         raise SpecError(problems) from None
-
-
-def _without_password(value: str) -> str:
-    """``value`` with the password of a URL in it replaced (a store URL may carry one): the message
-    reaches a terminal or a container's log."""
-    try:
-        password = urlsplit(value).password
-    except ValueError:
-        return value
-    return value.replace(f":{password}@", ":***@") if password else value
 
 
 def deployed(config: ProjectConfig, environ: Mapping[str, str]) -> ProjectConfig:

@@ -148,3 +148,16 @@ def test_warnings_about_ca_yaml_settings_point_at_ca_yaml(make_project: ProjectF
         "ca.yaml:4:29: warning: CA_TOKENS is not set; `ca serve` refuses to start until it holds the credentials",
     ]
     assert result.stdout.startswith("ok: 2 agents (2 llm), 3 profiles, 0 skills, 3 warnings")
+
+
+def test_a_secret_interpolated_into_an_invalid_value_is_masked_by_validate_and_run(
+    make_project: ProjectFactory,
+) -> None:
+    root = make_project({"agents/a.yaml": 'name: a\nmodel: {provider: openai, name: x, base_url: "${FAKE_KEY}"}\n'})
+    env = {"FAKE_KEY": "sk-supersecret-123456"}
+    for command in (["validate"], ["validate", "--json"], ["run", "a", "hi"]):
+        result = run_ca(*command, cwd=root, env=env)
+        assert result.returncode == 2, result.stderr
+        assert "sk-supersecret-123456" not in result.stdout + result.stderr
+        assert "***" in result.stdout + result.stderr
+    assert "agents/a.yaml:2:8: error: base_url must be an http(s) URL, got '***'\n" in result.stderr

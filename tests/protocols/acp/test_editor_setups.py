@@ -149,3 +149,24 @@ def test_a_write_through_the_editors_files_into_a_new_folder_works_as_on_disk(ma
     # The editor writes the file (an editor may refuse a missing folder); the folder is made first.
     assert client.writes == [(str((root / "notes/new/hi.txt").resolve()), "hi\n")]
     assert (root / "notes" / "new").is_dir()
+
+
+def test_a_config_error_sent_to_the_editor_masks_the_secret_interpolated_into_it(
+    make_project: ProjectFactory,
+) -> None:
+    root = make_project({"agents/a.yaml": 'name: a\nmodel: {provider: openai, name: x, base_url: "${FAKE_KEY}"}\n'})
+    env = agent_env({"FAKE_KEY": "sk-supersecret-123456"})
+
+    async def main() -> None:
+        async with agent(root, env=env) as a:
+            await a.initialize()
+            with pytest.raises(RequestError) as refused:
+                await a.new_session()
+            assert refused.value.code == -32085
+            assert "sk-supersecret-123456" not in str(refused.value) + repr(refused.value.data)
+            [diagnostic] = refused.value.data["diagnostics"]
+            assert diagnostic["message"] == "base_url must be an http(s) URL, got '***'"
+            assert (diagnostic["line"], diagnostic["column"]) == (2, 8)
+            assert "got '***'" in str(refused.value)
+
+    run(main())
