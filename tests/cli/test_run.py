@@ -148,6 +148,19 @@ def test_unknown_agent_and_skill_are_clear_errors(make_project: ProjectFactory) 
         assert "Traceback" not in r.stderr
 
 
+def test_one_argument_that_is_no_agent_says_how_to_send_it_as_the_prompt(make_project: ProjectFactory) -> None:
+    root = make_project({"agents/b.yaml": "name: b\n", "agents/a.yaml": "name: a\n"})
+    for stdin in ("", "a message on stdin\n"):  # stdin is not read: the argument was no agent either way
+        result = run_ca("run", "hello there", cwd=root, stdin=stdin)
+        assert result.returncode == 2, result.stderr  # an unknown agent, as with a prompt argument
+        assert result.stderr == (
+            "error: agent 'hello there' not found; agents: a, b; to send 'hello there' as the prompt,"
+            " name the agent first: ca run a 'hello there'\n"
+        )
+    two = run_ca("run", "c", "hi", cwd=root)
+    assert (two.returncode, two.stderr) == (2, "error: agent 'c' not found; agents: a, b\n")
+
+
 def test_an_unknown_agent_stops_ca_run_stdio_at_start_for_both_protocols(make_project: ProjectFactory) -> None:
     root = make_project({"agents/writer.yaml": "name: writer\n", "agents/editor.yaml": "name: editor\n"})
     for protocol in ("a2a", "acp", "auto"):
