@@ -108,6 +108,20 @@ def test_call_works_against_the_plain_a2a_sdk_server(servers: Servers, tmp_path:
     assert reply.HasField("message") and reply.message.parts[0].text == "plain echo: ping"
 
 
+def test_call_of_a_url_goes_on_from_a_project_that_does_not_load(
+    servers: Servers, make_project: ProjectFactory
+) -> None:
+    """The project is needed only for its registries' credentials: YAML caught mid-edit stops nothing."""
+    root = make_project({"agents/echo.yaml": "name: echo\nprofile: [not, a, name]\n"})
+    result = run_ca("call", agent(servers, "echo"), "hello there", cwd=root / "agents")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[echo] You said: hello there\n"
+    assert result.stderr.splitlines()[0] == (
+        f"warning: the project in {root} does not load (1 error: run `ca validate`);"
+        " calling without its registries' credentials"
+    )
+
+
 def test_call_of_something_that_is_neither_a_url_nor_an_agent_is_a_usage_error(make_project: ProjectFactory) -> None:
     root = make_project({"agents/echo.yaml": "name: echo\n", "agents/scout.yaml": "name: scout\n"})
     result = run_ca("call", "nowhere", "hello", cwd=root)
