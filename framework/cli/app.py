@@ -199,7 +199,14 @@ def run(
     import asyncio
 
     if stdio or protocol != "auto" or reload or log_format is not None:
-        # Valid `--stdio` command lines never get here (framework.cli.entry takes a fast path).
+        # Valid `--stdio` command lines never get here (framework.cli.entry takes a fast path):
+        # a bad value is named first, as `ca serve` names it; anything else is the wrong mix of options.
+        if protocol not in ("auto", "acp", "a2a"):
+            raise typer.BadParameter(f"{protocol!r} is not a protocol: use acp or a2a", param_hint="--protocol")
+        if log_format not in (None, "human", "json"):
+            raise typer.BadParameter(
+                f"{log_format!r} is not a log format: use human or json", param_hint="--log-format"
+            )
         raise typer.BadParameter(
             "use --stdio with only [AGENT], --protocol acp|a2a, -p PROJECT, --reload and --log-format human|json:"
             " requests come on stdin"
