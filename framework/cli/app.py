@@ -111,7 +111,7 @@ def _shown(path: Path) -> str:
 def schema(
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Write agent/profile/skill/project .schema.json files into this folder."),
+        typer.Option("--out", "-o", help="Write agent/profile/skill/project/eval .schema.json files into this folder."),
     ] = None,
 ) -> None:
     """Print (or write) JSON Schemas of the YAML files, for editors (yaml-language-server)."""
@@ -405,7 +405,7 @@ def approve(
     """Decide on a task waiting for approval (or answer its question), then run it on from there
     (in this process).
 
-    Exit codes as for `ca run`.
+    Exit codes as for `ca run`: 2 also for an unknown or ambiguous TASK (as `ca tasks cancel`).
     """
     import asyncio
 

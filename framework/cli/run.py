@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from framework.cli import terminal
-from framework.errors import AgentNotFound, Cancelled, Failure, UsageError
+from framework.errors import AgentNotFound, Cancelled, Failure, RunError, UsageError
 from framework.runtime.events import (
     ArtifactOut,
     Paused,
@@ -374,6 +374,9 @@ async def approve_command(project_dir: Path, task_id: str, decision: dict[str, A
     project = load_project(project_dir)
     async with AsyncExitStack() as stack:
         runtime = await Runtime.open(project, stack=stack, remote=open_remote, mcp=open_mcp)
-        task = await runtime.tasks.aget(task_id)
+        try:
+            task = await runtime.tasks.aget(task_id)
+        except RunError as exc:  # unknown or ambiguous: the argument is to change (exit 2, as `ca tasks cancel`)
+            raise UsageError(str(exc)) from exc
         events = runtime.decide(task.id, decision)
         return await drive(runtime, events, as_json=as_json, session=task.conversation, task_id=task.id)
