@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -152,7 +153,7 @@ def init(
     for path in result.overwritten:
         typer.echo(f"replaced {_shown(path)}")
     where = _shown(directory)
-    cd = f"cd {where} && " if where != "." else ""
+    cd = f"cd {shlex.quote(where)} && " if where != "." else ""  # a line to paste: quoted as a shell needs
     typer.echo("")
     typer.echo("Next:")
     typer.echo(f"  {cd}ca validate        # check the project")
