@@ -207,6 +207,17 @@ class AgentNotFound(RunError):
     code = "agent_not_found"
     exit_code = 2
 
+    @classmethod
+    def among(cls, name: str, agents: Iterable[str], hint: str = "") -> AgentNotFound:
+        """The error for ``name`` missing from ``agents``: the closest name and every name, so a
+        command, the bundle and ``ca run --stdio`` word it alike; ``hint`` is added after them."""
+        from framework.spec.common import did_you_mean  # a project is loaded by then: pydantic costs nothing more
+
+        names = sorted(agents)
+        near = did_you_mean(name, names)
+        known = ", ".join(names) or "none"
+        return cls(f"agent {name!r} not found{f' ({near})' if near else ''}; agents: {known}{hint}")
+
 
 class SkillNotFound(RunError):
     """The agent has no skill of that id (the message lists its skills)."""

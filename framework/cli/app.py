@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -111,7 +112,7 @@ def _shown(path: Path) -> str:
 def schema(
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Write agent/profile/skill/project .schema.json files into this folder."),
+        typer.Option("--out", "-o", help="Write agent/profile/skill/project/eval .schema.json files into this folder."),
     ] = None,
 ) -> None:
     """Print (or write) JSON Schemas of the YAML files, for editors (yaml-language-server)."""
@@ -152,7 +153,7 @@ def init(
     for path in result.overwritten:
         typer.echo(f"replaced {_shown(path)}")
     where = _shown(directory)
-    cd = f"cd {where} && " if where != "." else ""
+    cd = f"cd {shlex.quote(where)} && " if where != "." else ""  # a line to paste: quoted as a shell needs
     typer.echo("")
     typer.echo("Next:")
     typer.echo(f"  {cd}ca validate        # check the project")
@@ -199,7 +200,14 @@ def run(
     import asyncio
 
     if stdio or protocol != "auto" or reload or log_format is not None:
-        # Valid `--stdio` command lines never get here (framework.cli.entry takes a fast path).
+        # Valid `--stdio` command lines never get here (framework.cli.entry takes a fast path):
+        # a bad value is named first, as `ca serve` names it; anything else is the wrong mix of options.
+        if protocol not in ("auto", "acp", "a2a"):
+            raise typer.BadParameter(f"{protocol!r} is not a protocol: use acp or a2a", param_hint="--protocol")
+        if log_format not in (None, "human", "json"):
+            raise typer.BadParameter(
+                f"{log_format!r} is not a log format: use human or json", param_hint="--log-format"
+            )
         raise typer.BadParameter(
             "use --stdio with only [AGENT], --protocol acp|a2a, -p PROJECT, --reload and --log-format human|json:"
             " requests come on stdin"
@@ -401,7 +409,7 @@ def approve(
     """Decide on a task waiting for approval (or answer its question), then run it on from there
     (in this process).
 
-    Exit codes as for `ca run`.
+    Exit codes as for `ca run`: 2 also for an unknown or ambiguous TASK (as `ca tasks cancel`).
     """
     import asyncio
 

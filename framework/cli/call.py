@@ -55,11 +55,24 @@ def parse_headers(given: list[str], token: str | None) -> dict[str, str]:
 
 def _project_at(project_dir: Path) -> Project | None:
     """The project at ``project_dir`` when there is one there (its registries' credentials apply to
-    URLs too); None when the folder is no project."""
+    URLs too); None when the folder is no project, or one that does not load: a URL needs the
+    project only for those credentials, so YAML caught mid-edit (under ``ca serve --reload``)
+    does not stop the call; a one-line warning says it goes on without them."""
+    from framework.errors import SpecError
     from framework.spec import load_project
     from framework.spec.root import is_project
 
-    return load_project(project_dir) if is_project(project_dir) else None
+    if not is_project(project_dir):
+        return None
+    try:
+        return load_project(project_dir)
+    except SpecError as exc:
+        errors = len(exc.errors)
+        sys.stderr.write(
+            f"warning: the project in {project_dir} does not load ({errors} error{'' if errors == 1 else 's'}:"
+            " run `ca validate`); calling without its registries' credentials\n"
+        )
+        return None
 
 
 async def resolve_target(target: str, project_dir: Path) -> tuple[str, Project | None]:

@@ -12,18 +12,18 @@ from typing import Annotated, Any, BinaryIO
 
 import typer
 
+from framework.cli.options import ProjectArg, ProjectOpt, project_dir
+
 mcp_app = typer.Typer(
     help="The project's MCP servers: list their tools, pin them in ca.mcp.lock.", no_args_is_help=True
 )
-
-ProjectOpt = Annotated[Path, typer.Option("--project", "-p", help="Project folder.")]
 
 
 @mcp_app.command("list")
 def list_command(
     server: Annotated[str | None, typer.Argument(help="Only this server (default: every one in ca.yaml).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the tools as JSON.")] = False,
-    project: ProjectOpt = Path(),
+    project: ProjectOpt = None,
 ) -> None:
     """Start each server and print each tool's name, description and annotations, and its pin.
 
@@ -31,7 +31,7 @@ def list_command(
     """
     import asyncio
 
-    listed, problems = asyncio.run(_list(project, server))
+    listed, problems = asyncio.run(_list(project_dir(project), server))
     if as_json:
         typer.echo(json.dumps({"servers": listed, "errors": problems}, indent=2))
     else:
@@ -49,7 +49,7 @@ def list_command(
 
 
 @mcp_app.command("lock")
-def lock_command(project: ProjectOpt = Path()) -> None:
+def lock_command(project: ProjectOpt = None) -> None:
     """Record the digest of every tool of each MCP server the agents use in ca.mcp.lock (commit it).
 
     Run it after reviewing a server's tools (``ca mcp list``); a tool that changes later is refused
@@ -57,11 +57,11 @@ def lock_command(project: ProjectOpt = Path()) -> None:
     """
     import asyncio
 
-    raise typer.Exit(asyncio.run(_lock(project)))
+    raise typer.Exit(asyncio.run(_lock(project_dir(project))))
 
 
 @mcp_app.command("serve")
-def serve_command(project: Annotated[Path, typer.Argument(help="Project folder.")] = Path()) -> None:
+def serve_command(project: ProjectArg = None, project_option: ProjectOpt = None) -> None:
     """Serve the project's agents as an MCP server over stdio: each agent a tool, its skills prompts.
 
     For an MCP client's config (Claude Desktop, Cursor, VS Code): command `ca`, args
@@ -70,7 +70,7 @@ def serve_command(project: Annotated[Path, typer.Argument(help="Project folder."
     from framework.cli.stdio import protocol_input
     from framework.protocols.stdio_loop import run
 
-    raise typer.Exit(run(_serve(project, protocol_input())))
+    raise typer.Exit(run(_serve(project_dir(project_option, project), protocol_input())))
 
 
 async def _serve(project_dir: Path, stdin: BinaryIO) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import sys
 import uuid
 from dataclasses import dataclass, replace
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from framework.cli import terminal
-from framework.errors import Cancelled, Failure, UsageError
+from framework.errors import AgentNotFound, Cancelled, Failure, RunError, UsageError
 from framework.runtime.events import (
     ArtifactOut,
     Paused,
@@ -337,6 +338,8 @@ async def run_command(options: RunOptions) -> int:
             agent = options.agent or project.default_agent
             if agent is None:  # pragma: no cover - a project without agents does not load
                 raise UsageError("name the agent to run (see `ca agents list`)")
+            if agent not in project.agents:  # before stdin is read: the one argument may be the prompt
+                raise AgentNotFound.among(agent, project.agents, _as_prompt(options, project))
             text = read_prompt(options.prompt)
             session = options.session or uuid.uuid4().hex[:12]
             runtime = await Runtime.open(project, stack=stack, remote=open_remote, mcp=open_mcp)
@@ -346,6 +349,17 @@ async def run_command(options: RunOptions) -> int:
         task_id = uuid.uuid4().hex
         events = runtime.send(agent, text, conversation=session, skill=options.skill, task_id=task_id)
         return await drive(runtime, events, as_json=options.as_json, session=session, task_id=task_id)
+
+
+def _as_prompt(options: RunOptions, project: Any) -> str:
+    """How to send the one argument given as the prompt (`ca run "hello there"` took it for the
+    agent's name), or '' when a prompt argument came too."""
+    if options.prompt is not None or options.agent is None:
+        return ""
+    agent = project.default_agent or "AGENT"
+    return (
+        f"; to send {options.agent!r} as the prompt, name the agent first: ca run {agent} {shlex.quote(options.agent)}"
+    )
 
 
 async def approve_command(project_dir: Path, task_id: str, decision: dict[str, Any], as_json: bool) -> int:
@@ -360,6 +374,9 @@ async def approve_command(project_dir: Path, task_id: str, decision: dict[str, A
     project = load_project(project_dir)
     async with AsyncExitStack() as stack:
         runtime = await Runtime.open(project, stack=stack, remote=open_remote, mcp=open_mcp)
-        task = await runtime.tasks.aget(task_id)
+        try:
+            task = await runtime.tasks.aget(task_id)
+        except RunError as exc:  # unknown or ambiguous: the argument is to change (exit 2, as `ca tasks cancel`)
+            raise UsageError(str(exc)) from exc
         events = runtime.decide(task.id, decision)
         return await drive(runtime, events, as_json=as_json, session=task.conversation, task_id=task.id)

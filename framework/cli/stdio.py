@@ -98,6 +98,11 @@ def protocol_input() -> BinaryIO:
 def main(options: StdioOptions) -> int:
     out = protocol_stream()
     stdin = protocol_input()
+    from framework.spec.root import project_root
+
+    root = project_root(options.project)
+    if (unknown := _unknown_agent(options, root)) is not None:
+        return unknown
     found = _first_request(stdin, out, chosen=options.protocol != "auto")
     if found is None:
         return 0
@@ -105,9 +110,6 @@ def main(options: StdioOptions) -> int:
     protocol = options.protocol
     if protocol == "auto":
         protocol = "acp" if isinstance(message, dict) and message.get("method") == "initialize" else "a2a"
-    from framework.spec.root import project_root
-
-    root = project_root(options.project)
     if protocol == "acp":
         from framework.protocols.acp.hello import answer_first
 
@@ -129,6 +131,36 @@ def main(options: StdioOptions) -> int:
     if (failed := _logging(options)) is not None:
         return failed
     return _run_a2a(options, root, first, stdin, out)
+
+
+def _unknown_agent(options: StdioOptions, root: Path) -> int | None:
+    """Exit 2 at start, before any request, when AGENT is not an agent of the project (as ``ca run``
+    does): else the process would serve nothing, or exit 0 at the end of its input.
+
+    The project is the one ``-p`` names or the current folder is in; with neither, ACP's session
+    ``cwd`` chooses it later, and ``session/new`` answers an unknown agent then. A light scan
+    of ``agents/`` (what ``initialize`` reads anyway) clears a known name, keeping ``initialize``
+    fast; only a name it does not find is confirmed by loading the project.
+    """
+    from framework.protocols.acp.hello import may_have_agent
+    from framework.spec.root import find_root
+
+    if options.agent is None or (options.project is None and find_root(root) is None):
+        return None
+    if may_have_agent(root, options.agent):
+        return None
+    from framework.errors import AgentNotFound, SpecError
+    from framework.spec import load_project
+
+    try:
+        project = load_project(root)
+    except SpecError:
+        return None  # an invalid project is reported while serving: A2A at start, ACP at session/new
+    if options.agent in project.agents:
+        return None
+    error = AgentNotFound.among(options.agent, project.agents)
+    sys.stderr.write(f"error: {error}\n")
+    return error.exit_code
 
 
 def _logging(options: StdioOptions) -> int | None:

@@ -215,9 +215,7 @@ class Bundle:
     def agent(self, name: str) -> AgentSpec:
         """The spec of ``name``, or an AgentNotFound that suggests the closest name."""
         if name not in self.project.agents:
-            hint = did_you_mean(name, self.project.agents)
-            known = ", ".join(sorted(self.project.agents)) or "none"
-            raise AgentNotFound(f"agent {name!r} not found{f' ({hint})' if hint else ''}; agents: {known}")
+            raise AgentNotFound.among(name, self.project.agents)
         return self.project.agents[name]
 
     def check_skill(self, agent: str, skill: str) -> None:

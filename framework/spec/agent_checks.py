@@ -246,6 +246,6 @@ def check_auth(r: Reporter, project: Project, environ: Mapping[str, str]) -> Non
                 "project",
                 ("server", "auth", *path),
                 f"{variable} is not set; `ca serve` refuses to start until it holds the credentials",
-                hint=f"export {variable}=... (comma-separated values) or put it in .env",
+                hint=f"export {variable}=...{' (comma-separated values)' if len(path) == 1 else ''} or put it in .env",
                 severity="warning",
             )

@@ -176,8 +176,13 @@ def auth_variables(auth: AuthConfig) -> list[tuple[tuple[str | int, ...], str]]:
 
     The one place that knows the shape of ``server.auth`` for checks such as "this variable is unset".
     """
+    found: list[tuple[tuple[str | int, ...], str]] = []
+    for index, credential in enumerate(auth.credentials):
+        for key in ("token_env", "api_key_env"):
+            if (name := getattr(credential, key)) is not None:
+                found.append((("credentials", index, key), name))
     keys = ("bearer_tokens_env", "api_keys_env")
-    return [((key,), name) for key in keys if (name := getattr(auth, key)) is not None]
+    return found + [((key,), name) for key in keys if (name := getattr(auth, key)) is not None]
 
 
 Port = Annotated[int, Field(ge=1, le=65535)]

@@ -225,3 +225,14 @@ def test_a_reason_without_reject_is_a_usage_error_and_decides_nothing(make_proje
     assert "--reason goes with --reject" in result.stderr
     assert not (root / "effects.log").exists()
     assert run_ca("tasks", "list", "--pending", cwd=root).stdout.count(task_id[:12]) == 1
+
+
+def test_approving_an_unknown_task_is_a_usage_error_as_cancelling_one_is(make_project: ProjectFactory) -> None:
+    root = make_project({"agents/a.yaml": "name: a\n"})
+    approved = run_ca("approve", "nosuch", cwd=root)
+    canceled = run_ca("tasks", "cancel", "nosuch", cwd=root)
+    said = "error: task 'nosuch' not found; `ca tasks list` shows the tasks of this project\n"
+    assert (approved.returncode, approved.stderr) == (2, said)
+    assert (canceled.returncode, canceled.stderr) == (2, said)
+    schema = run_ca("schema", "--help")
+    assert "agent/profile/skill/project/eval .schema.json" in " ".join(schema.stdout.split())

@@ -29,7 +29,7 @@ from tests.conftest import (
     write_project,
     writer_agent,
 )
-from tests.serving import SERVER_ENV, ServerProcess, launch_script, launch_serve
+from tests.serving import SERVER_ENV, ServerProcess, launch_script, launch_serve, start_serve
 
 pytestmark = pytest.mark.e2e
 
@@ -108,6 +108,20 @@ def test_call_works_against_the_plain_a2a_sdk_server(servers: Servers, tmp_path:
     assert reply.HasField("message") and reply.message.parts[0].text == "plain echo: ping"
 
 
+def test_call_of_a_url_goes_on_from_a_project_that_does_not_load(
+    servers: Servers, make_project: ProjectFactory
+) -> None:
+    """The project is needed only for its registries' credentials: YAML caught mid-edit stops nothing."""
+    root = make_project({"agents/echo.yaml": "name: echo\nprofile: [not, a, name]\n"})
+    result = run_ca("call", agent(servers, "echo"), "hello there", cwd=root / "agents")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[echo] You said: hello there\n"
+    assert result.stderr.splitlines()[0] == (
+        f"warning: the project in {root} does not load (1 error: run `ca validate`);"
+        " calling without its registries' credentials"
+    )
+
+
 def test_call_of_something_that_is_neither_a_url_nor_an_agent_is_a_usage_error(make_project: ProjectFactory) -> None:
     root = make_project({"agents/echo.yaml": "name: echo\n", "agents/scout.yaml": "name: scout\n"})
     result = run_ca("call", "nowhere", "hello", cwd=root)
@@ -123,9 +137,36 @@ def test_call_of_an_unreachable_url_fails_with_one_clear_line(tmp_path: Path) ->
     url = f"http://127.0.0.1:{port}/agents/echo/"
     result = run_ca("call", url, "hello", cwd=tmp_path)
     assert result.returncode == 1
-    [line] = result.stderr.splitlines()
-    assert line.startswith(f"error: cannot read the agent card at {url}: ")
-    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert (
+        result.stderr
+        == f"error: nothing is listening at http://127.0.0.1:{port} (is `ca serve` running, on that port?)\n"
+    )
+    assert result.stdout == ""
+
+
+def test_call_of_a_server_that_wants_credentials_says_how_to_give_them(
+    make_project: ProjectFactory, tmp_path: Path
+) -> None:
+    root = make_project(
+        {"ca.yaml": "server: {auth: {bearer_tokens_env: CALL_TOKENS}}\n", "agents/echo.yaml": "name: echo\n"}
+    )
+    server = start_serve(root, env={**SERVER_ENV, "CALL_TOKENS": "sekret"})
+    try:
+        url, origin = f"{server.url}/agents/echo/", server.url
+        bare = run_ca("call", url, "hello", cwd=tmp_path)
+        wrong = run_ca("call", url, "hello", "--token", "wrong", cwd=tmp_path)
+        right = run_ca("call", url, "hello", cwd=tmp_path, env={"CA_CALL_TOKEN": "sekret"})
+    finally:
+        server.stop()
+    assert bare.returncode == 1
+    assert bare.stderr.splitlines()[-1] == (
+        f"error: {origin} wants credentials (HTTP 401): pass --token TOKEN (or set CA_CALL_TOKEN),"
+        " or --header 'X-API-Key: KEY' for an API key"
+    )
+    assert wrong.returncode == 1
+    assert wrong.stderr.splitlines()[-1].startswith(f"error: {origin} refused the credentials sent (HTTP 401): ")
+    assert "wrong" not in wrong.stderr
+    assert (right.returncode, right.stdout) == (0, "[echo] You said: hello\n"), right.stderr
 
 
 def test_call_stops_at_input_required_without_a_terminal_and_names_the_task(servers: Servers, tmp_path: Path) -> None:

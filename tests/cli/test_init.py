@@ -19,6 +19,14 @@ def test_init_creates_a_valid_project_and_says_what_next(tmp_path: Path) -> None
     assert check.stdout.startswith("ok: 1 agent (1 llm), 4 profiles")
 
 
+def test_the_next_lines_quote_a_folder_the_shell_would_split(tmp_path: Path) -> None:
+    result = run_ca("init", "My Project", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "  cd 'My Project' && ca validate" in result.stdout.splitlines()[-2]
+    plain = run_ca("init", "plain", cwd=tmp_path)
+    assert "  cd plain && ca validate" in plain.stdout.splitlines()[-2]
+
+
 def test_scaffolded_yaml_points_editors_at_local_schemas(tmp_path: Path) -> None:
     assert run_ca("init", str(tmp_path)).returncode == 0
     yaml_files = [

@@ -148,6 +148,33 @@ def test_unknown_agent_and_skill_are_clear_errors(make_project: ProjectFactory) 
         assert "Traceback" not in r.stderr
 
 
+def test_one_argument_that_is_no_agent_says_how_to_send_it_as_the_prompt(make_project: ProjectFactory) -> None:
+    root = make_project({"agents/b.yaml": "name: b\n", "agents/a.yaml": "name: a\n"})
+    for stdin in ("", "a message on stdin\n"):  # stdin is not read: the argument was no agent either way
+        result = run_ca("run", "hello there", cwd=root, stdin=stdin)
+        assert result.returncode == 2, result.stderr  # an unknown agent, as with a prompt argument
+        assert result.stderr == (
+            "error: agent 'hello there' not found; agents: a, b; to send 'hello there' as the prompt,"
+            " name the agent first: ca run a 'hello there'\n"
+        )
+    two = run_ca("run", "c", "hi", cwd=root)
+    assert (two.returncode, two.stderr) == (2, "error: agent 'c' not found; agents: a, b\n")
+
+
+def test_an_unknown_agent_stops_ca_run_stdio_at_start_for_both_protocols(make_project: ProjectFactory) -> None:
+    root = make_project({"agents/writer.yaml": "name: writer\n", "agents/editor.yaml": "name: editor\n"})
+    for protocol in ("a2a", "acp", "auto"):
+        result = run_ca("run", "--stdio", "--protocol", protocol, "writr", cwd=root)
+        assert result.returncode == 2, (protocol, result.stderr)  # a usage error, as `ca run writr hi`
+        assert "agent 'writr' not found (did you mean 'writer'?); agents: editor, writer" in result.stderr
+        assert result.stdout == ""
+    for agent in (["writer"], []):  # a known agent, or the default one: served until the input ends
+        served = run_ca("run", "--stdio", "--protocol", "a2a", *agent, cwd=root)
+        assert (served.returncode, served.stderr) == (0, "")
+    named_elsewhere = run_ca("run", "--stdio", "--protocol", "a2a", "writer", "-p", str(root), cwd=root.parent)
+    assert named_elsewhere.returncode == 0, named_elsewhere.stderr
+
+
 def test_missing_provider_key_is_one_clear_message(make_project: ProjectFactory) -> None:
     root = make_project({"agents/a.yaml": "name: a\nmodel: anthropic:claude-sonnet-4-0\n"})
     result = run_ca("run", "a", "hi", cwd=root, env={"ANTHROPIC_API_KEY": ""})

@@ -219,12 +219,15 @@ class AcpPeer:
     """``ca run --stdio AGENT --protocol acp``: JSON lines in and out, the agent's requests answered
     by ``on_request``; a session is opened on entry."""
 
-    def __init__(self, root: Path, agent: str, on_request: Callable[[Json], Any] | None = None) -> None:
+    def __init__(
+        self, root: Path, agent: str, on_request: Callable[[Json], Any] | None = None, start: Path | None = None
+    ) -> None:
+        """``start``: the folder the process starts in (default: ``root``, the sessions' cwd)."""
         self.root, self.on_request = root, on_request
         self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
         self.proc = subprocess.Popen(
             [*CA, "run", "--stdio", agent, "--protocol", "acp"],
-            cwd=root,
+            cwd=start or root,
             env={**os.environ, "PYTHONPATH": str(REPO), **KEY},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -343,8 +346,12 @@ def test_an_invalid_project_answers_acp_session_new_with_spec_invalid_and_its_di
     assert diagnostic["file"].endswith("bound.yaml") and diagnostic["line"] == 2
 
 
-def test_an_unknown_agent_answers_acp_session_new_with_agent_not_found(project: Path) -> None:
-    with AcpPeer(project, "nobody") as peer:
+def test_an_unknown_agent_answers_acp_session_new_with_agent_not_found(
+    project: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Started in no project, the session's cwd chooses it: session/new is where the name is checked
+    (started in a project, an unknown agent stops the process at start: tests/cli/test_run.py)."""
+    with AcpPeer(project, "nobody", start=tmp_path_factory.mktemp("elsewhere")) as peer:
         error = peer.new_session()["error"]
     assert (error["code"], error["data"]["code"]) == (-32084, "agent_not_found")
     assert "agent 'nobody' not found" in error["message"]

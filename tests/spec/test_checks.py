@@ -135,6 +135,23 @@ def test_an_unset_server_auth_variable_is_a_warning_at_ca_yaml(make_project: Pro
     assert problems(root, {"CA_KEYS": "k1", "CA_TOKENS": "t1"}) == []
 
 
+def test_an_unset_credential_variable_is_a_warning_at_its_line(make_project: ProjectFactory) -> None:
+    """A named credential's variable unset is what `ca serve` refuses to start with, as the shared forms."""
+    root = make_project(
+        {
+            "ca.yaml": (
+                "server:\n  auth:\n    credentials:\n      - {name: team-a, token_env: TEAM_A_TOKEN}\n"
+                "      - {name: bot, api_key_env: BOT_KEY}\n"
+            ),
+            "agents/a.yaml": "name: a\n",
+        }
+    )
+    assert problems(root, {"BOT_KEY": "k1"}) == [
+        "ca.yaml:4:35: warning: TEAM_A_TOKEN is not set; `ca serve` refuses to start until it holds the credentials"
+    ]
+    assert problems(root, {"BOT_KEY": "k1", "TEAM_A_TOKEN": "t1"}) == []
+
+
 def test_a_workflow_tool_step_its_capabilities_never_allow_is_a_warning(make_project: ProjectFactory) -> None:
     root = make_project(
         {

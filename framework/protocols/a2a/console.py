@@ -11,18 +11,20 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import sys
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+import httpx
 from a2a.helpers.proto_helpers import get_data_parts, get_text_parts, new_data_part, new_text_part
 from a2a.types import Message, Role, SendMessageRequest, TaskState
 from google.protobuf import json_format
 
 from framework.errors import UsageError
 from framework.protocols.a2a.client import Peers
-from framework.protocols.a2a.origins import OriginRefused, origin_of
+from framework.protocols.a2a.origins import OriginRefused, credentials_for, origin_of
 
 if TYPE_CHECKING:
     from framework.spec.project import Project
@@ -61,7 +63,11 @@ async def converse(
     # carries the credentials of a registry of ``project`` on that origin, and ``headers``.
     peers = Peers(project, None, os.environ, timeout=timeout, headers={origin: headers or {}})
     try:
-        return await _follow(peers, url, text, ask=ask, as_json=as_json, timeout=timeout, task=task, context=context)
+        registry = credentials_for(origin, project.config.registries, os.environ) if project is not None else {}
+        given = bool(headers) or bool(registry)
+        return await _follow(
+            peers, url, text, ask=ask, as_json=as_json, timeout=timeout, task=task, context=context, credentials=given
+        )
     finally:
         await peers.close()
 
@@ -76,11 +82,14 @@ async def _follow(
     timeout: float,
     task: str | None,
     context: str | None,
+    credentials: bool,
 ) -> Outcome:
+    """``credentials``: whether the requests carry any (a 401 then means they were refused)."""
     try:
         await peers.card(url)
     except Exception as exc:
-        sys.stderr.write(f"error: cannot read the agent card at {url}: {exc}\n")
+        said = _explained(exc, url, credentials) or f"cannot read the agent card at {url}: {exc}"
+        sys.stderr.write(f"error: {said}\n")
         return FAILED
     try:
         card, client = await peers.open(url)
@@ -144,7 +153,8 @@ async def _follow(
             sys.stderr.write(f"\nerror: no answer within {timeout:g} s\n")
             return FAILED
         except Exception as exc:
-            sys.stderr.write(f"\nerror: {type(exc).__name__}: {exc}\n")
+            said = _explained(exc, url, credentials) or f"{type(exc).__name__}: {exc}"
+            sys.stderr.write(("\n" if shown else "") + f"error: {said}\n")  # after a reply cut off mid-line
             return FAILED
         if not as_json and shown and not shown.endswith("\n"):
             sys.stdout.write("\n")
@@ -164,6 +174,34 @@ async def _follow(
         if pending and not as_json:
             sys.stderr.write(f"error: {pending}\n")
         return FAILED
+
+
+def _explained(exc: BaseException, url: str, credentials: bool) -> str | None:
+    """What a failure to reach or be let in by the agent means for the person calling, and what to
+    do, read from the exceptions' types and the HTTP status (a2a-sdk's errors wrap httpx's); None
+    for any other failure, whose own message is then shown."""
+    origin = origin_of(url)
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, httpx.HTTPStatusError) and cause.response.status_code in (401, 403):
+            status = cause.response.status_code
+            if credentials:
+                return (
+                    f"{origin} refused the credentials sent (HTTP {status}): check the --token (or CA_CALL_TOKEN) "
+                    "or --header given, or the registry's headers_env in ca.yaml"
+                )
+            return (
+                f"{origin} wants credentials (HTTP {status}): pass --token TOKEN (or set CA_CALL_TOKEN),"
+                " or --header 'X-API-Key: KEY' for an API key"
+            )
+        if isinstance(cause, ConnectionRefusedError):
+            return f"nothing is listening at {origin} (is `ca serve` running, on that port?)"
+        if isinstance(cause, socket.gaierror):
+            return f"cannot find the host of {origin}: is the URL right?"
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _counts_as_integers(value: Any) -> Any:

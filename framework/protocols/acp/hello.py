@@ -125,6 +125,12 @@ def _agent_file(root: Path, agent: str | None) -> Path | None:
     return named[min(named)] if named else None
 
 
+def may_have_agent(root: Path, agent: str) -> bool:
+    """Whether a light scan of ``agents/`` finds one named ``agent``. True may be wrong (the loader
+    has the last word); False is the case to confirm with the loader before refusing the name."""
+    return _agent_file(root, agent) is not None
+
+
 def _extends(lines: list[str], variables: dict[str, str]) -> list[str]:
     """The files ``extends:`` names: one path, a flow list or a block list."""
     entry = _entries(lines, 0).get("extends")

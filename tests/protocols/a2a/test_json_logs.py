@@ -114,10 +114,18 @@ def test_with_tracing_on_each_record_of_a_run_carries_its_trace_id(tmp_path: Pat
 
 
 def test_a_bad_log_format_flag_is_one_line_and_exit_2() -> None:
-    done = run_ca("serve", "--log-format", "xml")
-    assert done.returncode == 2
-    assert "'xml' is not a log format: use human or json" in done.stderr
-    assert "Traceback" not in done.stderr
+    for command in (["serve"], ["run", "--stdio"]):
+        done = run_ca(*command, "--log-format", "xml")
+        assert done.returncode == 2
+        assert "Invalid value for --log-format: 'xml' is not a log format: use human or json" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_a_bad_stdio_protocol_is_named() -> None:
+    for given in (["--protocol", "foo"], ["--protocol=foo"]):
+        done = run_ca("run", "--stdio", *given)
+        assert done.returncode == 2
+        assert "Invalid value for --protocol: 'foo' is not a protocol: use acp or a2a" in done.stderr
 
 
 def test_secrets_in_a_record_are_masked_in_json(capsys: pytest.CaptureFixture[str]) -> None:

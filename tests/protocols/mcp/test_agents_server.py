@@ -40,12 +40,15 @@ def project(make_project: ProjectFactory) -> Path:
     )
 
 
-def with_client(root: Path, body: Callable[[Client], Awaitable[None]]) -> None:
+def with_client(
+    root: Path, body: Callable[[Client], Awaitable[None]], args: list[str] | None = None, cwd: Path | None = None
+) -> None:
+    """``args``: after ``ca mcp serve`` (default: ``root``); ``cwd``: where it starts (default: ``root``)."""
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "framework", "mcp", "serve", str(root)],
+        args=["-m", "framework", "mcp", "serve", *([str(root)] if args is None else args)],
         env={"PYTHONPATH": str(REPO)},
-        cwd=root,
+        cwd=cwd or root,
     )
 
     async def main() -> None:
@@ -80,6 +83,16 @@ def test_agents_are_tools_and_a_conversation_continues_by_context_id(make_projec
     with_client(root, body)
     listed = json.loads(run_ca("tasks", "list", "--json", cwd=root).stdout)
     assert [(t["agent"], t["state"], t["source"]) for t in listed] == [("chatty", "completed", "mcp")] * 2
+
+
+def test_mcp_serve_finds_the_project_from_a_subfolder_or_takes_p(make_project: ProjectFactory) -> None:
+    root = project(make_project)
+
+    async def body(client: Client) -> None:
+        assert sorted(t.name for t in (await client.list_tools()).tools) == ["chatty", "napper", "writer"]
+
+    with_client(root, body, args=[], cwd=root / "tools")
+    with_client(root, body, args=["-p", str(root)], cwd=root.parent)
 
 
 def test_an_approval_is_decided_by_a_later_call_with_the_context_id(make_project: ProjectFactory) -> None:

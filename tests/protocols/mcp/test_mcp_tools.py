@@ -129,6 +129,20 @@ def test_mcp_list_prints_each_tool_with_its_annotations(make_project: ProjectFac
     assert "unknown MCP server 'note'; did you mean 'notes'?" in unknown.stderr
 
 
+def test_mcp_list_and_lock_find_the_project_from_a_subfolder_or_take_p(
+    make_project: ProjectFactory, env: dict[str, str]
+) -> None:
+    root = project(make_project, agent([]))
+    listed = run_ca("mcp", "list", "--json", cwd=root / "agents", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "notes.echo" in {t["tool"] for t in json.loads(listed.stdout)["servers"]["notes"]}
+    locked = run_ca("mcp", "lock", cwd=root / "agents", env=env)
+    assert locked.returncode == 0, locked.stderr
+    assert (root / "ca.mcp.lock").is_file() and not (root / "agents" / "ca.mcp.lock").exists()
+    named = run_ca("mcp", "list", "notes", "-p", str(root), cwd=root.parent, env=env)
+    assert named.returncode == 0 and "echo" in named.stdout, named.stderr
+
+
 def test_a_tool_call_runs_through_the_server_and_is_audited(make_project: ProjectFactory, env: dict[str, str]) -> None:
     root = project(make_project, agent([call("echo", text="hi"), call("add_note", text="milk")]))
     done = run_ca("run", "notebook", "go", "--json", cwd=root, env=env)
