@@ -3,13 +3,14 @@
 A config error quotes the value it refuses (``base_url must be an http(s) URL, got '…'``), and
 that value may have come from ``${FAKE_KEY}``: the loader masks every diagnostic before it
 reaches a terminal, ``--json``, an editor (ACP) or a log. It runs before any runtime opens, so
-the process's set of secrets (``framework.runtime.governance.secrets.KNOWN``) is not filled yet,
-and the spec layer may not import it anyway: :func:`secret_values` is that module's
-``project_secrets`` rule, which tests/spec/test_masked_diagnostics.py holds equal to it.
+the process's set of secrets (``framework.runtime.governance.secrets.KNOWN``) is not filled yet.
+:func:`secret_values` is the one rule of what a project's secrets are: the runtime fills ``KNOWN``
+with it when it opens the project.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -22,11 +23,20 @@ if TYPE_CHECKING:
     from framework.spec.project import Project
 
 MASK = "***"
-SECRET_CHARS = 4
-"""Shorter values are never masked (``MIN_SECRET_CHARS`` of the runtime's rule)."""
-AMBIENT_CHARS = 8
-"""Shorter values of secret-looking variables the project does not name are left alone
-(``MIN_AMBIENT_CHARS`` of the runtime's rule)."""
+MIN_SECRET_CHARS = 4
+"""Shorter values are never masked: masking ``"1"`` or ``"on"`` would mangle text, hiding nothing."""
+MIN_AMBIENT_CHARS = 8
+"""Shorter values of secret-looking variables the project does not name are left alone."""
+
+
+@functools.lru_cache(maxsize=64)
+def pattern(secrets: frozenset[str]) -> re.Pattern[str] | None:
+    """One regular expression matching every value of ``secrets`` long enough to mask, the longest
+    first (a secret holding another is masked whole); None for none."""
+    values = sorted((s for s in secrets if len(s) >= MIN_SECRET_CHARS), key=lambda s: (-len(s), s))
+    if not values:
+        return None
+    return re.compile("|".join(re.escape(v) for v in values))
 
 
 def _named(environ: Mapping[str, str], name: str | None) -> list[str]:
@@ -41,7 +51,7 @@ def secret_values(project: Project, environ: Mapping[str, str], dotenv: Mapping[
     project names as credentials (also of a project whose files have errors: what of it is valid)."""
     found = set(project.secrets)
     found |= {value for name, value in dotenv.items() if SECRET_NAME.search(name)}
-    found |= {value for name, value in environ.items() if SECRET_NAME.search(name) and len(value) >= AMBIENT_CHARS}
+    found |= {value for name, value in environ.items() if SECRET_NAME.search(name) and len(value) >= MIN_AMBIENT_CHARS}
     config = project.config
     auth = config.server.auth
     if auth is not None:
@@ -58,7 +68,7 @@ def secret_values(project: Project, environ: Mapping[str, str], dotenv: Mapping[
     for model in models:
         if model is not None and model.api_key_env:
             found.update(_named(environ, model.api_key_env))
-    return {value for value in found if len(value) >= SECRET_CHARS}
+    return {value for value in found if len(value) >= MIN_SECRET_CHARS}
 
 
 def masked(diagnostics: Iterable[Diagnostic], secrets: Iterable[str]) -> list[Diagnostic]:
@@ -66,14 +76,13 @@ def masked(diagnostics: Iterable[Diagnostic], secrets: Iterable[str]) -> list[Di
     ``***`` (the longest first, so a secret holding another is masked whole). Their place and wording
     stay: on a source line where a secret written out before the caret was masked, the caret still
     names the column of the file, a few characters off the text shown."""
-    values = sorted((s for s in set(secrets) if len(s) >= SECRET_CHARS), key=lambda s: (-len(s), s))
     diagnostics = list(diagnostics)
-    if not values:
+    found = pattern(frozenset(secrets))
+    if found is None:
         return diagnostics
-    pattern = re.compile("|".join(re.escape(v) for v in values))
 
     def hide(text: str) -> str:
-        return pattern.sub(MASK, text)
+        return found.sub(MASK, text)
 
     return [
         replace(

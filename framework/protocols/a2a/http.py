@@ -515,11 +515,10 @@ def public_path(runtime: Runtime, path: str) -> bool:
 def _no_agent(runtime: Runtime) -> Endpoint:
     async def no_agent(request: Request) -> Response:
         name = request.path_params.get("name", "")
-        known = ", ".join(sorted(runtime.bundle.agents)) or "none"
-        message = f"agent {name!r} not found; agents: {known}"
+        missing = AgentNotFound.among(name, runtime.bundle.agents)
         if request.method == "GET":
-            return JSONResponse({"error": message}, status_code=404)
-        error = error_for(AgentNotFound(message))
+            return JSONResponse({"error": str(missing)}, status_code=404)
+        error = error_for(missing)
         try:
             body = await request.json()
         except ValueError:

@@ -27,33 +27,20 @@ percent-encoded (in a URL). A model streams text in chunks that may split a secr
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 from pydantic import BaseModel
 
-from framework.spec.interpolate import SECRET_NAME
+from framework.spec.secret_values import MASK, MIN_AMBIENT_CHARS, MIN_SECRET_CHARS, pattern
+from framework.spec.secret_values import secret_values as project_secrets
 
-if TYPE_CHECKING:
-    from framework.spec.project import Project
-
-MASK = "***"
-MIN_SECRET_CHARS = 4
-MIN_AMBIENT_CHARS = 8
-
-
-@functools.lru_cache(maxsize=64)
-def _pattern(secrets: frozenset[str]) -> re.Pattern[str] | None:
-    values = sorted((s for s in secrets if len(s) >= MIN_SECRET_CHARS), key=lambda s: (-len(s), s))
-    if not values:
-        return None
-    return re.compile("|".join(re.escape(v) for v in values))
+__all__ = ["KNOWN", "MASK", "MIN_AMBIENT_CHARS", "MIN_SECRET_CHARS", "SecretValues", "forms", "mask", "project_secrets"]
 
 
 _SCHEME = re.compile(r"(?:bearer|basic|token|bot|apikey)\s+(\S+)", re.IGNORECASE)
@@ -73,10 +60,8 @@ def forms(value: str) -> set[str]:
 
 def mask(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every secret value of at least four characters replaced by ``***``."""
-    pattern = _pattern(frozenset(secrets))
-    if pattern is None:
-        return text
-    return pattern.sub(MASK, text)
+    found = pattern(frozenset(secrets))
+    return text if found is None else found.sub(MASK, text)
 
 
 class SecretValues:
@@ -103,7 +88,7 @@ class SecretValues:
                 self._starts = {first: tuple(found) for first, found in starts.items()}
                 self._longest = max(map(len, grown))
                 self._values = grown
-                self._regex = _pattern(grown)
+                self._regex = pattern(grown)
 
     @property
     def values(self) -> frozenset[str]:
@@ -168,36 +153,6 @@ class SecretValues:
 
 KNOWN = SecretValues()
 """Every secret value this process knows of (see the module docstring)."""
-
-
-def _named(environ: Mapping[str, str], name: str | None) -> list[str]:
-    """The value(s) of variable ``name``: comma-separated lists (``server.auth``) count one by one."""
-    raw = environ.get(name or "", "")
-    return [raw, *(part.strip() for part in raw.split(","))] if raw else []
-
-
-def project_secrets(project: Project, environ: Mapping[str, str], dotenv: Mapping[str, str]) -> set[str]:
-    """Every secret value of ``project`` run in ``environ`` (the process environment over ``dotenv``)."""
-    found = set(project.secrets)
-    found |= {value for name, value in dotenv.items() if SECRET_NAME.search(name)}
-    found |= {value for name, value in environ.items() if SECRET_NAME.search(name) and len(value) >= MIN_AMBIENT_CHARS}
-    config = project.config
-    auth = config.server.auth
-    if auth is not None:
-        for identity in auth.identities():
-            found.update(_named(environ, identity.env))
-    for registry in config.registries:
-        for variable in registry.headers_env.values():
-            found.update(_named(environ, variable))
-    for server in config.mcp_servers.values():  # an MCP server's credentials: its headers, its secret-named env
-        for variable in server.headers_env.values():
-            found.update(_named(environ, variable))
-        found |= {value for name, value in server.env.items() if SECRET_NAME.search(name)}
-    models = [config.defaults.model, config.evals.judge, *(getattr(a, "model", None) for a in project.agents.values())]
-    for model in models:
-        if model is not None and model.api_key_env:
-            found.update(_named(environ, model.api_key_env))
-    return {value for value in found if len(value) >= MIN_SECRET_CHARS}
 
 
 _installed: list[bool] = []
