@@ -91,13 +91,18 @@ def test_blocking_client_gets_the_canceled_task_with_the_reason(
 
 def test_task_reads_canceled_after_restart(stopped: tuple[Path, ServerProcess, dict[str, Any], float, int]) -> None:
     root, _, answer, _, _ = stopped
-    task_id = answer["result"]["task"]["id"]
+    got = _after_restart(root, answer["result"]["task"]["id"])
+    assert got["result"]["status"]["state"] == "TASK_STATE_CANCELED", got
+
+
+def _after_restart(root: Path, task_id: str) -> dict[str, Any]:
+    """GetTask of ``task_id`` from a new server of ``root``."""
     again = start_serve(root)
     try:
-        got = again.rpc("GetTask", {"id": task_id}, agent="sleeper")
+        got: dict[str, Any] = again.rpc("GetTask", {"id": task_id}, agent="sleeper")
     finally:
         again.stop()
-    assert got["result"]["status"]["state"] == "TASK_STATE_CANCELED", got
+    return got
 
 
 PATIENT = """
@@ -185,11 +190,6 @@ def test_a_second_ctrl_c_cancels_the_running_tasks_at_once(make_project: Project
     assert "server shut down" in str(status["message"]), out
     assert "Traceback" not in server.stderr(), server.output()
     assert server.proc.returncode == 130, server.output()
-    task_id = json.loads(out.splitlines()[0])["task"]["id"]
-    again = start_serve(root)
-    try:
-        got = again.rpc("GetTask", {"id": task_id}, agent="sleeper")
-    finally:
-        again.stop()
+    got = _after_restart(root, json.loads(out.splitlines()[0])["task"]["id"])
     assert got["result"]["status"]["state"] == "TASK_STATE_CANCELED", got
     assert "server shut down" in str(got["result"]["status"]["message"]), got
