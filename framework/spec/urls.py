@@ -24,18 +24,22 @@ def hidden(url: str) -> str:
     Split by hand, as libpq reads a URL, rather than with ``urlsplit``: that refuses some malformed
     URLs (an unclosed ``[``) and ends the user part at a ``?`` or ``#`` that libpq keeps in the
     password, and the URL of an error message is often one the user got wrong. When in doubt,
-    more is hidden: the user part runs to the last ``@`` before the first ``/``, a parameter's
-    value to the next ``&`` (a ``#`` is part of it).
+    more is hidden: the user part runs to the last ``@`` before the first ``/``, or to the last
+    ``@`` of all when a ``:`` comes before it (a password holding a ``/``); a parameter's value
+    to the next ``&`` (a ``#`` is part of it).
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
     slash = rest.find("/")
-    authority_end = len(rest) if slash < 0 else slash
-    userinfo, at, remainder = rest[:authority_end].rpartition("@")
+    end = rest.rfind("@", 0, len(rest) if slash < 0 else slash)
+    last = rest.rfind("@")
+    if last > end and ":" in rest[:last]:
+        end = last  # a password holding a "/" (not percent-encoded): its "@" lies past it
+    userinfo, at, after = (rest[:end], "@", rest[end + 1 :]) if end >= 0 else ("", "", rest)
     if ":" in userinfo:
         userinfo = f"{userinfo.split(':', 1)[0]}:{MASK}"
-    location, question, query = (remainder + rest[authority_end:]).partition("?")
+    location, question, query = after.partition("?")
     if question:
         query = "&".join(_hidden_parameter(parameter) for parameter in query.split("&"))
     return f"{scheme}://{userinfo}{at}{location}{question}{query}"

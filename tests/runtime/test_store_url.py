@@ -33,6 +33,8 @@ SECRET = "pw-query-secret-55"
         ("postgresql://db/ca?oauth_client_secret=hunter2", "postgresql://db/ca?oauth_client_secret=***"),
         ("postgresql://ca:a%40b@db/ca?password=c%26d#e", "postgresql://ca:***@db/ca?password=***"),
         ("postgresql://ca:p?w#x@db/ca", "postgresql://ca:***@db/ca"),
+        ("postgresql://ca:pa/ss?w@db/ca?password=x", "postgresql://ca:***@db/ca?password=***"),
+        ("postgresql://db/ca?application_name=a@b", "postgresql://db/ca?application_name=a@b"),
         (
             "postgresql://ca@db/ca?PassWord=hunter2&%70assword=hunter2",
             "postgresql://ca@db/ca?PassWord=***&%70assword=***",
