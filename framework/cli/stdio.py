@@ -137,15 +137,18 @@ def _unknown_agent(options: StdioOptions, root: Path) -> int | None:
     """Exit 2 at start, before any request, when AGENT is not an agent of the project (as ``ca run``
     does): else the process would serve nothing, or exit 0 at the end of its input.
 
-    The project is the one ``-p`` names or the current folder is in; with neither, ACP's session
-    ``cwd`` chooses it later, and ``session/new`` answers an unknown agent then. A light scan
+    Only where the project is settled at start: the one ``-p`` names, or, for ``--protocol a2a``,
+    the one the current folder is in. Otherwise an editor's ACP session ``cwd`` may choose another
+    project (docs/ide.md: an editor that starts ``ca`` from its own folder still gets the project
+    it has open), and ``session/new`` answers an unknown agent then. A light scan
     of ``agents/`` (what ``initialize`` reads anyway) clears a known name, keeping ``initialize``
     fast; only a name it does not find is confirmed by loading the project.
     """
     from framework.protocols.acp.hello import may_have_agent
     from framework.spec.root import find_root
 
-    if options.agent is None or (options.project is None and find_root(root) is None):
+    settled = options.project is not None or (options.protocol == "a2a" and find_root(root) is not None)
+    if options.agent is None or not settled:
         return None
     if may_have_agent(root, options.agent):
         return None

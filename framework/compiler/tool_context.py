@@ -39,7 +39,7 @@ class ToolContext:
         object.__setattr__(self, "root", Path(os.path.realpath(self.root)))
 
 
-OVERHANG = 8192
+OVERHANG = 64 * 1024
 """Bytes read past a tool's limit so that a secret the cut would split is masked whole (:func:`head`)."""
 
 

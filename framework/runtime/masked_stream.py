@@ -3,12 +3,17 @@
 A model streams its text a token or a few at a time, and a secret it repeats arrives split
 anywhere: ``sk-superse`` in one chunk, ``cret-123456`` in the next. Masking each chunk alone masks
 neither half. :class:`MaskedStream` keeps the end of each stream's text that could be the start of
-a secret (:meth:`~framework.runtime.governance.secrets.SecretValues.held_back`) until the next
-chunk of that stream says whether it is one, and masks the text joined. Text and thoughts are
-separate streams, and so are the streams of each agent or step (an event's ``source``: steps run
-in parallel interleave their chunks). What is held is sent, as it is, before the next other event
-of the same source (a tool call: its text does not go on across it) and before the run's end.
-Every other event is masked whole, as before.
+a secret (:meth:`~framework.runtime.governance.secrets.SecretValues.held_back`, on the text as it
+came: a whole secret may begin a longer one) until the next chunk of that stream says whether it
+is one, and masks the text joined; what it sends never ends inside a secret the text holds whole
+(:meth:`~framework.runtime.governance.secrets.SecretValues.unsplit`). So the text a client joins is
+the text masked whole. Text and thoughts are separate streams, and so are the streams of each
+agent (an event's ``source``). What is held is sent, masked, before the next other event of the
+same source or of one it is nested in (a tool call, a step's update: its text does not go on
+across them) and before the run's end. Every other event is masked whole, as before.
+
+Known gap: two parallel steps that run the same agent share its ``source``, so their chunks join
+as one stream (``ca run --json`` shows nested text; the terminal, A2A and ACP show the root's).
 """
 
 from __future__ import annotations
@@ -37,22 +42,22 @@ class MaskedStream:
             ends = isinstance(event, RunFinished)
             return [*(self._release(source) if ends or source is not None else []), self.secrets.value(event)]
         stream = (type(event), event.source)
-        sent: list[RunEvent] = []
         held = self._held.pop(stream, None)
-        text = self.secrets.text(event.text if held is None else held.text + event.text)
-        if keep := self.secrets.held_back(text):
-            self._held[stream] = dataclasses.replace(event, text=text[-keep:])
-            text = text[:-keep]
-        if text:
-            sent.append(dataclasses.replace(event, text=text))
-        return sent
+        text = event.text if held is None else held.text + event.text  # as it came: held text is not masked
+        cut = self.secrets.unsplit(text, len(text) - self.secrets.held_back(text))
+        if cut < len(text):
+            self._held[stream] = dataclasses.replace(event, text=text[cut:])
+        return [dataclasses.replace(event, text=self.secrets.text(text[:cut]))] if cut else []
 
     def end(self) -> list[RunEvent]:
         """What is still held, when the run's events end."""
         return list(self._release(None))
 
     def _release(self, source: tuple[str, ...] | None) -> list[_Chunk]:
-        """The held text of the streams of ``source`` (None: of every stream), which began no secret:
-        their agent or step went on with something else."""
-        ending = [stream for stream in self._held if source is None or stream[1] == source]
-        return [self._held.pop(stream) for stream in ending]
+        """The held text, masked, of the streams of ``source`` and those nested in it (None: of every
+        stream): their agent went on with something else."""
+        ending = [stream for stream in self._held if source is None or stream[1][: len(source)] == source]
+        return [self._masked(self._held.pop(stream)) for stream in ending]
+
+    def _masked(self, chunk: _Chunk) -> _Chunk:
+        return dataclasses.replace(chunk, text=self.secrets.text(chunk.text))

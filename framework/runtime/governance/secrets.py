@@ -95,8 +95,21 @@ class SecretValues:
         """The values masked now (every form of each)."""
         return self._values
 
+    def unsplit(self, text: str, cut: int) -> int:
+        """``cut``, or the start of a secret that ``text`` holds whole across it (the earliest): text
+        sent up to there never ends inside a secret."""
+        regex = self._regex
+        if regex is None:
+            return cut
+        for found in regex.finditer(text):
+            if found.start() >= cut:
+                break
+            if found.end() > cut:
+                return found.start()
+        return cut
+
     def held_back(self, text: str) -> int:
-        """How many characters at the end of ``text`` (masked already) may be the start of a secret
+        """How many characters at the end of ``text`` may be the start of a secret
         that the next chunk of a stream completes: the longest end of ``text`` that begins a known
         value and is shorter than it. Those characters wait for that chunk."""
         starts, window = self._starts, text[-(self._longest - 1) :] if self._longest > 1 else ""
