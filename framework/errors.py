@@ -77,6 +77,14 @@ ErrorCode = Literal[
 FailureCode = ErrorCode | Literal["cancelled"]
 
 
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """`` did you mean 'x'?`` for the closest candidate, or an empty string."""
+    import difflib  # off the start-up path: a message of a mistake needs it
+
+    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"did you mean {matches[0]!r}?" if matches else ""
+
+
 @dataclass(frozen=True, slots=True)
 class Diagnostic:
     """One problem found in a user's file, pointing at the exact place to change.
@@ -211,8 +219,6 @@ class AgentNotFound(RunError):
     def among(cls, name: str, agents: Iterable[str], hint: str = "") -> AgentNotFound:
         """The error for ``name`` missing from ``agents``: the closest name and every name, so a
         command, the bundle and ``ca run --stdio`` word it alike; ``hint`` is added after them."""
-        from framework.spec.common import did_you_mean  # a project is loaded by then: pydantic costs nothing more
-
         names = sorted(agents)
         near = did_you_mean(name, names)
         known = ", ".join(names) or "none"

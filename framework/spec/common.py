@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 import types
 import typing
-from collections.abc import Iterable
 from decimal import Decimal
 from typing import Annotated, Any, Literal, Union
 
@@ -22,6 +20,8 @@ from pydantic import (
     field_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from framework.errors import did_you_mean as did_you_mean  # the spec layer's callers import it from here
 
 
 class Spec(BaseModel):
@@ -74,12 +74,6 @@ def string_form(*examples: str) -> ConfigDict:
         schema["anyOf"] = [{"type": "string", "examples": list(examples)}, as_object]
 
     return ConfigDict(json_schema_extra=extend)
-
-
-def did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    """`` did you mean 'x'?`` for the closest candidate, or an empty string."""
-    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f"did you mean {matches[0]!r}?" if matches else ""
 
 
 QUOTE_LIMIT = 120
