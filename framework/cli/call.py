@@ -121,7 +121,7 @@ async def call(options: CallOptions) -> int:
     from framework.runtime.governance.secrets import KNOWN
 
     values = options.headers.values()
-    KNOWN.add([*values, *(v.removeprefix("Bearer ") for v in values)])  # a token never shows in what ca prints
+    KNOWN.add(values)  # a token never shows in what ca prints (a "Bearer TOKEN" masks TOKEN too: secrets.forms)
     url, project = await resolve_target(options.target, options.project)
     text = options.message if options.message is not None else sys.stdin.read()
     if not text.strip():
